@@ -1,0 +1,231 @@
+//! The kernel/user ABI of tprof: every type that crosses the ring buffer, a
+//! map or a program global, defined once and built by both sides.
+//!
+//! Layout rules, so the kernel (bpfel) and userspace (x86_64) agree byte for
+//! byte: every type is `#[repr(C)]`, fields are ordered largest alignment
+//! first, padding is an explicit `_pad` field, and each type's size is pinned
+//! by a `const` assertion below it. Every ring-buffer record starts with an
+//! [`EventHeader`] whose `kind` says which record follows.
+//!
+//! Changing any of these types changes the recording format too (events are
+//! stored as these bytes): bump `recording::FORMAT_VERSION` in `profiler`.
+#![no_std]
+
+/// Length of a task's `comm` (TASK_COMM_LEN).
+pub const COMM_LEN: usize = 16;
+
+/// Most tracked threads at once (the `TRACKED_TIDS` map's size). A fork bomb
+/// past it is counted in [`LOST_TRACK_FULL`], not silently ignored.
+pub const MAX_TRACKED_TIDS: u32 = 65_536;
+/// Most tracked processes at once (the `TRACKED_TGIDS` map's size).
+pub const MAX_TRACKED_TGIDS: u32 = 16_384;
+/// Ring buffer size in bytes (a power of two multiple of the page size).
+pub const RING_BUFFER_BYTES: u32 = 16 << 20;
+
+/// `kind` values of [`EventHeader`].
+pub mod kind {
+    pub const SWITCH: u16 = 1;
+    pub const WAKEUP: u16 = 2;
+    pub const FORK: u16 = 3;
+    pub const EXEC: u16 = 4;
+    pub const EXIT: u16 = 5;
+    pub const COMM: u16 = 6;
+    /// One past the largest kind: the size of the per-kind drop counters.
+    pub const COUNT: u32 = 7;
+}
+
+/// Index into the `LOST` per-CPU array for "a fork could not be tracked
+/// because `TRACKED_TIDS` or `TRACKED_TGIDS` was full". Slots 1..COUNT are
+/// "ring buffer full" drops of that event kind.
+pub const LOST_TRACK_FULL: u32 = 0;
+
+/// `clone_flags` bit that makes the new task a thread of its parent's process.
+pub const CLONE_THREAD: u64 = 0x0001_0000;
+
+/// `prev_state` of sched_switch for a preempted task (TASK_REPORT_MAX on
+/// 5.14+ kernels, where `__trace_sched_switch_state` reports preemption).
+pub const PREV_STATE_PREEMPTED: u64 = 0x100;
+/// `prev_state` bits of sched_switch, as the tracepoint reports them.
+pub const PREV_STATE_INTERRUPTIBLE: u64 = 0x1;
+pub const PREV_STATE_UNINTERRUPTIBLE: u64 = 0x2;
+pub const PREV_STATE_DEAD: u64 = 0x10 | 0x20;
+
+/// Starts every ring-buffer record. 16 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventHeader {
+    /// CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns).
+    pub ts_ns: u64,
+    /// One of [`kind`].
+    pub kind: u16,
+    /// CPU the program ran on.
+    pub cpu: u16,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<EventHeader>() == 16);
+
+/// sched_switch where the previous or next task is tracked. 40 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SwitchEvent {
+    pub hdr: EventHeader,
+    /// Raw `prev_state` of the tracepoint: 0 or [`PREV_STATE_PREEMPTED`]
+    /// means the task stays runnable (involuntary switch).
+    pub prev_state: u64,
+    pub prev_tid: u32,
+    /// From bpf_get_current_pid_tgid (prev is current here).
+    pub prev_tgid: u32,
+    pub next_tid: u32,
+    /// From `TRACKED_TIDS`; 0 when next is not tracked.
+    pub next_tgid: u32,
+}
+const _: () = assert!(size_of::<SwitchEvent>() == 40);
+
+/// sched_wakeup / sched_wakeup_new of a tracked task: the moment it is
+/// enqueued (runnable), with the waker seen at sched_waking. 40 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WakeupEvent {
+    pub hdr: EventHeader,
+    pub tid: u32,
+    pub tgid: u32,
+    /// Thread that called try_to_wake_up; 0 for interrupt or idle context.
+    pub waker_tid: u32,
+    pub waker_tgid: u32,
+    pub target_cpu: u32,
+    /// [`WAKE_NEW_TASK`], [`WAKE_FROM_HARDIRQ`], [`WAKE_FROM_SOFTIRQ`].
+    pub flags: u32,
+}
+const _: () = assert!(size_of::<WakeupEvent>() == 40);
+
+/// [`WakeupEvent::flags`]: sched_wakeup_new, the first wakeup of a new task
+/// (the waker is the parent).
+pub const WAKE_NEW_TASK: u32 = 1;
+/// [`WakeupEvent::flags`]: the wakeup ran in hard-interrupt context, so the
+/// "waker" thread was only interrupted (a timer or device woke the task).
+pub const WAKE_FROM_HARDIRQ: u32 = 2;
+/// [`WakeupEvent::flags`]: the wakeup ran in softirq context.
+pub const WAKE_FROM_SOFTIRQ: u32 = 4;
+
+/// `common_flags` bits of a tracepoint record (TRACE_FLAG_* in the kernel).
+pub const TRACE_FLAG_HARDIRQ: u8 = 0x08;
+pub const TRACE_FLAG_SOFTIRQ: u8 = 0x10;
+pub const TRACE_FLAG_NMI: u8 = 0x40;
+
+/// Kernel-only: who called try_to_wake_up for a tracked task, kept from
+/// sched_waking until the matching sched_wakeup. 16 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WakerInfo {
+    /// bpf_get_current_pid_tgid() of the waker.
+    pub pid_tgid: u64,
+    /// [`WAKE_FROM_HARDIRQ`] / [`WAKE_FROM_SOFTIRQ`].
+    pub flags: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<WakerInfo>() == 16);
+
+/// task_newtask of a tracked process: a new thread or child process. 56 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ForkEvent {
+    pub hdr: EventHeader,
+    pub clone_flags: u64,
+    pub parent_tid: u32,
+    pub parent_tgid: u32,
+    pub child_tid: u32,
+    /// The parent's tgid for a thread ([`CLONE_THREAD`]), else `child_tid`.
+    pub child_tgid: u32,
+    pub comm: [u8; COMM_LEN],
+}
+const _: () = assert!(size_of::<ForkEvent>() == 56);
+
+/// sched_process_exec of a tracked process. 48 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecEvent {
+    pub hdr: EventHeader,
+    pub tid: u32,
+    pub tgid: u32,
+    /// The exec'ing thread's tid before exec (a non-leader thread that execs
+    /// takes over the leader's tid).
+    pub old_tid: u32,
+    pub _pad: u32,
+    /// The new comm (exec sets it before this tracepoint fires).
+    pub comm: [u8; COMM_LEN],
+}
+const _: () = assert!(size_of::<ExecEvent>() == 48);
+
+/// sched_process_exit of a tracked thread. 32 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExitEvent {
+    pub hdr: EventHeader,
+    pub tid: u32,
+    pub tgid: u32,
+    /// 1 when this was the last thread of its process.
+    pub group_dead: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<ExitEvent>() == 32);
+
+/// task_rename of a tracked thread (prctl(PR_SET_NAME), a write to
+/// /proc/…/comm, exec). 40 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommEvent {
+    pub hdr: EventHeader,
+    pub tid: u32,
+    pub tgid: u32,
+    pub comm: [u8; COMM_LEN],
+}
+const _: () = assert!(size_of::<CommEvent>() == 40);
+
+/// The size of the record of an event kind, or `None` for an unknown kind.
+pub const fn event_size(kind: u16) -> Option<usize> {
+    match kind {
+        kind::SWITCH => Some(size_of::<SwitchEvent>()),
+        kind::WAKEUP => Some(size_of::<WakeupEvent>()),
+        kind::FORK => Some(size_of::<ForkEvent>()),
+        kind::EXEC => Some(size_of::<ExecEvent>()),
+        kind::EXIT => Some(size_of::<ExitEvent>()),
+        kind::COMM => Some(size_of::<CommEvent>()),
+        _ => None,
+    }
+}
+
+/// Byte offsets of the tracepoint fields the programs read, taken at load
+/// time from tracefs `format` files so no kernel's layout is baked in.
+/// Userspace sets it as the programs' `OFFSETS` global. 32 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TracepointOffsets {
+    /// `common_flags` of every tracepoint record (irq context bits).
+    pub common_flags: u16,
+    /// sched_switch
+    pub switch_prev_pid: u16,
+    pub switch_prev_state: u16,
+    pub switch_next_pid: u16,
+    /// sched_waking / sched_wakeup / sched_wakeup_new (same layout)
+    pub wakeup_pid: u16,
+    pub wakeup_target_cpu: u16,
+    /// task_newtask
+    pub newtask_pid: u16,
+    pub newtask_clone_flags: u16,
+    /// sched_process_exec
+    pub exec_old_pid: u16,
+    /// sched_process_exit
+    pub exit_group_dead: u16,
+    /// task_rename
+    pub rename_pid: u16,
+    pub rename_newcomm: u16,
+    pub _pad: [u16; 4],
+}
+const _: () = assert!(size_of::<TracepointOffsets>() == 32);
+
+#[cfg(feature = "user")]
+mod pod {
+    //! aya reads these types from maps and writes them as globals.
+    use super::*;
+    unsafe impl aya::Pod for TracepointOffsets {}
+}

@@ -1,0 +1,121 @@
+//! Maps shared by all programs, and the helpers every program uses to filter
+//! and emit. One file per group of tracepoints below.
+
+mod sched;
+mod task;
+
+use aya_ebpf::{
+    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    macros::map,
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+};
+use profiler_ebpf::{
+    EventHeader, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, RING_BUFFER_BYTES, TracepointOffsets,
+    WakerInfo, kind,
+};
+
+/// bpf_ringbuf_submit flag: do not wake the consumer.
+const BPF_RB_NO_WAKEUP: u64 = 1;
+
+/// All streamed events, drained by userspace's capture loop.
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
+
+/// Tracked processes (tgid → 1). Programs that run in the context of the
+/// task they describe (fork, exec, exit) filter on this.
+#[map]
+static TRACKED_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TRACKED_TGIDS, 0);
+
+/// Tracked threads (tid → tgid). sched_switch and the wakeups name the other
+/// task only by tid, so they need this map, and it gives them its tgid.
+#[map]
+static TRACKED_TIDS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TRACKED_TIDS, 0);
+
+/// Waker of a tracked task, from sched_waking to its sched_wakeup. LRU so a
+/// waking without a wakeup can never fill it.
+#[map]
+static WAKERS: LruHashMap<u32, WakerInfo> = LruHashMap::with_max_entries(4096, 0);
+
+/// Drop counters: slot 0 = tracked maps full, slot k = ring buffer full for
+/// event kind k. Per CPU so counting never contends.
+#[map]
+static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(kind::COUNT, 0);
+
+/// Tracepoint field offsets, overridden by userspace at load time from the
+/// running kernel's tracefs format files. The defaults are 6.x's layout.
+#[unsafe(no_mangle)]
+static OFFSETS: TracepointOffsets = TracepointOffsets {
+    common_flags: 2,
+    switch_prev_pid: 24,
+    switch_prev_state: 32,
+    switch_next_pid: 56,
+    wakeup_pid: 24,
+    wakeup_target_cpu: 32,
+    newtask_pid: 8,
+    newtask_clone_flags: 32,
+    exec_old_pid: 16,
+    exit_group_dead: 32,
+    rename_pid: 8,
+    rename_newcomm: 28,
+    _pad: [0; 4],
+};
+
+/// The offsets as userspace set them. Volatile so the compiler cannot fold
+/// the defaults into the code.
+#[inline(always)]
+fn offsets() -> TracepointOffsets {
+    unsafe { core::ptr::read_volatile(&OFFSETS) }
+}
+
+#[inline(always)]
+fn header(kind: u16) -> EventHeader {
+    EventHeader {
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        kind,
+        cpu: unsafe { bpf_get_smp_processor_id() } as u16,
+        _pad: 0,
+    }
+}
+
+/// Tgid of a tracked thread, or None.
+#[inline(always)]
+fn tracked_tgid(tid: u32) -> Option<u32> {
+    unsafe { TRACKED_TIDS.get(&tid) }.copied()
+}
+
+#[inline(always)]
+fn is_tracked_process(tgid: u32) -> bool {
+    unsafe { TRACKED_TGIDS.get(&tgid) }.is_some()
+}
+
+/// Counts one lost event in slot `slot` of `LOST`.
+#[inline(always)]
+fn count_lost(slot: u32) {
+    if let Some(counter) = LOST.get_ptr_mut(slot) {
+        unsafe { *counter += 1 };
+    }
+}
+
+/// Copies `event` into the ring buffer, counting it as lost when full.
+#[inline(always)]
+fn emit<T: 'static>(kind: u16, event: T) {
+    match EVENTS.reserve::<T>(0) {
+        Some(mut entry) => {
+            entry.write(event);
+            // Userspace polls on a timer; skipping the wakeup saves an
+            // irq_work per event batch.
+            entry.submit(BPF_RB_NO_WAKEUP);
+        }
+        None => count_lost(kind as u32),
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

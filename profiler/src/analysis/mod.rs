@@ -1,0 +1,246 @@
+//! Statistics over the model: per thread, per process, and the machine-wide
+//! picture. Pure functions; the renderers only format what is computed here.
+
+use serde::Serialize;
+
+use crate::model::{Model, Thread, ThreadState};
+
+const NS: f64 = 1e9;
+
+/// Where one thread's time went.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ThreadStats {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    /// Fork generations below a target process (0: a target).
+    pub depth: usize,
+    pub lifetime_s: f64,
+    pub on_cpu_s: f64,
+    pub runnable_s: f64,
+    pub blocked_s: f64,
+    pub blocked_interruptible_s: f64,
+    pub blocked_uninterruptible_s: f64,
+    pub voluntary_switches: u64,
+    pub involuntary_switches: u64,
+    pub exited: bool,
+}
+
+impl ThreadStats {
+    fn of(thread: &Thread, depth: usize) -> ThreadStats {
+        let secs = |state| thread.time_in(state) as f64 / NS;
+        let sleeping = secs(ThreadState::Sleeping);
+        let disk = secs(ThreadState::DiskSleep);
+        ThreadStats {
+            pid: thread.pid,
+            tid: thread.tid,
+            comm: thread.comm.clone(),
+            depth,
+            lifetime_s: thread.lifetime_ns() as f64 / NS,
+            on_cpu_s: secs(ThreadState::Running),
+            runnable_s: secs(ThreadState::Runnable),
+            blocked_s: sleeping + disk,
+            blocked_interruptible_s: sleeping,
+            blocked_uninterruptible_s: disk,
+            voluntary_switches: thread.voluntary_switches,
+            involuntary_switches: thread.involuntary_switches,
+            exited: thread.exited,
+        }
+    }
+
+    /// Time wanting a CPU: the sort key of every table.
+    pub fn demand_s(&self) -> f64 {
+        self.on_cpu_s + self.runnable_s
+    }
+}
+
+/// A process and the sum of its threads.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProcessStats {
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+    pub cmdline: Vec<String>,
+    pub depth: usize,
+    pub threads: usize,
+    pub on_cpu_s: f64,
+    pub runnable_s: f64,
+    pub blocked_s: f64,
+    pub exited: bool,
+}
+
+/// The machine around the job, from /proc/stat samples.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MachineStats {
+    /// Mean of procs_running: threads running or waiting for a CPU, all of
+    /// the machine.
+    pub mean_runnable_threads: f64,
+    /// Share of all CPUs' time that was busy, in percent.
+    pub cpu_busy_pct: f64,
+}
+
+/// Everything the report shows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub duration_s: f64,
+    pub cores: u32,
+    pub events: u64,
+    pub lost_events: u64,
+    pub lost: crate::recording::LostCounts,
+    pub cut_short: bool,
+    pub stop_reason: Option<String>,
+    /// The job's average number of threads on a CPU.
+    pub job_on_cpu: f64,
+    /// The job's average number of threads waiting for a CPU.
+    pub job_runnable: f64,
+    pub machine: Option<MachineStats>,
+    /// Sorted by on-CPU + runnable time, largest first.
+    pub threads: Vec<ThreadStats>,
+    pub processes: Vec<ProcessStats>,
+}
+
+pub fn summarize(model: &Model) -> Summary {
+    let mut threads: Vec<ThreadStats> = model
+        .threads
+        .iter()
+        .map(|t| ThreadStats::of(t, model.depth(t.pid)))
+        .collect();
+    threads.sort_by(|a, b| {
+        b.demand_s()
+            .total_cmp(&a.demand_s())
+            .then(a.tid.cmp(&b.tid))
+    });
+    let duration_s = model.duration_ns() as f64 / NS;
+    let per_s = |total: f64| {
+        if duration_s > 0.0 {
+            total / duration_s
+        } else {
+            0.0
+        }
+    };
+    Summary {
+        duration_s,
+        cores: model.cores,
+        events: model.events,
+        lost_events: model.lost.total(),
+        lost: model.lost.clone(),
+        cut_short: model.cut_short,
+        stop_reason: model.stop_reason.clone(),
+        job_on_cpu: per_s(threads.iter().map(|t| t.on_cpu_s).sum()),
+        job_runnable: per_s(threads.iter().map(|t| t.runnable_s).sum()),
+        machine: machine_stats(model),
+        processes: process_stats(model, &threads),
+        threads,
+    }
+}
+
+fn process_stats(model: &Model, threads: &[ThreadStats]) -> Vec<ProcessStats> {
+    let mut out: Vec<ProcessStats> = model
+        .processes
+        .values()
+        .map(|p| {
+            let mine = threads.iter().filter(|t| t.pid == p.pid);
+            let (mut n, mut on, mut run, mut blocked) = (0, 0.0, 0.0, 0.0);
+            for t in mine {
+                n += 1;
+                on += t.on_cpu_s;
+                run += t.runnable_s;
+                blocked += t.blocked_s;
+            }
+            ProcessStats {
+                pid: p.pid,
+                ppid: p.ppid,
+                comm: p.comm.clone(),
+                cmdline: p.cmdline.clone(),
+                depth: model.depth(p.pid),
+                threads: n,
+                on_cpu_s: on,
+                runnable_s: run,
+                blocked_s: blocked,
+                exited: p.exit_ns.is_some(),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        let demand = |p: &ProcessStats| p.on_cpu_s + p.runnable_s;
+        demand(b).total_cmp(&demand(a)).then(a.pid.cmp(&b.pid))
+    });
+    out
+}
+
+fn machine_stats(model: &Model) -> Option<MachineStats> {
+    let (first, last) = (model.system.first()?, model.system.last()?);
+    let mean_runnable_threads = model
+        .system
+        .iter()
+        .map(|s| f64::from(s.procs_running))
+        .sum::<f64>()
+        / model.system.len() as f64;
+    let total = last.total_ticks.saturating_sub(first.total_ticks);
+    let busy = last.busy_ticks.saturating_sub(first.busy_ticks);
+    let cpu_busy_pct = if total > 0 {
+        100.0 * busy as f64 / total as f64
+    } else {
+        0.0
+    };
+    Some(MachineStats {
+        mean_runnable_threads,
+        cpu_busy_pct,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Interval;
+
+    fn thread(tid: u32, running: u64, runnable: u64, sleeping: u64) -> Thread {
+        let mut intervals = Vec::new();
+        let mut t = 0;
+        for (len, state) in [
+            (running, ThreadState::Running),
+            (runnable, ThreadState::Runnable),
+            (sleeping, ThreadState::Sleeping),
+        ] {
+            intervals.push(Interval {
+                start_ns: t,
+                end_ns: t + len,
+                state,
+            });
+            t += len;
+        }
+        Thread {
+            tid,
+            pid: 1,
+            comm: format!("t{tid}"),
+            renamed_from: vec![],
+            start_ns: 0,
+            end_ns: t,
+            exited: false,
+            intervals,
+            voluntary_switches: 0,
+            involuntary_switches: 0,
+        }
+    }
+
+    #[test]
+    fn sorts_by_demand_and_sums_states() {
+        let model = Model {
+            window_start_ns: 0,
+            window_end_ns: 2_000_000_000,
+            cores: 2,
+            threads: vec![
+                thread(1, 100_000_000, 0, 1_900_000_000),
+                thread(2, 1_000_000_000, 500_000_000, 500_000_000),
+            ],
+            ..Default::default()
+        };
+        let s = summarize(&model);
+        assert_eq!(s.threads[0].tid, 2);
+        assert!((s.threads[0].on_cpu_s - 1.0).abs() < 1e-9);
+        assert!((s.threads[0].runnable_s - 0.5).abs() < 1e-9);
+        assert!((s.threads[1].blocked_interruptible_s - 1.9).abs() < 1e-9);
+        assert!((s.job_on_cpu - 0.55).abs() < 1e-9);
+        assert!((s.job_runnable - 0.25).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,534 @@
+//! Capture: everything that touches the live system. Loads and attaches the
+//! kernel programs, decides what is tracked, drains events into the
+//! recording as it goes, samples /proc, and stops on a signal, the duration
+//! or the targets' exit.
+//!
+//! Architecture invariant: the only module that needs root and the only one
+//! that uses aya (through [`programs`]). What it writes is all that later
+//! stages see.
+
+mod launch;
+pub mod output;
+pub mod procfs;
+mod programs;
+pub mod tracefs;
+
+use std::{
+    collections::HashSet,
+    fs::File,
+    io::{BufWriter, IsTerminal as _, Write as _},
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use profiler_ebpf::kind;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use crate::recording::{
+    self, ClockAnchor, Event, Footer, Header, LostCounts, Origin, ProcessInfo, ThreadInfo, Writer,
+    record,
+};
+use programs::KernelPrograms;
+
+/// How often the ring buffer is drained and the file flushed. Polling on a
+/// timer instead of waking per event keeps tprof's cost flat under load (the
+/// kernel side submits with BPF_RB_NO_WAKEUP).
+const DRAIN_EVERY: Duration = Duration::from_millis(50);
+/// How often /proc/stat is sampled (every other drain).
+const SAMPLE_EVERY_TICKS: u32 = 2;
+/// How often the status line and the lost counts are refreshed.
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+
+/// What `tprof record` was asked to do, validated.
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
+    /// Running processes to attach to (with their descendants).
+    pub pids: Vec<u32>,
+    /// A command to launch and trace from its exec (empty: none).
+    pub command: Vec<String>,
+    pub duration: Option<Duration>,
+    pub output: PathBuf,
+    pub force: bool,
+}
+
+/// Why recording stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    Duration,
+    Interrupted,
+    Terminated,
+    HungUp,
+    TargetsExited,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Duration => "duration",
+            StopReason::Interrupted => "interrupted",
+            StopReason::Terminated => "terminated",
+            StopReason::HungUp => "hung up",
+            StopReason::TargetsExited => "targets exited",
+        }
+    }
+}
+
+/// What a finished recording holds.
+#[derive(Debug, Clone)]
+pub struct RecordOutcome {
+    pub path: PathBuf,
+    pub stop_reason: StopReason,
+    pub events: u64,
+    pub lost: LostCounts,
+}
+
+/// Records until a stop condition; the recording is complete on `Ok`.
+pub fn record(opts: &RecordOptions) -> Result<RecordOutcome> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(record_async(opts))
+}
+
+async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
+    // Before anything can be interrupted: a Ctrl-C from now on stops cleanly.
+    let mut signals = Signals::new()?;
+    check_root()?;
+    check_targets(&opts.pids)?;
+    tracefs::ensure_mounted()?;
+    let offsets = tracefs::tracepoint_offsets()?;
+    let file = output::create(&opts.output, opts.force)?;
+    let mut programs = KernelPrograms::load(&offsets)?;
+    let held = if opts.command.is_empty() {
+        None
+    } else {
+        Some(launch::spawn_held(&opts.command)?)
+    };
+    let start = anchor();
+    programs.attach()?;
+    let writer = Writer::new(BufWriter::with_capacity(1 << 20, file))?;
+    let mut session = Session::new(programs, writer, opts);
+    match &held {
+        Some(child) => session.track_launched(child.pid, &opts.command, start)?,
+        None => session.track_attached(&opts.pids, start)?,
+    }
+    if let Some(child) = held {
+        child.release()?;
+    }
+    session.announce();
+    let result = session.run(&mut signals, opts.duration).await;
+    let outcome = session.finish(result);
+    if let Ok(outcome) = &outcome {
+        eprintln!(
+            "tprof: stopped ({}), {} events, {} lost, written to {}",
+            outcome.stop_reason.as_str(),
+            outcome.events,
+            outcome.lost.total(),
+            outcome.path.display()
+        );
+    }
+    outcome
+}
+
+fn check_root() -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("tprof record needs root to load eBPF programs; run it with sudo");
+    }
+    Ok(())
+}
+
+fn check_targets(pids: &[u32]) -> Result<()> {
+    for &pid in pids {
+        let Some(stat) = procfs::stat(pid) else {
+            bail!("no such process: {pid}; check the PID with `ps -p {pid}`");
+        };
+        if pid == std::process::id() {
+            bail!("process {pid} is tprof itself; give the PID of the job to profile");
+        }
+        if stat.is_kernel_thread() {
+            bail!(
+                "process {pid} ({}) is a kernel thread; tprof profiles user processes",
+                stat.comm
+            );
+        }
+        if stat.is_dead() {
+            bail!("process {pid} ({}) has already exited (zombie)", stat.comm);
+        }
+    }
+    Ok(())
+}
+
+/// SIGINT, SIGTERM and SIGHUP, caught so each stops the recording cleanly.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Signals> {
+        let catch = |kind| signal(kind).context("cannot install signal handlers");
+        Ok(Signals {
+            interrupt: catch(SignalKind::interrupt())?,
+            terminate: catch(SignalKind::terminate())?,
+            hangup: catch(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// CLOCK_MONOTONIC now, in ns (the clock of bpf_ktime_get_ns).
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Both clocks, read back to back.
+pub fn anchor() -> ClockAnchor {
+    ClockAnchor {
+        monotonic_ns: monotonic_ns(),
+        realtime_ns: clock_ns(libc::CLOCK_REALTIME),
+    }
+}
+
+/// One recording in progress.
+struct Session {
+    programs: KernelPrograms,
+    writer: Writer<BufWriter<File>>,
+    path: PathBuf,
+    /// The processes whose exit ends the recording.
+    roots: Vec<u32>,
+    /// The launched command's pid, which we must reap.
+    child: Option<u32>,
+    /// Processes with a /proc snapshot in the recording.
+    known: HashSet<u32>,
+    events: u64,
+    lost: LostCounts,
+    started: Instant,
+    ticks: u32,
+    last_status: Instant,
+    threads_seen: usize,
+}
+
+impl Session {
+    fn new(
+        programs: KernelPrograms,
+        writer: Writer<BufWriter<File>>,
+        opts: &RecordOptions,
+    ) -> Session {
+        Session {
+            programs,
+            writer,
+            path: opts.output.clone(),
+            roots: Vec::new(),
+            child: None,
+            known: HashSet::new(),
+            events: 0,
+            lost: LostCounts::default(),
+            started: Instant::now(),
+            ticks: 0,
+            last_status: Instant::now(),
+            threads_seen: 0,
+        }
+    }
+
+    fn write_header(&mut self, start: ClockAnchor, command: Option<Vec<String>>) -> Result<()> {
+        let uname = uname();
+        let header = Header {
+            tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            kernel_release: uname.0,
+            hostname: uname.1,
+            cores: procfs::online_cpus(),
+            start,
+            targets: self.roots.clone(),
+            command,
+        };
+        self.writer.write_json(record::HEADER, &header)?;
+        Ok(())
+    }
+
+    /// Tracks a launched command, held before exec.
+    fn track_launched(&mut self, pid: u32, argv: &[String], start: ClockAnchor) -> Result<()> {
+        self.roots = vec![pid];
+        self.child = Some(pid);
+        self.programs.track_process(pid)?;
+        self.programs.track_thread(pid, pid)?;
+        self.write_header(start, Some(argv.to_vec()))?;
+        let info = ProcessInfo {
+            pid,
+            ppid: std::process::id(),
+            comm: argv[0]
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .chars()
+                .take(15)
+                .collect(),
+            cmdline: argv.to_vec(),
+            origin: Origin::Launched,
+            seen_ns: start.monotonic_ns,
+        };
+        self.writer.write_json(record::PROCESS, &info)?;
+        self.known.insert(pid);
+        let thread = ThreadInfo {
+            tid: pid,
+            pid,
+            comm: info.comm.clone(),
+            state: 'S',
+        };
+        self.writer.write_json(record::THREAD, &thread)?;
+        self.threads_seen = 1;
+        Ok(())
+    }
+
+    /// Tracks running processes, their descendants and all their threads.
+    /// Each process is tracked in the kernel before its threads and children
+    /// are listed, so one created in between is caught by the kernel.
+    fn track_attached(&mut self, pids: &[u32], start: ClockAnchor) -> Result<()> {
+        self.roots = pids.to_vec();
+        self.write_header(start, None)?;
+        let mut pending: Vec<u32> = pids.to_vec();
+        while !pending.is_empty() {
+            for &pid in &pending {
+                self.programs.track_process(pid)?;
+                self.known.insert(pid);
+            }
+            for &pid in &pending {
+                self.snapshot_process(pid, Origin::Attached)?;
+                self.track_threads(pid)?;
+            }
+            let all: Vec<u32> = self.known.iter().copied().collect();
+            pending = procfs::descendants(&all)
+                .into_iter()
+                .filter(|p| !self.known.contains(p))
+                .collect();
+        }
+        Ok(())
+    }
+
+    fn track_threads(&mut self, pid: u32) -> Result<()> {
+        for tid in procfs::tasks(pid) {
+            self.programs.track_thread(tid, pid)?;
+            // A thread that exited between the listing and now would stay in
+            // the map forever; drop it again.
+            let Some(stat) = procfs::task_stat(pid, tid) else {
+                self.programs.untrack_thread(tid);
+                continue;
+            };
+            let info = ThreadInfo {
+                tid,
+                pid,
+                comm: stat.comm,
+                state: stat.state,
+            };
+            self.writer.write_json(record::THREAD, &info)?;
+            self.threads_seen += 1;
+        }
+        Ok(())
+    }
+
+    fn snapshot_process(&mut self, pid: u32, origin: Origin) -> Result<()> {
+        let Some(stat) = procfs::stat(pid) else {
+            return Ok(()); // already gone; its events still tell its story
+        };
+        let info = ProcessInfo {
+            pid,
+            ppid: stat.ppid,
+            comm: stat.comm,
+            cmdline: procfs::cmdline(pid),
+            origin,
+            seen_ns: monotonic_ns(),
+        };
+        self.writer.write_json(record::PROCESS, &info)?;
+        Ok(())
+    }
+
+    /// The one line a script waiting for tprof to attach can look for.
+    fn announce(&self) {
+        eprintln!(
+            "tprof: recording {} process(es), {} thread(s) to {} (Ctrl-C to stop)",
+            self.known.len(),
+            self.threads_seen,
+            self.path.display()
+        );
+    }
+
+    async fn run(
+        &mut self,
+        signals: &mut Signals,
+        duration: Option<Duration>,
+    ) -> Result<StopReason> {
+        let mut tick = tokio::time::interval(DRAIN_EVERY);
+        let deadline = duration.map(|d| self.started + d);
+        loop {
+            tokio::select! {
+                _ = signals.interrupt.recv() => return Ok(StopReason::Interrupted),
+                _ = signals.terminate.recv() => return Ok(StopReason::Terminated),
+                _ = signals.hangup.recv() => return Ok(StopReason::HungUp),
+                _ = tick.tick() => {
+                    self.on_tick()?;
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(StopReason::Duration);
+                    }
+                    if self.roots_exited() {
+                        return Ok(StopReason::TargetsExited);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_tick(&mut self) -> Result<()> {
+        self.drain()?;
+        self.ticks += 1;
+        if self.ticks.is_multiple_of(SAMPLE_EVERY_TICKS)
+            && let Some(sample) = procfs::system_sample(monotonic_ns())
+        {
+            self.writer.write_json(record::SYSTEM, &sample)?;
+        }
+        if self.last_status.elapsed() >= STATUS_EVERY {
+            self.last_status = Instant::now();
+            self.refresh_lost()?;
+            self.status_line();
+        }
+        self.writer
+            .flush()
+            .context("writing the recording failed")?;
+        Ok(())
+    }
+
+    /// Moves every event from the ring buffer into the recording, and
+    /// snapshots processes that appeared or exec'd.
+    fn drain(&mut self) -> Result<()> {
+        let mut new_processes = Vec::new();
+        while let Some(item) = self.programs.events.next() {
+            let bytes: &[u8] = &item;
+            self.events += 1;
+            if let Some(pid) = process_change(bytes) {
+                new_processes.push(pid);
+            }
+            self.writer
+                .push_event(bytes)
+                .context("writing the recording failed")?;
+        }
+        for pid in new_processes {
+            self.known.insert(pid);
+            self.snapshot_process(pid, Origin::Forked)?;
+        }
+        Ok(())
+    }
+
+    fn refresh_lost(&mut self) -> Result<()> {
+        let lost = self.programs.lost_counts()?;
+        if lost != self.lost {
+            self.writer.write_json(record::LOST, &lost)?;
+            self.lost = lost;
+        }
+        Ok(())
+    }
+
+    fn status_line(&self) {
+        let line = format!(
+            "tprof: {:.0} s, {} events, {} lost, {} processes",
+            self.started.elapsed().as_secs_f64(),
+            self.events,
+            self.lost.total(),
+            self.known.len()
+        );
+        if std::io::stderr().is_terminal() {
+            eprint!("\r\x1b[K{line}");
+            let _ = std::io::stderr().flush();
+        } else if self.started.elapsed().as_secs().is_multiple_of(10) {
+            eprintln!("{line}");
+        }
+    }
+
+    fn roots_exited(&mut self) -> bool {
+        if let Some(child) = self.child {
+            let mut status = 0;
+            // SAFETY: reaping our own child without blocking.
+            let rc = unsafe { libc::waitpid(child as i32, &mut status, libc::WNOHANG) };
+            return rc == child as i32 || rc < 0;
+        }
+        self.roots
+            .iter()
+            .all(|&pid| procfs::stat(pid).is_none_or(|s| s.is_dead()))
+    }
+
+    /// Drains what is left, writes the totals and the footer, and detaches.
+    /// On an earlier error the recording so far stays readable.
+    fn finish(mut self, result: Result<StopReason>) -> Result<RecordOutcome> {
+        if std::io::stderr().is_terminal() {
+            eprintln!();
+        }
+        let kept = format!("the recording so far is kept in {}", self.path.display());
+        let stop_reason = result.context(kept.clone())?;
+        self.drain().context(kept)?;
+        self.lost = self.programs.lost_counts()?;
+        self.writer.write_json(record::LOST, &self.lost)?;
+        let footer = Footer {
+            end: anchor(),
+            stop_reason: stop_reason.as_str().to_string(),
+        };
+        self.writer.write_json(record::FOOTER, &footer)?;
+        let file = self
+            .writer
+            .finish()
+            .context("writing the recording failed")?
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .context("writing the recording failed")?;
+        file.sync_all().context("writing the recording failed")?;
+        drop(self.programs);
+        Ok(RecordOutcome {
+            path: self.path,
+            stop_reason,
+            events: self.events,
+            lost: self.lost,
+        })
+    }
+}
+
+/// The pid of a process that a raw event says was created or exec'd.
+fn process_change(bytes: &[u8]) -> Option<u32> {
+    let kind = u16::from_le_bytes(bytes.get(8..10)?.try_into().ok()?);
+    if kind != kind::FORK && kind != kind::EXEC {
+        return None;
+    }
+    match recording::events::decode(bytes).ok()?.0 {
+        Event::Fork {
+            parent_tgid,
+            child_tgid,
+            ..
+        } if child_tgid != parent_tgid => Some(child_tgid),
+        Event::Exec { tgid, .. } => Some(tgid),
+        _ => None,
+    }
+}
+
+/// (kernel release, hostname).
+fn uname() -> (String, String) {
+    // SAFETY: uname fills a zeroed struct.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    unsafe { libc::uname(&mut u) };
+    let field = |f: &[libc::c_char]| {
+        let bytes: Vec<u8> = f
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    (field(&u.release), field(&u.nodename))
+}

@@ -1,0 +1,171 @@
+//! Reads the live system from /proc: processes, threads, names, states and
+//! the machine's CPU counters. Everything here tolerates a task vanishing
+//! between two reads (it returns None or skips it).
+
+use std::{collections::HashMap, fs, path::Path};
+
+use crate::recording::SystemSample;
+
+/// Task is a kernel thread (PF_KTHREAD in /proc/…/stat flags).
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// The fields of /proc/<pid>/stat tprof uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    pub comm: String,
+    pub state: char,
+    pub ppid: u32,
+    pub flags: u64,
+}
+
+impl Stat {
+    pub fn is_kernel_thread(&self) -> bool {
+        self.flags & PF_KTHREAD != 0
+    }
+
+    pub fn is_dead(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// Parses a stat line. The comm sits in parentheses and may itself contain
+/// spaces and parentheses, so fields are counted from the last ')'.
+pub fn parse_stat(line: &str) -> Option<Stat> {
+    let open = line.find('(')?;
+    let close = line.rfind(')')?;
+    let comm = line.get(open + 1..close)?.to_string();
+    let mut rest = line.get(close + 1..)?.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    // pgrp, session, tty_nr, tpgid, then flags.
+    let flags = rest.nth(4)?.parse().ok()?;
+    Some(Stat {
+        comm,
+        state,
+        ppid,
+        flags,
+    })
+}
+
+pub fn stat(pid: u32) -> Option<Stat> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+pub fn task_stat(pid: u32, tid: u32) -> Option<Stat> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?)
+}
+
+/// Thread ids of a process.
+pub fn tasks(pid: u32) -> Vec<u32> {
+    numeric_entries(&format!("/proc/{pid}/task"))
+}
+
+/// Every pid on the machine.
+pub fn all_pids() -> Vec<u32> {
+    numeric_entries("/proc")
+}
+
+fn numeric_entries(dir: &str) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// The command line, split at NULs.
+pub fn cmdline(pid: u32) -> Vec<String> {
+    let Ok(bytes) = fs::read(format!("/proc/{pid}/cmdline")) else {
+        return Vec::new();
+    };
+    bytes
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+/// Every live descendant of `roots` (not the roots themselves), parents
+/// before children.
+pub fn descendants(roots: &[u32]) -> Vec<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for pid in all_pids() {
+        if let Some(s) = stat(pid) {
+            children.entry(s.ppid).or_default().push(pid);
+        }
+    }
+    let mut out = Vec::new();
+    let mut queue: Vec<u32> = roots.to_vec();
+    while let Some(pid) = queue.pop() {
+        for &child in children.get(&pid).map(Vec::as_slice).unwrap_or_default() {
+            if !out.contains(&child) && !roots.contains(&child) {
+                out.push(child);
+                queue.push(child);
+            }
+        }
+    }
+    out
+}
+
+/// A machine-wide sample of /proc/stat at `ts_ns`.
+pub fn system_sample(ts_ns: u64) -> Option<SystemSample> {
+    parse_proc_stat(&fs::read_to_string("/proc/stat").ok()?, ts_ns)
+}
+
+pub fn parse_proc_stat(text: &str, ts_ns: u64) -> Option<SystemSample> {
+    let mut sample = SystemSample {
+        ts_ns,
+        ..Default::default()
+    };
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        match fields.next()? {
+            "cpu" => {
+                let ticks: Vec<u64> = fields.filter_map(|f| f.parse().ok()).collect();
+                // user nice system idle iowait irq softirq steal (guest is in user).
+                let total: u64 = ticks.iter().take(8).sum();
+                let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+                sample.total_ticks = total;
+                sample.busy_ticks = total.saturating_sub(idle);
+            }
+            "procs_running" => sample.procs_running = fields.next()?.parse().ok()?,
+            "procs_blocked" => sample.procs_blocked = fields.next()?.parse().ok()?,
+            _ => {}
+        }
+    }
+    Some(sample)
+}
+
+/// Online CPUs.
+pub fn online_cpus() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
+
+pub fn exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_awkward_comm() {
+        let line = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0";
+        let s = parse_stat(line).unwrap();
+        assert_eq!(s.comm, "a (b) c");
+        assert_eq!((s.state, s.ppid, s.flags), ('S', 1, 4194560));
+        assert!(!s.is_kernel_thread());
+        let kthread = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0";
+        assert!(parse_stat(kthread).unwrap().is_kernel_thread());
+    }
+
+    #[test]
+    fn parses_proc_stat() {
+        let text = "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3\nprocs_running 5\nprocs_blocked 1\n";
+        let s = parse_proc_stat(text, 7).unwrap();
+        assert_eq!((s.total_ticks, s.busy_ticks), (1000, 150));
+        assert_eq!((s.procs_running, s.procs_blocked, s.ts_ns), (5, 1, 7));
+    }
+}

@@ -1,0 +1,125 @@
+//! Loads tprof's kernel programs, attaches them, and owns their maps. The
+//! only module that talks to aya; dropping [`KernelPrograms`] detaches every
+//! program and frees every map (nothing is pinned, so a killed tprof leaves
+//! nothing behind either: the kernel frees them with the last fd).
+
+use anyhow::{Context as _, Result, anyhow};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    programs::TracePoint,
+};
+use profiler_ebpf::{LOST_TRACK_FULL, TracepointOffsets, kind};
+
+use crate::recording::{LostCounts, events::kind_name};
+
+/// The object built by build.rs from profiler-ebpf.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+
+/// (program, tracepoint category, tracepoint name).
+const TRACEPOINTS: &[(&str, &str, &str)] = &[
+    ("tprof_switch", "sched", "sched_switch"),
+    ("tprof_waking", "sched", "sched_waking"),
+    ("tprof_wakeup", "sched", "sched_wakeup"),
+    ("tprof_wakeup_new", "sched", "sched_wakeup_new"),
+    ("tprof_newtask", "task", "task_newtask"),
+    ("tprof_exec", "sched", "sched_process_exec"),
+    ("tprof_exit", "sched", "sched_process_exit"),
+    ("tprof_rename", "task", "task_rename"),
+];
+
+pub struct KernelPrograms {
+    // Field order is drop order: maps first, then the programs and links.
+    pub events: RingBuf<MapData>,
+    tracked_tgids: HashMap<MapData, u32, u8>,
+    tracked_tids: HashMap<MapData, u32, u32>,
+    lost: PerCpuArray<MapData, u64>,
+    _ebpf: Ebpf,
+}
+
+impl KernelPrograms {
+    /// Loads the programs with this kernel's tracepoint offsets, without
+    /// attaching them.
+    pub fn load(offsets: &TracepointOffsets) -> Result<KernelPrograms> {
+        let mut ebpf = EbpfLoader::new()
+            .override_global("OFFSETS", offsets, true)
+            .load(OBJECT)
+            .map_err(|e| anyhow!("loading the eBPF programs failed: {e}"))
+            .context(
+                "the kernel refused tprof's programs; tprof needs Linux 5.15+ with \
+                 CONFIG_BPF_SYSCALL and BTF, run as root",
+            )?;
+        for (name, _, _) in TRACEPOINTS {
+            let program: &mut TracePoint = ebpf
+                .program_mut(name)
+                .with_context(|| format!("program {name} missing from the eBPF object"))?
+                .try_into()?;
+            program
+                .load()
+                .with_context(|| format!("the kernel's verifier rejected {name}"))?;
+        }
+        Ok(KernelPrograms {
+            events: RingBuf::try_from(take_map(&mut ebpf, "EVENTS")?)?,
+            tracked_tgids: HashMap::try_from(take_map(&mut ebpf, "TRACKED_TGIDS")?)?,
+            tracked_tids: HashMap::try_from(take_map(&mut ebpf, "TRACKED_TIDS")?)?,
+            lost: PerCpuArray::try_from(take_map(&mut ebpf, "LOST")?)?,
+            _ebpf: ebpf,
+        })
+    }
+
+    /// Attaches every program to its tracepoint.
+    pub fn attach(&mut self) -> Result<()> {
+        for (name, category, tracepoint) in TRACEPOINTS {
+            let program: &mut TracePoint = self
+                ._ebpf
+                .program_mut(name)
+                .expect("checked at load")
+                .try_into()?;
+            program.attach(category, tracepoint).with_context(|| {
+                format!("attaching to tracepoint {category}/{tracepoint} failed")
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Starts tracking a process: the kernel then tracks its new threads
+    /// and children by itself.
+    pub fn track_process(&mut self, tgid: u32) -> Result<()> {
+        self.tracked_tgids
+            .insert(tgid, 1, 0)
+            .with_context(|| format!("cannot track process {tgid}: tracked-process map full"))
+    }
+
+    /// Starts tracking one thread of a tracked process.
+    pub fn track_thread(&mut self, tid: u32, tgid: u32) -> Result<()> {
+        self.tracked_tids
+            .insert(tid, tgid, 0)
+            .with_context(|| format!("cannot track thread {tid}: tracked-thread map full"))
+    }
+
+    /// Stops tracking a thread that turned out to be gone.
+    pub fn untrack_thread(&mut self, tid: u32) {
+        let _ = self.tracked_tids.remove(&tid);
+    }
+
+    /// Drop counts so far, summed over CPUs.
+    pub fn lost_counts(&self) -> Result<LostCounts> {
+        let mut lost = LostCounts::default();
+        for slot in 0..kind::COUNT {
+            let per_cpu = self.lost.get(&slot, 0)?;
+            let total: u64 = per_cpu.iter().sum();
+            if slot == LOST_TRACK_FULL {
+                lost.tracking_full = total;
+            } else {
+                lost.ring_buffer_full
+                    .insert(kind_name(slot as u16).to_string(), total);
+            }
+        }
+        Ok(lost)
+    }
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map> {
+    ebpf.take_map(name)
+        .with_context(|| format!("map {name} missing from the eBPF object"))
+}

@@ -1,0 +1,150 @@
+//! Command-line interface: clap definitions and argument validation. Turns
+//! what the user typed into the options each stage takes.
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{Result, bail};
+use clap::{Args, Parser, Subcommand};
+
+use crate::capture::{RecordOptions, output};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tprof",
+    version,
+    about = "Why is my training job's CPU saturated while its GPU idles?",
+    long_about = "tprof attaches to a running job (or launches one) with eBPF, records what every \
+thread of it and of its child processes does — on a CPU, waiting for one, or blocked — and \
+reports where the time went.",
+    after_help = "Examples:\n  \
+sudo tprof record -p 12345 -d 30s      attach to a running job and its DataLoader workers\n  \
+sudo tprof record -- python train.py   launch a job and trace it from its first instruction\n  \
+tprof report tprof-20261202-153000.tprof --json"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Record a running job (-p) or a command (-- CMD), then print the report.
+    Record(RecordArgs),
+    /// Print the report of a recording.
+    Report(ReportArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// Attach to this running process and all its descendants (repeatable).
+    #[arg(short, long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Stop after this long (e.g. 30s, 500ms, 2m); default: until Ctrl-C or
+    /// until the targets exit.
+    #[arg(short, long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Write the recording here [default: tprof-YYYYmmdd-HHMMSS.tprof].
+    #[arg(short, long, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// Do not print the report after recording.
+    #[arg(long)]
+    pub no_report: bool,
+    /// The command to launch and trace (after --).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// A recording made by `tprof record`.
+    pub path: PathBuf,
+    /// Print the report as JSON (the contract in docs/json.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl RecordArgs {
+    /// Checks the combination of arguments and builds capture's options.
+    pub fn to_options(&self) -> Result<RecordOptions> {
+        match (self.pids.is_empty(), self.command.is_empty()) {
+            (true, true) => {
+                bail!("nothing to record: give -p PID for a running job or -- CMD to launch one")
+            }
+            (false, false) => bail!("give either -p PID or -- CMD, not both"),
+            _ => {}
+        }
+        Ok(RecordOptions {
+            pids: self.pids.clone(),
+            command: self.command.clone(),
+            duration: self.duration,
+            output: self.output.clone().unwrap_or_else(output::default_path),
+            force: self.force,
+        })
+    }
+}
+
+/// `500ms`, `30s`, `2m`, `1h`, or a bare number of seconds (`1.5`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration (try 30s, 500ms or 2m)"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => {
+            return Err(format!(
+                "unknown unit `{unit}` in `{text}` (use ms, s, m or h)"
+            ));
+        }
+    };
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        return Err(format!("duration `{text}` must be positive"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_durations() {
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn record_needs_exactly_one_kind_of_target() {
+        let args = |pids: Vec<u32>, command: Vec<String>| RecordArgs {
+            pids,
+            duration: None,
+            output: Some("x".into()),
+            force: false,
+            no_report: false,
+            command,
+        };
+        assert!(args(vec![], vec![]).to_options().is_err());
+        assert!(args(vec![1], vec!["ls".into()]).to_options().is_err());
+        assert!(args(vec![1], vec![]).to_options().is_ok());
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory as _;
+        Cli::command().debug_assert();
+    }
+}

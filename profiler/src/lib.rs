@@ -1,0 +1,13 @@
+//! tprof's pipeline, one module per stage:
+//!
+//! capture (kernel programs, /proc, the live job; the only part needing root)
+//!   → recording (the file) → model (thread states, process tree)
+//!   → analysis (statistics) → render (terminal report, JSON).
+//!
+//! See docs/architecture.md for the map and its invariants.
+
+pub mod analysis;
+pub mod capture;
+pub mod model;
+pub mod recording;
+pub mod render;

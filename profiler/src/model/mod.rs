@@ -1,0 +1,215 @@
+//! From events to a model of the job: every tracked thread's life as a
+//! sequence of state intervals (running, runnable, blocked), the process
+//! tree, thread names, and wakeup edges.
+//!
+//! Architecture invariant: pure. [`Model::build`] takes a decoded
+//! [`Recording`] and nothing else, so everything downstream is testable
+//! without root or a kernel.
+
+mod threads;
+
+use std::collections::BTreeMap;
+
+pub use threads::{Interval, SwitchOut, Thread, ThreadState};
+
+use crate::recording::{Event, LostCounts, Origin, Recording, SystemSample};
+
+/// A tracked process.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Process {
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+    pub cmdline: Vec<String>,
+    pub origin: Origin,
+    /// When it appeared in the window (window start if it was already there).
+    pub start_ns: u64,
+    /// When its last thread exited, if it did within the window.
+    pub exit_ns: Option<u64>,
+}
+
+/// "tid was woken by waker at ts": the raw material of stall attribution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WakeEdge {
+    pub ts: u64,
+    pub tid: u32,
+    pub waker_tid: u32,
+    pub waker_tgid: u32,
+    /// `profiler_ebpf::WAKE_*` bits.
+    pub flags: u32,
+}
+
+/// Everything analysis needs, in one value.
+#[derive(Debug, Clone, Default)]
+pub struct Model {
+    pub window_start_ns: u64,
+    pub window_end_ns: u64,
+    pub cores: u32,
+    /// Every thread seen, in order of appearance (a reused tid is a new entry).
+    pub threads: Vec<Thread>,
+    pub processes: BTreeMap<u32, Process>,
+    pub wakeups: Vec<WakeEdge>,
+    pub system: Vec<SystemSample>,
+    pub events: u64,
+    pub lost: LostCounts,
+    /// The recording did not end normally; the window is what was saved.
+    pub cut_short: bool,
+    pub stop_reason: Option<String>,
+    pub targets: Vec<u32>,
+}
+
+impl Model {
+    /// Builds the model of a recording.
+    pub fn build(rec: &Recording) -> Model {
+        let mut events: Vec<&Event> = rec.events.iter().collect();
+        // The ring buffer is ordered by commit, not by timestamp: CPUs race.
+        events.sort_by_key(|e| e.ts());
+        let window_start_ns = rec.header.start.monotonic_ns;
+        let window_end_ns = window_end(rec, &events).max(window_start_ns);
+
+        let mut builder = threads::Builder::new(window_start_ns, &rec.threads);
+        let mut model = Model {
+            window_start_ns,
+            window_end_ns,
+            cores: rec.header.cores,
+            processes: initial_processes(rec, window_start_ns),
+            system: rec.system.clone(),
+            events: rec.events.len() as u64,
+            lost: rec.lost.clone(),
+            cut_short: rec.cut_short(),
+            stop_reason: rec.footer.as_ref().map(|f| f.stop_reason.clone()),
+            targets: rec.header.targets.clone(),
+            ..Default::default()
+        };
+        for event in events {
+            if event.ts() < window_start_ns || event.ts() > window_end_ns {
+                continue;
+            }
+            model.apply_process_event(event);
+            if let Event::Wakeup {
+                ts,
+                tid,
+                waker_tid,
+                waker_tgid,
+                flags,
+                ..
+            } = *event
+            {
+                model.wakeups.push(WakeEdge {
+                    ts,
+                    tid,
+                    waker_tid,
+                    waker_tgid,
+                    flags,
+                });
+            }
+            builder.apply(event);
+        }
+        model.threads = builder.finish(window_end_ns);
+        model
+    }
+
+    /// Keeps the process table in step with fork, exec and exit.
+    fn apply_process_event(&mut self, event: &Event) {
+        match event {
+            Event::Fork {
+                ts,
+                parent_tgid,
+                child_tgid,
+                comm,
+                ..
+            } if child_tgid != parent_tgid => {
+                let parent_cmdline = self
+                    .processes
+                    .get(parent_tgid)
+                    .map(|p| p.cmdline.clone())
+                    .unwrap_or_default();
+                // Capture's /proc snapshot of the child may already be here;
+                // the fork event knows its birth and parent better.
+                self.processes
+                    .entry(*child_tgid)
+                    .and_modify(|p| {
+                        p.start_ns = *ts;
+                        p.ppid = *parent_tgid;
+                    })
+                    .or_insert(Process {
+                        pid: *child_tgid,
+                        ppid: *parent_tgid,
+                        comm: comm.clone(),
+                        cmdline: parent_cmdline,
+                        origin: Origin::Forked,
+                        start_ns: *ts,
+                        exit_ns: None,
+                    });
+            }
+            Event::Exec { tgid, comm, .. } => {
+                if let Some(p) = self.processes.get_mut(tgid) {
+                    p.comm = comm.clone();
+                }
+            }
+            Event::Exit {
+                ts,
+                tgid,
+                group_dead: true,
+                ..
+            } => {
+                if let Some(p) = self.processes.get_mut(tgid) {
+                    p.exit_ns = Some(*ts);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub fn duration_ns(&self) -> u64 {
+        self.window_end_ns - self.window_start_ns
+    }
+
+    /// Fork generations between `pid` and a recording target (0: a target).
+    pub fn depth(&self, pid: u32) -> usize {
+        let mut depth = 0;
+        let mut cur = pid;
+        while let Some(p) = self.processes.get(&cur) {
+            if self.targets.contains(&cur) || depth > 64 {
+                break;
+            }
+            depth += 1;
+            cur = p.ppid;
+        }
+        depth
+    }
+}
+
+/// End of the window: the footer's anchor, or the last thing recorded when
+/// the recording was cut short.
+fn window_end(rec: &Recording, events: &[&Event]) -> u64 {
+    if let Some(footer) = &rec.footer {
+        return footer.end.monotonic_ns;
+    }
+    let last_event = events.last().map(|e| e.ts()).unwrap_or(0);
+    let last_sample = rec.system.last().map(|s| s.ts_ns).unwrap_or(0);
+    last_event.max(last_sample)
+}
+
+/// Process snapshots: the latest per pid wins (exec refreshes the cmdline).
+fn initial_processes(rec: &Recording, window_start_ns: u64) -> BTreeMap<u32, Process> {
+    let mut out = BTreeMap::new();
+    for info in &rec.processes {
+        let start_ns = match info.origin {
+            Origin::Forked => info.seen_ns,
+            Origin::Attached | Origin::Launched => window_start_ns,
+        };
+        let entry = out.entry(info.pid).or_insert_with(|| Process {
+            pid: info.pid,
+            ppid: info.ppid,
+            comm: info.comm.clone(),
+            cmdline: Vec::new(),
+            origin: info.origin,
+            start_ns,
+            exit_ns: None,
+        });
+        entry.comm = info.comm.clone();
+        entry.cmdline = info.cmdline.clone();
+    }
+    out
+}

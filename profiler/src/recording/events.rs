@@ -1,0 +1,297 @@
+//! Kernel events as the rest of tprof sees them: decoded from the ABI structs
+//! of `profiler_ebpf` into one enum with plain fields.
+
+use profiler_ebpf::{
+    COMM_LEN, CommEvent, EventHeader, ExecEvent, ExitEvent, ForkEvent, SwitchEvent, WakeupEvent,
+    event_size, kind,
+};
+
+/// One kernel event. Times are CLOCK_MONOTONIC nanoseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Switch {
+        ts: u64,
+        cpu: u16,
+        prev_tid: u32,
+        prev_tgid: u32,
+        /// Raw sched_switch prev_state (see [`crate::model::SwitchOut`]).
+        prev_state: u64,
+        next_tid: u32,
+        /// 0 when the next task is not tracked.
+        next_tgid: u32,
+    },
+    Wakeup {
+        ts: u64,
+        cpu: u16,
+        tid: u32,
+        tgid: u32,
+        waker_tid: u32,
+        waker_tgid: u32,
+        target_cpu: u32,
+        /// `profiler_ebpf::WAKE_*` bits.
+        flags: u32,
+    },
+    Fork {
+        ts: u64,
+        parent_tid: u32,
+        parent_tgid: u32,
+        child_tid: u32,
+        child_tgid: u32,
+        comm: String,
+    },
+    Exec {
+        ts: u64,
+        tid: u32,
+        tgid: u32,
+        old_tid: u32,
+        comm: String,
+    },
+    Exit {
+        ts: u64,
+        tid: u32,
+        tgid: u32,
+        group_dead: bool,
+    },
+    Comm {
+        ts: u64,
+        tid: u32,
+        tgid: u32,
+        comm: String,
+    },
+}
+
+impl Event {
+    pub fn ts(&self) -> u64 {
+        match *self {
+            Event::Switch { ts, .. }
+            | Event::Wakeup { ts, .. }
+            | Event::Fork { ts, .. }
+            | Event::Exec { ts, .. }
+            | Event::Exit { ts, .. }
+            | Event::Comm { ts, .. } => ts,
+        }
+    }
+}
+
+/// Why a block of event bytes could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("event of unknown kind {0}")]
+    UnknownKind(u16),
+    #[error("event cut off: {needed} bytes needed, {left} left")]
+    Short { needed: usize, left: usize },
+}
+
+/// Types whose every bit pattern is a valid value: `#[repr(C)]` structs of
+/// integers and byte arrays with explicit padding (the ABI types).
+///
+/// # Safety
+/// Implement only for such types.
+unsafe trait PlainData: Copy {}
+unsafe impl PlainData for EventHeader {}
+unsafe impl PlainData for SwitchEvent {}
+unsafe impl PlainData for WakeupEvent {}
+unsafe impl PlainData for ForkEvent {}
+unsafe impl PlainData for ExecEvent {}
+unsafe impl PlainData for ExitEvent {}
+unsafe impl PlainData for CommEvent {}
+
+fn read_plain<T: PlainData>(bytes: &[u8]) -> Result<T, DecodeError> {
+    if bytes.len() < size_of::<T>() {
+        return Err(DecodeError::Short {
+            needed: size_of::<T>(),
+            left: bytes.len(),
+        });
+    }
+    // SAFETY: length checked above; T is plain data (any bit pattern valid);
+    // read_unaligned has no alignment requirement.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// Decodes the event at the start of `bytes`; returns it and its length.
+pub fn decode(bytes: &[u8]) -> Result<(Event, usize), DecodeError> {
+    let hdr: EventHeader = read_plain(bytes)?;
+    let size = event_size(hdr.kind).ok_or(DecodeError::UnknownKind(hdr.kind))?;
+    let bytes = bytes.get(..size).ok_or(DecodeError::Short {
+        needed: size,
+        left: bytes.len(),
+    })?;
+    let event = match hdr.kind {
+        kind::SWITCH => {
+            let e: SwitchEvent = read_plain(bytes)?;
+            Event::Switch {
+                ts: hdr.ts_ns,
+                cpu: hdr.cpu,
+                prev_tid: e.prev_tid,
+                prev_tgid: e.prev_tgid,
+                prev_state: e.prev_state,
+                next_tid: e.next_tid,
+                next_tgid: e.next_tgid,
+            }
+        }
+        kind::WAKEUP => {
+            let e: WakeupEvent = read_plain(bytes)?;
+            Event::Wakeup {
+                ts: hdr.ts_ns,
+                cpu: hdr.cpu,
+                tid: e.tid,
+                tgid: e.tgid,
+                waker_tid: e.waker_tid,
+                waker_tgid: e.waker_tgid,
+                target_cpu: e.target_cpu,
+                flags: e.flags,
+            }
+        }
+        kind::FORK => {
+            let e: ForkEvent = read_plain(bytes)?;
+            Event::Fork {
+                ts: hdr.ts_ns,
+                parent_tid: e.parent_tid,
+                parent_tgid: e.parent_tgid,
+                child_tid: e.child_tid,
+                child_tgid: e.child_tgid,
+                comm: comm_string(&e.comm),
+            }
+        }
+        kind::EXEC => {
+            let e: ExecEvent = read_plain(bytes)?;
+            Event::Exec {
+                ts: hdr.ts_ns,
+                tid: e.tid,
+                tgid: e.tgid,
+                old_tid: e.old_tid,
+                comm: comm_string(&e.comm),
+            }
+        }
+        kind::EXIT => {
+            let e: ExitEvent = read_plain(bytes)?;
+            Event::Exit {
+                ts: hdr.ts_ns,
+                tid: e.tid,
+                tgid: e.tgid,
+                group_dead: e.group_dead != 0,
+            }
+        }
+        kind::COMM => {
+            let e: CommEvent = read_plain(bytes)?;
+            Event::Comm {
+                ts: hdr.ts_ns,
+                tid: e.tid,
+                tgid: e.tgid,
+                comm: comm_string(&e.comm),
+            }
+        }
+        other => return Err(DecodeError::UnknownKind(other)),
+    };
+    Ok((event, size))
+}
+
+/// Decodes a block of back-to-back events.
+pub fn decode_all(mut bytes: &[u8], out: &mut Vec<Event>) -> Result<(), DecodeError> {
+    while !bytes.is_empty() {
+        let (event, len) = decode(bytes)?;
+        out.push(event);
+        bytes = &bytes[len..];
+    }
+    Ok(())
+}
+
+/// The name of an event kind, as lost-event counts report it.
+pub fn kind_name(kind: u16) -> &'static str {
+    match kind {
+        kind::SWITCH => "switch",
+        kind::WAKEUP => "wakeup",
+        kind::FORK => "fork",
+        kind::EXEC => "exec",
+        kind::EXIT => "exit",
+        kind::COMM => "comm",
+        _ => "unknown",
+    }
+}
+
+/// A kernel `comm` (NUL-padded, not always UTF-8) as a string.
+pub fn comm_string(comm: &[u8; COMM_LEN]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(COMM_LEN);
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+/// Encodes an ABI struct as the bytes the kernel would have written (tests
+/// and fixtures build recordings with it).
+pub fn encode<T: Copy>(event: &T) -> Vec<u8> {
+    // SAFETY: the ABI types are repr(C) with explicit padding, so every byte
+    // is initialized.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(std::ptr::from_ref(event).cast::<u8>(), size_of::<T>())
+    };
+    bytes.to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr(kind: u16, ts: u64) -> EventHeader {
+        EventHeader {
+            ts_ns: ts,
+            kind,
+            cpu: 1,
+            _pad: 0,
+        }
+    }
+
+    #[test]
+    fn round_trips_switch_and_comm() {
+        let mut bytes = encode(&SwitchEvent {
+            hdr: hdr(kind::SWITCH, 10),
+            prev_state: 1,
+            prev_tid: 5,
+            prev_tgid: 4,
+            next_tid: 6,
+            next_tgid: 0,
+        });
+        let mut comm = [0u8; COMM_LEN];
+        comm[..6].copy_from_slice(b"worker");
+        bytes.extend(encode(&CommEvent {
+            hdr: hdr(kind::COMM, 11),
+            tid: 5,
+            tgid: 4,
+            comm,
+        }));
+        let mut out = Vec::new();
+        decode_all(&bytes, &mut out).unwrap();
+        assert_eq!(out.len(), 2);
+        assert!(matches!(
+            out[0],
+            Event::Switch {
+                ts: 10,
+                prev_tid: 5,
+                prev_state: 1,
+                ..
+            }
+        ));
+        assert_eq!(
+            out[1],
+            Event::Comm {
+                ts: 11,
+                tid: 5,
+                tgid: 4,
+                comm: "worker".into()
+            }
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_kind_and_short_input() {
+        let bytes = encode(&hdr(99, 1));
+        assert_eq!(decode(&bytes).unwrap_err(), DecodeError::UnknownKind(99));
+        let bytes = encode(&hdr(kind::SWITCH, 1));
+        assert!(matches!(
+            decode(&bytes).unwrap_err(),
+            DecodeError::Short { needed: 40, .. }
+        ));
+        assert!(matches!(
+            decode(&[1, 2]).unwrap_err(),
+            DecodeError::Short { .. }
+        ));
+    }
+}

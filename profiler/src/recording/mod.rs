@@ -1,0 +1,147 @@
+//! The recording file: one versioned format, shared by the writer (capture)
+//! and every reader (report, flamegraph, timeline). docs/recording-format.md
+//! describes it byte by byte; that page and [`FORMAT_VERSION`] change together.
+//!
+//! Layout: an 16-byte preamble ([`MAGIC`], version, reserved), then records
+//! `[kind: u32 LE][len: u32 LE][payload: len bytes]` to the end of the file.
+//! Metadata payloads are JSON (serde types below); event payloads are the
+//! kernel ABI structs of `profiler_ebpf`, back to back, little endian. The
+//! writer appends and flushes as it goes, so a killed recording is a readable
+//! prefix; a [`Footer`] record marks a recording that ended normally.
+//!
+//! Architecture invariant: nothing here touches the kernel or the live
+//! system; [`reader::parse`] takes bytes and returns values.
+
+pub mod events;
+pub mod reader;
+pub mod writer;
+
+use serde::{Deserialize, Serialize};
+
+pub use events::Event;
+pub use reader::{Recording, read};
+pub use writer::Writer;
+
+/// First bytes of every recording.
+pub const MAGIC: [u8; 8] = *b"TPROFREC";
+/// Bump on any change a reader of the previous version would misread: a new
+/// record kind, a changed ABI struct, a renamed JSON field. See the changelog
+/// in docs/recording-format.md.
+pub const FORMAT_VERSION: u32 = 1;
+/// Size of the preamble: magic, version, reserved u32.
+pub const PREAMBLE_LEN: usize = 16;
+/// Largest record payload a reader accepts; a larger length means corruption.
+pub const MAX_RECORD_LEN: u32 = 64 << 20;
+
+/// Record kinds (the `kind` word before each payload).
+pub mod record {
+    pub const HEADER: u32 = 1;
+    pub const PROCESS: u32 = 2;
+    pub const THREAD: u32 = 3;
+    pub const EVENTS: u32 = 4;
+    pub const SYSTEM: u32 = 5;
+    pub const LOST: u32 = 6;
+    pub const FOOTER: u32 = 7;
+}
+
+/// A pair of clock readings taken together, to convert between CLOCK_MONOTONIC
+/// (kernel event timestamps) and wall-clock time (NVML, humans).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockAnchor {
+    pub monotonic_ns: u64,
+    pub realtime_ns: u64,
+}
+
+/// First record: what was recorded, where, and when the window opened.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    pub tool_version: String,
+    pub kernel_release: String,
+    pub hostname: String,
+    /// Online CPUs of the machine.
+    pub cores: u32,
+    /// Opening of the recording window: events before it are ignored.
+    pub start: ClockAnchor,
+    /// The `-p` targets, or the launched command's pid.
+    pub targets: Vec<u32>,
+    /// The launched command (`tprof record -- CMD`), if any.
+    pub command: Option<Vec<String>>,
+}
+
+/// How a process came to be tracked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// A `-p` target or one of its descendants, running before the recording.
+    Attached,
+    /// Launched by `tprof record -- CMD`.
+    Launched,
+    /// Created by a tracked process during the recording.
+    Forked,
+}
+
+/// A snapshot of a tracked process from /proc (at attach, or soon after it
+/// appeared or exec'd). Later snapshots of the same pid supersede earlier ones.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+    pub cmdline: Vec<String>,
+    pub origin: Origin,
+    /// When the snapshot was taken (CLOCK_MONOTONIC ns).
+    pub seen_ns: u64,
+}
+
+/// A thread that existed when the recording started (threads created later
+/// arrive as fork events).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadInfo {
+    pub tid: u32,
+    pub pid: u32,
+    pub comm: String,
+    /// Its /proc state letter at attach (R, S, D, …): the state of a thread
+    /// that produces no event in the whole window.
+    pub state: char,
+}
+
+/// A machine-wide sample of /proc/stat.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SystemSample {
+    pub ts_ns: u64,
+    /// Threads running or waiting for a CPU, machine-wide (procs_running).
+    pub procs_running: u32,
+    /// Threads in uninterruptible sleep (procs_blocked).
+    pub procs_blocked: u32,
+    /// Cumulative busy CPU time of all CPUs, in clock ticks.
+    pub busy_ticks: u64,
+    /// Cumulative total CPU time of all CPUs, in clock ticks.
+    pub total_ticks: u64,
+}
+
+/// Events the kernel could not deliver, cumulative since the start. The last
+/// record in the file holds the totals.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostCounts {
+    /// Ring buffer full, per event kind name.
+    pub ring_buffer_full: std::collections::BTreeMap<String, u64>,
+    /// New threads or processes not tracked because the tracked maps were full.
+    pub tracking_full: u64,
+    /// Events userspace could not decode (should be zero).
+    pub undecodable: u64,
+}
+
+impl LostCounts {
+    pub fn total(&self) -> u64 {
+        self.ring_buffer_full.values().sum::<u64>() + self.tracking_full + self.undecodable
+    }
+}
+
+/// Last record of a recording that ended normally.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Footer {
+    pub end: ClockAnchor,
+    /// Why recording stopped: "duration", "interrupted", "terminated",
+    /// "targets exited", or an error.
+    pub stop_reason: String,
+}

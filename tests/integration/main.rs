@@ -1,0 +1,18 @@
+//! tprof's integration tests: the real `tprof` binary loads its real eBPF
+//! programs and traces the C workloads in tests/workloads, whose ground
+//! truth comes from the kernel's own accounting (/proc/<tid>/schedstat).
+//! They need root; run them all with `sudo cargo xtask test`, which builds
+//! tprof, sets TPROF_BIN and runs them one at a time (they share the
+//! machine's cores, and scheduler numbers skew when tests overlap).
+//!
+//! One binary, one module per area:
+
+// Per-thread on-CPU / runnable / blocked time against schedstat.
+mod sched;
+// Which processes and threads are traced: children, grandchildren, `-p`
+// attach, and stopping when the command exits.
+mod procs;
+// Failures: a non-zero exit and one "error: ..." line, never a panic.
+mod errors;
+// No eBPF program outlives tprof, however it stops.
+mod detach;

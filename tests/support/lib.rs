@@ -1,0 +1,36 @@
+//! Support for tprof's integration tests (tests/integration): finding and
+//! running the `tprof` binary, building the C workloads in tests/workloads,
+//! reading their ground truth, and decoding `tprof report --json`.
+//!
+//! The tests load real eBPF programs, so they need root; helpers panic with
+//! a clear message rather than returning errors, so a failure reads as the
+//! reason it failed.
+
+mod process;
+mod report;
+mod tprof;
+mod workload;
+
+pub use process::{Finished, Running, signal};
+pub use report::{Process, Report, Thread};
+pub use tprof::{
+    Traced, bpf_program_names, record_cmd, record_command, report_json, require_root, tprof,
+    tprof_bin, trace_workload,
+};
+pub use workload::{build_workload, parse_json_lines, read_truth_file, workspace_root};
+
+/// True when `actual` is within `rel` (a fraction) or `abs` of `expected`,
+/// whichever is larger.
+pub fn close_to(actual: f64, expected: f64, rel: f64, abs: f64) -> bool {
+    (actual - expected).abs() <= (expected.abs() * rel).max(abs)
+}
+
+/// A command's exit status and output as text, for failure messages.
+pub fn show(out: &std::process::Output) -> String {
+    format!(
+        "{}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

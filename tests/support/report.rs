@@ -1,0 +1,82 @@
+//! The parts of `tprof report --json` the tests check, decoded into types so
+//! a missing or renamed field fails with serde's message naming it.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+#[derive(Debug, Deserialize)]
+pub struct Report {
+    pub duration_s: f64,
+    pub cores: u32,
+    pub events: u64,
+    pub lost_events: u64,
+    pub threads: Vec<Thread>,
+    pub processes: Vec<Process>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Thread {
+    pub pid: i64,
+    pub tid: i64,
+    /// The process's parent.
+    pub ppid: i64,
+    pub comm: String,
+    pub lifetime_s: f64,
+    pub on_cpu_s: f64,
+    pub runnable_s: f64,
+    pub blocked_s: f64,
+    pub blocked_interruptible_s: f64,
+    pub blocked_uninterruptible_s: f64,
+    pub voluntary_switches: u64,
+    pub involuntary_switches: u64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Process {
+    pub pid: i64,
+    pub ppid: i64,
+    pub comm: String,
+    /// Kept loose: the tests only look at it in failure messages.
+    pub cmdline: Value,
+}
+
+impl Report {
+    pub fn from_json(json: Value) -> Report {
+        serde_json::from_value(json.clone()).unwrap_or_else(|e| {
+            panic!("`tprof report --json` does not match the documented shape: {e}\n{json:#}")
+        })
+    }
+
+    pub fn thread(&self, tid: i64) -> &Thread {
+        self.threads
+            .iter()
+            .find(|t| t.tid == tid)
+            .unwrap_or_else(|| panic!("thread {tid} missing from the report; {}", self.summary()))
+    }
+
+    pub fn threads_named(&self, comm: &str) -> Vec<&Thread> {
+        self.threads.iter().filter(|t| t.comm == comm).collect()
+    }
+
+    pub fn process(&self, pid: i64) -> &Process {
+        self.processes
+            .iter()
+            .find(|p| p.pid == pid)
+            .unwrap_or_else(|| panic!("process {pid} missing from the report; {}", self.summary()))
+    }
+
+    /// One line per thread, for failure messages.
+    pub fn summary(&self) -> String {
+        let rows: Vec<String> = self
+            .threads
+            .iter()
+            .map(|t| {
+                format!(
+                    "  pid {} tid {} {:?}: life {:.3}s cpu {:.3}s runnable {:.3}s blocked {:.3}s",
+                    t.pid, t.tid, t.comm, t.lifetime_s, t.on_cpu_s, t.runnable_s, t.blocked_s
+                )
+            })
+            .collect();
+        format!("threads in the report:\n{}", rows.join("\n"))
+    }
+}

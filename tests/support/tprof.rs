@@ -1,0 +1,127 @@
+//! Running the `tprof` binary under test.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+use crate::process::{Finished, Running};
+use crate::report::Report;
+use crate::workload::{build_workload, read_truth_file, workspace_root};
+
+/// Far beyond any test workload's run time; only a hung tprof reaches it.
+const RECORD_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `$TPROF_BIN` (set by `cargo xtask test`), else target/debug/tprof.
+pub fn tprof_bin() -> PathBuf {
+    let path = std::env::var_os("TPROF_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/debug/tprof"));
+    assert!(
+        path.is_file(),
+        "tprof binary not found at {}: build it first: cargo build -p profiler",
+        path.display()
+    );
+    path
+}
+
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "integration tests need root (they load eBPF programs); run `sudo cargo xtask test`"
+    );
+}
+
+pub fn tprof() -> Command {
+    Command::new(tprof_bin())
+}
+
+/// `tprof record -o OUT [EXTRA...] -- CMD...` (no `--` when CMD is empty,
+/// for `-p PID` recordings).
+pub fn record_command(out: &Path, extra_args: &[&str], cmd: &[&str]) -> Command {
+    let mut command = tprof();
+    command.arg("record").arg("-o").arg(out).args(extra_args);
+    if !cmd.is_empty() {
+        command.arg("--").args(cmd);
+    }
+    command
+}
+
+pub fn record_cmd(out: &Path, extra_args: &[&str], cmd: &[&str]) -> Output {
+    Running::spawn(&mut record_command(out, extra_args, cmd))
+        .wait(RECORD_TIMEOUT)
+        .into_output()
+}
+
+/// `tprof report PATH --json`, which must succeed and print one JSON value.
+pub fn report_json(path: &Path) -> Value {
+    let out = tprof()
+        .arg("report")
+        .arg(path)
+        .arg("--json")
+        .output()
+        .expect("run tprof report");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "tprof report --json failed ({}):\n{stderr}",
+        out.status
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        panic!("tprof report --json printed invalid JSON ({e}):\n{stdout}\nstderr:\n{stderr}")
+    })
+}
+
+/// A workload recorded by tprof from start to finish, with its report and
+/// the ground truth it wrote.
+pub struct Traced {
+    pub record: Finished,
+    pub report: Report,
+    pub truth: Vec<Value>,
+    pub recording: PathBuf,
+    /// Holds the recording and truth file until the test ends.
+    pub dir: TempDir,
+}
+
+/// Builds workload `name`, runs `tprof record -- name ARGS...` with the
+/// workload writing its ground truth to a file, and reads the report.
+pub fn trace_workload(name: &str, args: &[&str]) -> Traced {
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let recording = dir.path().join("recording.tprof");
+    let truth_file = dir.path().join("truth.jsonl");
+    let binary = build_workload(name);
+    let mut cmd: Vec<&str> = vec![binary.to_str().expect("utf-8 path")];
+    cmd.extend_from_slice(args);
+    let mut command = record_command(&recording, &[], &cmd);
+    command.env("TPROF_TRUTH_FILE", &truth_file);
+    let record = Running::spawn(&mut command).wait(RECORD_TIMEOUT);
+    assert!(record.status.success(), "tprof record failed: {record:#?}");
+    let report = Report::from_json(report_json(&recording));
+    let truth = read_truth_file(&truth_file);
+    Traced {
+        record,
+        report,
+        truth,
+        recording,
+        dir,
+    }
+}
+
+/// Names of all loaded BPF programs (truncated by the kernel to 15 bytes).
+pub fn bpf_program_names() -> Vec<String> {
+    let out = Command::new("bpftool")
+        .args(["-j", "prog", "show"])
+        .output()
+        .expect("run bpftool (install it with `cargo xtask setup`)");
+    assert!(out.status.success(), "bpftool prog show failed: {out:?}");
+    let progs: Vec<Value> = serde_json::from_slice(&out.stdout).expect("bpftool -j prints JSON");
+    progs
+        .iter()
+        .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        .collect()
+}

@@ -1,0 +1,93 @@
+//! The C workloads in tests/workloads and their ground truth.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+/// Serializes workload builds: tests may run in parallel and must not race
+/// gcc writing the same output file.
+static BUILD_LOCK: Mutex<()> = Mutex::new(());
+
+/// The workspace root; this crate lives in its `tests/` directory.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent directory")
+        .to_path_buf()
+}
+
+/// Compiles tests/workloads/<name>.c into target/workloads/<name> unless
+/// the binary is newer than its sources, and returns the binary's path.
+pub fn build_workload(name: &str) -> PathBuf {
+    let sources = workspace_root().join("tests/workloads");
+    let source = sources.join(format!("{name}.c"));
+    let out_dir = workspace_root().join("target/workloads");
+    let binary = out_dir.join(name);
+    let _guard = BUILD_LOCK
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if is_up_to_date(&binary, &[&source, &sources.join("truth.h")]) {
+        return binary;
+    }
+    fs::create_dir_all(&out_dir).expect("create target/workloads");
+    compile(&source, &binary);
+    binary
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+fn is_up_to_date(binary: &Path, sources: &[&Path]) -> bool {
+    let Some(built) = modified(binary) else {
+        return false;
+    };
+    sources
+        .iter()
+        .all(|s| modified(s).is_some_and(|m| m <= built))
+}
+
+/// Frame pointers and debug info so stack walking and symbolization have
+/// what they would have in a real build.
+fn compile(source: &Path, binary: &Path) {
+    let out = Command::new("gcc")
+        .args([
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-pthread",
+            "-Wall",
+            "-o",
+        ])
+        .arg(binary)
+        .arg(source)
+        .output()
+        .expect("run gcc (install it with `cargo xtask setup`)");
+    assert!(
+        out.status.success(),
+        "gcc failed on {}:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every line of `text` that is a JSON object; other lines (tprof's report,
+/// when the workload's stdout is mixed into it) are skipped.
+pub fn parse_json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter(|l| l.trim_start().starts_with('{'))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(Value::is_object)
+        .collect()
+}
+
+/// The JSON lines a workload wrote to its TPROF_TRUTH_FILE.
+pub fn read_truth_file(path: &Path) -> Vec<Value> {
+    let text = fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("read ground truth {}: {e}", path.display()));
+    parse_json_lines(&text)
+}

@@ -1,0 +1,45 @@
+//! Developer tasks for tprof, run as `cargo xtask <task>` (alias in
+//! .cargo/config.toml). Each task lives in its own module; add a variant to
+//! [`Task`] and a module to add a task.
+
+mod cmd;
+mod demo;
+mod setup;
+mod test;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    about = "tprof's developer tasks",
+    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo"
+)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what building and testing need (apt packages, nightly
+    /// rust-src, bpf-linker) and mount tracefs; quick when all is present.
+    Setup,
+    /// Lint, build, and run every test, including the root-only
+    /// integration tests that load the eBPF programs.
+    Test(test::Args),
+    /// Build tprof in release mode and record the bundled demo workload.
+    Demo,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Setup => setup::run(),
+        Task::Test(args) => test::run(&args),
+        Task::Demo => demo::run(),
+    };
+    if let Err(err) = result {
+        eprintln!("error: {err:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,113 @@
+//! `cargo xtask setup`: check each prerequisite first and install only what
+//! is missing, so the command is fast (well under a second) on a machine that
+//! already has everything, and safe to run from every other task.
+
+use std::path::Path;
+
+use anyhow::{Result, bail};
+
+use crate::cmd::{self, command, probe, run as run_cmd};
+
+/// Debian packages: LLVM 22 for bpf-linker (same major as rustc's LLVM),
+/// sysstat/bpftool/libbpf-tools as test oracles and peers, gcc for the C
+/// workloads.
+const APT_PACKAGES: &[&str] = &[
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "libzstd-dev",
+    "sysstat",
+    "bpftool",
+    "libbpf-tools",
+    "gcc",
+];
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const TRACEFS: &str = "/sys/kernel/tracing";
+
+pub fn run() -> Result<()> {
+    apt_packages()?;
+    rust_src()?;
+    bpf_linker()?;
+    tracefs()
+}
+
+fn apt_packages() -> Result<()> {
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| !apt_installed(p))
+        .collect();
+    if missing.is_empty() {
+        println!("apt packages: ok");
+        return Ok(());
+    }
+    if !cmd::is_root() {
+        bail!(
+            "apt packages missing ({}); run `sudo cargo xtask setup` to install them",
+            missing.join(" ")
+        );
+    }
+    run_cmd(command("apt-get").arg("update"))?;
+    run_cmd(
+        command("apt-get")
+            .args(["install", "-y"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    println!("apt packages: installed {}", missing.join(" "));
+    Ok(())
+}
+
+fn apt_installed(package: &str) -> bool {
+    probe(command("dpkg-query").args(["-W", "-f=${Status}", package]))
+        .is_some_and(|s| s.trim() == "install ok installed")
+}
+
+/// The eBPF crate builds `core` from source for bpfel-unknown-none.
+fn rust_src() -> Result<()> {
+    let installed = probe(command("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        "nightly",
+    ]));
+    if installed.is_some_and(|list| list.lines().any(|l| l.starts_with("rust-src"))) {
+        println!("nightly rust-src: ok");
+        return Ok(());
+    }
+    run_cmd(command("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
+    println!("nightly rust-src: installed");
+    Ok(())
+}
+
+/// bpf-linker must link against the same LLVM major as rustc (22), hence
+/// the pinned version and feature.
+fn bpf_linker() -> Result<()> {
+    let version = probe(command("bpf-linker").arg("--version")).unwrap_or_default();
+    if version.contains(BPF_LINKER_VERSION) {
+        println!("bpf-linker {BPF_LINKER_VERSION}: ok");
+        return Ok(());
+    }
+    run_cmd(
+        cmd::cargo()
+            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION])
+            .args(["--no-default-features", "--features", "llvm-22"])
+            .env("LLVM_PREFIX", "/usr/lib/llvm-22"),
+    )?;
+    println!("bpf-linker {BPF_LINKER_VERSION}: installed");
+    Ok(())
+}
+
+/// aya finds tracepoints through tracefs, which a fresh VM does not mount.
+fn tracefs() -> Result<()> {
+    if Path::new(TRACEFS).join("events").is_dir() {
+        println!("tracefs: ok");
+        return Ok(());
+    }
+    if !cmd::is_root() {
+        bail!("tracefs is not mounted at {TRACEFS}; run `sudo cargo xtask setup` to mount it");
+    }
+    run_cmd(command("mount").args(["-t", "tracefs", "nodev", TRACEFS]))?;
+    println!("tracefs: mounted at {TRACEFS}");
+    Ok(())
+}

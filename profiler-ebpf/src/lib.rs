@@ -30,8 +30,10 @@ pub mod kind {
     pub const EXEC: u16 = 4;
     pub const EXIT: u16 = 5;
     pub const COMM: u16 = 6;
+    pub const BLOCK_IO: u16 = 7;
+    pub const FUTEX: u16 = 8;
     /// One past the largest kind: the size of the per-kind drop counters.
-    pub const COUNT: u32 = 7;
+    pub const COUNT: u32 = 9;
 }
 
 /// Index into the `LOST` per-CPU array for "a fork could not be tracked
@@ -89,11 +91,15 @@ pub struct WakeupEvent {
     pub hdr: EventHeader,
     pub tid: u32,
     pub tgid: u32,
-    /// Thread that called try_to_wake_up; 0 for interrupt or idle context.
+    /// `current` when try_to_wake_up ran: the waking thread, or, for a
+    /// wakeup from an interrupt (a timer, a device), the thread it
+    /// interrupted (0 when the CPU was idle). A classic tracepoint cannot
+    /// see interrupt context: perf overwrites the record's common fields
+    /// (common_flags included) before the program runs.
     pub waker_tid: u32,
     pub waker_tgid: u32,
     pub target_cpu: u32,
-    /// [`WAKE_NEW_TASK`], [`WAKE_FROM_HARDIRQ`], [`WAKE_FROM_SOFTIRQ`].
+    /// [`WAKE_NEW_TASK`].
     pub flags: u32,
 }
 const _: () = assert!(size_of::<WakeupEvent>() == 40);
@@ -101,29 +107,16 @@ const _: () = assert!(size_of::<WakeupEvent>() == 40);
 /// [`WakeupEvent::flags`]: sched_wakeup_new, the first wakeup of a new task
 /// (the waker is the parent).
 pub const WAKE_NEW_TASK: u32 = 1;
-/// [`WakeupEvent::flags`]: the wakeup ran in hard-interrupt context, so the
-/// "waker" thread was only interrupted (a timer or device woke the task).
-pub const WAKE_FROM_HARDIRQ: u32 = 2;
-/// [`WakeupEvent::flags`]: the wakeup ran in softirq context.
-pub const WAKE_FROM_SOFTIRQ: u32 = 4;
-
-/// `common_flags` bits of a tracepoint record (TRACE_FLAG_* in the kernel).
-pub const TRACE_FLAG_HARDIRQ: u8 = 0x08;
-pub const TRACE_FLAG_SOFTIRQ: u8 = 0x10;
-pub const TRACE_FLAG_NMI: u8 = 0x40;
 
 /// Kernel-only: who called try_to_wake_up for a tracked task, kept from
-/// sched_waking until the matching sched_wakeup. 16 bytes.
+/// sched_waking until the matching sched_wakeup. 8 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WakerInfo {
     /// bpf_get_current_pid_tgid() of the waker.
     pub pid_tgid: u64,
-    /// [`WAKE_FROM_HARDIRQ`] / [`WAKE_FROM_SOFTIRQ`].
-    pub flags: u32,
-    pub _pad: u32,
 }
-const _: () = assert!(size_of::<WakerInfo>() == 16);
+const _: () = assert!(size_of::<WakerInfo>() == 8);
 
 /// task_newtask of a tracked process: a new thread or child process. 56 bytes.
 #[repr(C)]
@@ -190,18 +183,20 @@ pub const fn event_size(kind: u16) -> Option<usize> {
         kind::EXEC => Some(size_of::<ExecEvent>()),
         kind::EXIT => Some(size_of::<ExitEvent>()),
         kind::COMM => Some(size_of::<CommEvent>()),
+        kind::BLOCK_IO => Some(size_of::<BlockIoEvent>()),
+        kind::FUTEX => Some(size_of::<FutexEvent>()),
         _ => None,
     }
 }
 
 /// Byte offsets of the tracepoint fields the programs read, taken at load
 /// time from tracefs `format` files so no kernel's layout is baked in.
-/// Userspace sets it as the programs' `OFFSETS` global. 32 bytes.
+/// Userspace sets it as the programs' `OFFSETS` global. An offset of an
+/// optional tracepoint the kernel lacks stays 0 and its program is not
+/// attached. 64 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TracepointOffsets {
-    /// `common_flags` of every tracepoint record (irq context bits).
-    pub common_flags: u16,
     /// sched_switch
     pub switch_prev_pid: u16,
     pub switch_prev_state: u16,
@@ -219,9 +214,129 @@ pub struct TracepointOffsets {
     /// task_rename
     pub rename_pid: u16,
     pub rename_newcomm: u16,
-    pub _pad: [u16; 4],
+    /// block_bio_queue
+    pub bio_sector: u16,
+    /// block_split
+    pub split_sector: u16,
+    pub split_new_sector: u16,
+    /// block_rq_insert / block_rq_issue (same layout)
+    pub rq_dev: u16,
+    pub rq_sector: u16,
+    /// block_rq_complete
+    pub complete_dev: u16,
+    pub complete_sector: u16,
+    pub complete_nr_sector: u16,
+    pub complete_error: u16,
+    pub complete_rwbs: u16,
+    /// syscalls/sys_enter_futex
+    pub futex_uaddr: u16,
+    pub futex_op: u16,
+    /// syscalls/sys_enter_futex_wait (Linux 6.7+)
+    pub futex_wait_uaddr: u16,
+    /// syscalls/sys_enter_futex_waitv (Linux 5.16+)
+    pub futex_waitv_waiters: u16,
+    /// syscalls/sys_exit_futex* (same layout for all three)
+    pub futex_ret: u16,
+    pub _pad: [u16; 6],
 }
-const _: () = assert!(size_of::<TracepointOffsets>() == 32);
+const _: () = assert!(size_of::<TracepointOffsets>() == 64);
+
+/// Bytes of the `rwbs` string kept from block tracepoints ("R", "WS", "FWFS", …).
+pub const RWBS_LEN: usize = 8;
+
+/// A block request completed, on any device (device statistics are
+/// machine-wide), with the tracked thread that submitted it if any. 72 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockIoEvent {
+    /// `ts_ns` is the completion time.
+    pub hdr: EventHeader,
+    /// When the request entered the queue (insert, or issue when it went
+    /// straight to the driver); 0 if it started before tracing did.
+    pub start_ns: u64,
+    /// When the driver got it; 0 if unknown.
+    pub issue_ns: u64,
+    pub sector: u64,
+    /// Kernel dev_t: major << 20 | minor.
+    pub dev: u32,
+    pub nr_sector: u32,
+    /// Submitting tracked thread (from block_bio_queue), 0 if none.
+    pub tid: u32,
+    pub tgid: u32,
+    /// 0 or a negative errno.
+    pub error: i32,
+    pub _pad: u32,
+    /// Operation and flags as the kernel spells them: R, W, D(iscard),
+    /// F(lush), N(one), then S(ync), M(eta), A(head), …
+    pub rwbs: [u8; RWBS_LEN],
+}
+const _: () = assert!(size_of::<BlockIoEvent>() == 72);
+
+/// Kernel-only key of a block request in flight.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestKey {
+    pub sector: u64,
+    pub dev: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<RequestKey>() == 16);
+
+/// Kernel-only: times of a block request in flight.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestTimes {
+    pub start_ns: u64,
+    pub issue_ns: u64,
+}
+const _: () = assert!(size_of::<RequestTimes>() == 16);
+
+/// Which futex system call a [`FutexEvent`] came from.
+pub const FUTEX_SYSCALL_FUTEX: u32 = 0;
+pub const FUTEX_SYSCALL_WAIT: u32 = 1;
+pub const FUTEX_SYSCALL_WAITV: u32 = 2;
+
+/// `op & FUTEX_CMD_MASK` values that wait (the others wake or requeue and
+/// return at once).
+pub const FUTEX_WAIT: u32 = 0;
+pub const FUTEX_LOCK_PI: u32 = 6;
+pub const FUTEX_WAIT_BITSET: u32 = 9;
+pub const FUTEX_WAIT_REQUEUE_PI: u32 = 11;
+pub const FUTEX_LOCK_PI2: u32 = 13;
+/// Strips FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME from `op`.
+pub const FUTEX_CMD_MASK: u32 = 0x7f;
+
+/// A tracked thread's futex wait, from syscall entry to exit. 56 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FutexEvent {
+    /// `ts_ns` is the syscall's exit.
+    pub hdr: EventHeader,
+    pub enter_ns: u64,
+    /// The futex word (for futex_waitv: the address of the waiter array).
+    pub uaddr: u64,
+    /// The syscall's return value (0, or -ETIMEDOUT, -EAGAIN, -EINTR, …).
+    pub ret: i64,
+    pub tid: u32,
+    pub tgid: u32,
+    /// The futex op (FUTEX_WAIT_BITSET|FUTEX_PRIVATE_FLAG, …) for futex();
+    /// the flags for futex_wait / futex_waitv.
+    pub op: u32,
+    /// [`FUTEX_SYSCALL_FUTEX`], [`FUTEX_SYSCALL_WAIT`] or [`FUTEX_SYSCALL_WAITV`].
+    pub syscall: u32,
+}
+const _: () = assert!(size_of::<FutexEvent>() == 56);
+
+/// Kernel-only: a futex wait in progress, from entry to exit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FutexEnter {
+    pub ts_ns: u64,
+    pub uaddr: u64,
+    pub op: u32,
+    pub syscall: u32,
+}
+const _: () = assert!(size_of::<FutexEnter>() == 24);
 
 #[cfg(feature = "user")]
 mod pod {

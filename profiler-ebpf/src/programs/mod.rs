@@ -1,6 +1,8 @@
 //! Maps shared by all programs, and the helpers every program uses to filter
 //! and emit. One file per group of tracepoints below.
 
+mod block;
+mod futex;
 mod sched;
 mod task;
 
@@ -45,7 +47,6 @@ static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(kind::COUNT, 0);
 /// running kernel's tracefs format files. The defaults are 6.x's layout.
 #[unsafe(no_mangle)]
 static OFFSETS: TracepointOffsets = TracepointOffsets {
-    common_flags: 2,
     switch_prev_pid: 24,
     switch_prev_state: 32,
     switch_next_pid: 56,
@@ -57,7 +58,22 @@ static OFFSETS: TracepointOffsets = TracepointOffsets {
     exit_group_dead: 32,
     rename_pid: 8,
     rename_newcomm: 28,
-    _pad: [0; 4],
+    bio_sector: 16,
+    split_sector: 16,
+    split_new_sector: 24,
+    rq_dev: 8,
+    rq_sector: 16,
+    complete_dev: 8,
+    complete_sector: 16,
+    complete_nr_sector: 24,
+    complete_error: 28,
+    complete_rwbs: 34,
+    futex_uaddr: 16,
+    futex_op: 24,
+    futex_wait_uaddr: 16,
+    futex_waitv_waiters: 16,
+    futex_ret: 16,
+    _pad: [0; 6],
 };
 
 /// The offsets as userspace set them. Volatile so the compiler cannot fold

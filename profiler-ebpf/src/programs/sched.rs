@@ -6,10 +6,7 @@
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
 };
-use profiler_ebpf::{
-    SwitchEvent, TRACE_FLAG_HARDIRQ, TRACE_FLAG_NMI, TRACE_FLAG_SOFTIRQ, WAKE_FROM_HARDIRQ,
-    WAKE_FROM_SOFTIRQ, WAKE_NEW_TASK, WakerInfo, WakeupEvent, kind,
-};
+use profiler_ebpf::{SwitchEvent, WAKE_NEW_TASK, WakerInfo, WakeupEvent, kind};
 
 use super::{WAKERS, emit, header, offsets, tracked_tgid};
 
@@ -57,23 +54,10 @@ fn try_waking(ctx: &TracePointContext) -> Result<(), i32> {
     if tracked_tgid(tid).is_none() {
         return Ok(());
     }
-    let common_flags = unsafe { ctx.read_at::<u8>(off.common_flags as usize)? };
     let info = WakerInfo {
         pid_tgid: bpf_get_current_pid_tgid(),
-        flags: irq_flags(common_flags),
-        _pad: 0,
     };
     WAKERS.insert(&tid, &info, 0)
-}
-
-fn irq_flags(common_flags: u8) -> u32 {
-    if common_flags & (TRACE_FLAG_HARDIRQ | TRACE_FLAG_NMI) != 0 {
-        WAKE_FROM_HARDIRQ
-    } else if common_flags & TRACE_FLAG_SOFTIRQ != 0 {
-        WAKE_FROM_SOFTIRQ
-    } else {
-        0
-    }
 }
 
 #[tracepoint]
@@ -97,16 +81,12 @@ fn try_wakeup(ctx: &TracePointContext, new_task: bool) -> Result<(), i32> {
     let target_cpu = unsafe { ctx.read_at::<i32>(off.wakeup_target_cpu as usize)? } as u32;
     // A new task is woken by its parent, which is current here; a woken task
     // by whoever sched_waking saw.
-    let waker = if new_task {
-        WakerInfo {
-            pid_tgid: bpf_get_current_pid_tgid(),
-            flags: WAKE_NEW_TASK,
-            _pad: 0,
-        }
+    let (waker, flags) = if new_task {
+        (bpf_get_current_pid_tgid(), WAKE_NEW_TASK)
     } else {
         let info = unsafe { WAKERS.get(&tid) }.copied().unwrap_or_default();
         let _ = WAKERS.remove(&tid);
-        info
+        (info.pid_tgid, 0)
     };
     emit(
         kind::WAKEUP,
@@ -114,10 +94,10 @@ fn try_wakeup(ctx: &TracePointContext, new_task: bool) -> Result<(), i32> {
             hdr: header(kind::WAKEUP),
             tid,
             tgid,
-            waker_tid: waker.pid_tgid as u32,
-            waker_tgid: (waker.pid_tgid >> 32) as u32,
+            waker_tid: waker as u32,
+            waker_tgid: (waker >> 32) as u32,
             target_cpu,
-            flags: waker.flags,
+            flags,
         },
     );
     Ok(())

@@ -1,9 +1,17 @@
 //! Statistics over the model: per thread, per process, and the machine-wide
 //! picture. Pure functions; the renderers only format what is computed here.
 
+mod devices;
+mod futexes;
+
+use std::collections::HashMap;
+
 use serde::Serialize;
 
-use crate::model::{Model, Thread, ThreadState};
+pub use devices::{DeviceStats, DeviceUser, IoStat, device_stats, iostat};
+pub use futexes::{FutexStats, Waker, futex_stats};
+
+use crate::model::{BlockReason, IoOp, Model, Thread, ThreadState};
 
 const NS: f64 = 1e9;
 
@@ -21,17 +29,32 @@ pub struct ThreadStats {
     pub blocked_s: f64,
     pub blocked_interruptible_s: f64,
     pub blocked_uninterruptible_s: f64,
+    /// Blocked time split by reason: waiting for its own block IO, in a
+    /// futex wait, any other sleep. With on-CPU and runnable, these sum to
+    /// the lifetime.
+    pub io_s: f64,
+    pub futex_s: f64,
+    pub sleep_s: f64,
+    /// Bytes of block IO it submitted (reads and writes that reached a disk).
+    pub read_bytes: u64,
+    pub write_bytes: u64,
     pub voluntary_switches: u64,
     pub involuntary_switches: u64,
     pub exited: bool,
 }
 
 impl ThreadStats {
-    fn of(thread: &Thread, depth: usize) -> ThreadStats {
+    fn of(thread: &Thread, depth: usize, io_bytes: (u64, u64)) -> ThreadStats {
         let secs = |state| thread.time_in(state) as f64 / NS;
+        let blocked_by = |reason| thread.time_blocked_by(reason) as f64 / NS;
         let sleeping = secs(ThreadState::Sleeping);
         let disk = secs(ThreadState::DiskSleep);
         ThreadStats {
+            io_s: blocked_by(BlockReason::Io),
+            futex_s: blocked_by(BlockReason::Futex),
+            sleep_s: blocked_by(BlockReason::Sleep),
+            read_bytes: io_bytes.0,
+            write_bytes: io_bytes.1,
             pid: thread.pid,
             tid: thread.tid,
             comm: thread.comm.clone(),
@@ -97,13 +120,19 @@ pub struct Summary {
     /// Sorted by on-CPU + runnable time, largest first.
     pub threads: Vec<ThreadStats>,
     pub processes: Vec<ProcessStats>,
+    pub devices: Vec<DeviceStats>,
+    pub futexes: Vec<FutexStats>,
 }
 
 pub fn summarize(model: &Model) -> Summary {
+    let io_bytes = io_bytes_by_thread(model);
     let mut threads: Vec<ThreadStats> = model
         .threads
         .iter()
-        .map(|t| ThreadStats::of(t, model.depth(t.pid)))
+        .map(|t| {
+            let bytes = io_bytes.get(&(t.tid, t.pid)).copied().unwrap_or_default();
+            ThreadStats::of(t, model.depth(t.pid), bytes)
+        })
         .collect();
     threads.sort_by(|a, b| {
         b.demand_s()
@@ -131,7 +160,23 @@ pub fn summarize(model: &Model) -> Summary {
         machine: machine_stats(model),
         processes: process_stats(model, &threads),
         threads,
+        devices: device_stats(model),
+        futexes: futex_stats(model),
     }
+}
+
+/// (read, write) bytes each tracked thread submitted.
+fn io_bytes_by_thread(model: &Model) -> HashMap<(u32, u32), (u64, u64)> {
+    let mut out: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
+    for io in model.ios.iter().filter(|io| io.tid != 0) {
+        let entry = out.entry((io.tid, io.tgid)).or_default();
+        match io.op {
+            IoOp::Read => entry.0 += io.bytes,
+            IoOp::Write => entry.1 += io.bytes,
+            _ => {}
+        }
+    }
+    out
 }
 
 fn process_stats(model: &Model, threads: &[ThreadStats]) -> Vec<ProcessStats> {
@@ -202,11 +247,7 @@ mod tests {
             (runnable, ThreadState::Runnable),
             (sleeping, ThreadState::Sleeping),
         ] {
-            intervals.push(Interval {
-                start_ns: t,
-                end_ns: t + len,
-                state,
-            });
+            intervals.push(Interval::new(t, t + len, state));
             t += len;
         }
         Thread {

@@ -253,6 +253,7 @@ impl Session {
             start,
             targets: self.roots.clone(),
             command,
+            block_devices: procfs::block_devices(),
         };
         self.writer.write_json(record::HEADER, &header)?;
         Ok(())

@@ -137,6 +137,27 @@ pub fn parse_proc_stat(text: &str, ts_ns: u64) -> Option<SystemSample> {
     Some(sample)
 }
 
+/// Block devices from /sys/class/block, keyed by the kernel's dev_t
+/// encoding (major << 20 | minor), which block tracepoints report.
+pub fn block_devices() -> std::collections::BTreeMap<u32, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(entries) = fs::read_dir("/sys/class/block") else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(dev) = fs::read_to_string(entry.path().join("dev")) else {
+            continue;
+        };
+        if let Some((major, minor)) = dev.trim().split_once(':')
+            && let (Ok(major), Ok(minor)) = (major.parse::<u32>(), minor.parse::<u32>())
+        {
+            out.insert(major << 20 | minor, name);
+        }
+    }
+    out
+}
+
 /// Online CPUs.
 pub fn online_cpus() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| n.get() as u32)

@@ -3,29 +3,75 @@
 //! program and frees every map (nothing is pinned, so a killed tprof leaves
 //! nothing behind either: the kernel frees them with the last fd).
 
-use anyhow::{Context as _, Result, anyhow};
+use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
-    programs::TracePoint,
+    programs::{Program, TracePoint},
 };
 use profiler_ebpf::{LOST_TRACK_FULL, TracepointOffsets, kind};
 
+use super::tracefs;
 use crate::recording::{LostCounts, events::kind_name};
 
 /// The object built by build.rs from profiler-ebpf.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
-/// (program, tracepoint category, tracepoint name).
-const TRACEPOINTS: &[(&str, &str, &str)] = &[
-    ("tprof_switch", "sched", "sched_switch"),
-    ("tprof_waking", "sched", "sched_waking"),
-    ("tprof_wakeup", "sched", "sched_wakeup"),
-    ("tprof_wakeup_new", "sched", "sched_wakeup_new"),
-    ("tprof_newtask", "task", "task_newtask"),
-    ("tprof_exec", "sched", "sched_process_exec"),
-    ("tprof_exit", "sched", "sched_process_exit"),
-    ("tprof_rename", "task", "task_rename"),
+/// A program and the tracepoint it attaches to.
+struct Attachment {
+    program: &'static str,
+    category: &'static str,
+    tracepoint: &'static str,
+    /// Absent on some kernels (futex_wait is 6.7+): skipped when missing.
+    optional: bool,
+}
+
+const fn tp(program: &'static str, category: &'static str, tracepoint: &'static str) -> Attachment {
+    Attachment {
+        program,
+        category,
+        tracepoint,
+        optional: false,
+    }
+}
+
+const fn optional(
+    program: &'static str,
+    category: &'static str,
+    tracepoint: &'static str,
+) -> Attachment {
+    Attachment {
+        program,
+        category,
+        tracepoint,
+        optional: true,
+    }
+}
+
+const TRACEPOINTS: &[Attachment] = &[
+    tp("tprof_switch", "sched", "sched_switch"),
+    tp("tprof_waking", "sched", "sched_waking"),
+    tp("tprof_wakeup", "sched", "sched_wakeup"),
+    tp("tprof_wakeup_new", "sched", "sched_wakeup_new"),
+    tp("tprof_newtask", "task", "task_newtask"),
+    tp("tprof_exec", "sched", "sched_process_exec"),
+    tp("tprof_exit", "sched", "sched_process_exit"),
+    tp("tprof_rename", "task", "task_rename"),
+    tp("tprof_bio_queue", "block", "block_bio_queue"),
+    tp("tprof_bio_split", "block", "block_split"),
+    tp("tprof_rq_insert", "block", "block_rq_insert"),
+    tp("tprof_rq_issue", "block", "block_rq_issue"),
+    tp("tprof_rq_complete", "block", "block_rq_complete"),
+    tp("tprof_futex_enter", "syscalls", "sys_enter_futex"),
+    tp("tprof_futex_exit", "syscalls", "sys_exit_futex"),
+    optional("tprof_futex_wait_enter", "syscalls", "sys_enter_futex_wait"),
+    optional("tprof_futex_exit", "syscalls", "sys_exit_futex_wait"),
+    optional(
+        "tprof_futex_waitv_enter",
+        "syscalls",
+        "sys_enter_futex_waitv",
+    ),
+    optional("tprof_futex_exit", "syscalls", "sys_exit_futex_waitv"),
 ];
 
 pub struct KernelPrograms {
@@ -49,14 +95,15 @@ impl KernelPrograms {
                 "the kernel refused tprof's programs; tprof needs Linux 5.15+ with \
                  CONFIG_BPF_SYSCALL and BTF, run as root",
             )?;
-        for (name, _, _) in TRACEPOINTS {
-            let program: &mut TracePoint = ebpf
-                .program_mut(name)
-                .with_context(|| format!("program {name} missing from the eBPF object"))?
-                .try_into()?;
-            program
-                .load()
-                .with_context(|| format!("the kernel's verifier rejected {name}"))?;
+        for (name, program) in ebpf.programs_mut() {
+            let loaded = match program {
+                Program::TracePoint(p) => p.load(),
+                other => bail!(
+                    "program {name} has an unexpected type {:?}",
+                    other.prog_type()
+                ),
+            };
+            loaded.with_context(|| format!("the kernel's verifier rejected {name}"))?;
         }
         Ok(KernelPrograms {
             events: RingBuf::try_from(take_map(&mut ebpf, "EVENTS")?)?,
@@ -69,14 +116,20 @@ impl KernelPrograms {
 
     /// Attaches every program to its tracepoint.
     pub fn attach(&mut self) -> Result<()> {
-        for (name, category, tracepoint) in TRACEPOINTS {
+        for a in TRACEPOINTS {
+            if a.optional && !tracefs::exists(a.category, a.tracepoint) {
+                continue;
+            }
             let program: &mut TracePoint = self
                 ._ebpf
-                .program_mut(name)
-                .expect("checked at load")
+                .program_mut(a.program)
+                .with_context(|| format!("program {} missing from the eBPF object", a.program))?
                 .try_into()?;
-            program.attach(category, tracepoint).with_context(|| {
-                format!("attaching to tracepoint {category}/{tracepoint} failed")
+            program.attach(a.category, a.tracepoint).with_context(|| {
+                format!(
+                    "attaching to tracepoint {}/{} failed; is the kernel built with it?",
+                    a.category, a.tracepoint
+                )
             })?;
         }
         Ok(())

@@ -92,6 +92,24 @@ fn offset(fields: &[Field], tracepoint: &str, field: &str, size: u16) -> Result<
     Ok(found.offset)
 }
 
+/// True when this kernel has tracepoint `category/name`.
+pub fn exists(category: &str, name: &str) -> bool {
+    Path::new(TRACEFS)
+        .join("events")
+        .join(category)
+        .join(name)
+        .is_dir()
+}
+
+/// Offset of `field` in an optional tracepoint: 0 when the kernel lacks it
+/// (its program is then not attached).
+fn optional_offset(category: &str, name: &str, field: &str, size: u16) -> Result<u16> {
+    if !exists(category, name) {
+        return Ok(0);
+    }
+    offset(&fields(category, name)?, name, field, size)
+}
+
 /// Reads every offset the programs need from this kernel's format files.
 pub fn tracepoint_offsets() -> Result<TracepointOffsets> {
     let switch = fields("sched", "sched_switch")?;
@@ -100,8 +118,13 @@ pub fn tracepoint_offsets() -> Result<TracepointOffsets> {
     let exec = fields("sched", "sched_process_exec")?;
     let exit = fields("sched", "sched_process_exit")?;
     let rename = fields("task", "task_rename")?;
+    let bio = fields("block", "block_bio_queue")?;
+    let split = fields("block", "block_split")?;
+    let issue = fields("block", "block_rq_issue")?;
+    let complete = fields("block", "block_rq_complete")?;
+    let futex = fields("syscalls", "sys_enter_futex")?;
+    let futex_exit = fields("syscalls", "sys_exit_futex")?;
     Ok(TracepointOffsets {
-        common_flags: offset(&switch, "sched_switch", "common_flags", 1)?,
         switch_prev_pid: offset(&switch, "sched_switch", "prev_pid", 4)?,
         switch_prev_state: offset(&switch, "sched_switch", "prev_state", 8)?,
         switch_next_pid: offset(&switch, "sched_switch", "next_pid", 4)?,
@@ -113,8 +136,39 @@ pub fn tracepoint_offsets() -> Result<TracepointOffsets> {
         exit_group_dead: offset(&exit, "sched_process_exit", "group_dead", 1)?,
         rename_pid: offset(&rename, "task_rename", "pid", 4)?,
         rename_newcomm: offset(&rename, "task_rename", "newcomm", 16)?,
-        _pad: [0; 4],
+        bio_sector: offset(&bio, "block_bio_queue", "sector", 8)?,
+        split_sector: offset(&split, "block_split", "sector", 8)?,
+        split_new_sector: offset(&split, "block_split", "new_sector", 8)?,
+        rq_dev: offset(&issue, "block_rq_issue", "dev", 4)?,
+        rq_sector: offset(&issue, "block_rq_issue", "sector", 8)?,
+        complete_dev: offset(&complete, "block_rq_complete", "dev", 4)?,
+        complete_sector: offset(&complete, "block_rq_complete", "sector", 8)?,
+        complete_nr_sector: offset(&complete, "block_rq_complete", "nr_sector", 4)?,
+        complete_error: offset(&complete, "block_rq_complete", "error", 4)?,
+        complete_rwbs: rwbs_offset(&complete)?,
+        futex_uaddr: offset(&futex, "sys_enter_futex", "uaddr", 8)?,
+        futex_op: offset(&futex, "sys_enter_futex", "op", 8)?,
+        futex_wait_uaddr: optional_offset("syscalls", "sys_enter_futex_wait", "uaddr", 8)?,
+        futex_waitv_waiters: optional_offset("syscalls", "sys_enter_futex_waitv", "waiters", 8)?,
+        futex_ret: offset(&futex_exit, "sys_exit_futex", "ret", 8)?,
+        _pad: [0; 6],
     })
+}
+
+/// `rwbs` is `char[8]` on older kernels and `char[10]` on newer; the
+/// programs read its first 8 bytes either way.
+fn rwbs_offset(fields: &[Field]) -> Result<u16> {
+    let rwbs = fields
+        .iter()
+        .find(|f| f.name == "rwbs")
+        .context("tracepoint block_rq_complete has no field `rwbs` on this kernel")?;
+    if (rwbs.size as usize) < profiler_ebpf::RWBS_LEN {
+        bail!(
+            "tracepoint block_rq_complete field `rwbs` is only {} bytes",
+            rwbs.size
+        );
+    }
+    Ok(rwbs.offset)
 }
 
 #[cfg(test)]

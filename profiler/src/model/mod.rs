@@ -6,11 +6,14 @@
 //! [`Recording`] and nothing else, so everything downstream is testable
 //! without root or a kernel.
 
+mod io;
+mod reasons;
 mod threads;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-pub use threads::{Interval, SwitchOut, Thread, ThreadState};
+pub use io::{FutexWait, IoOp, IoRequest};
+pub use threads::{BlockReason, Interval, SwitchOut, Thread, ThreadState};
 
 use crate::recording::{Event, LostCounts, Origin, Recording, SystemSample};
 
@@ -27,6 +30,10 @@ pub struct Process {
     /// When its last thread exited, if it did within the window.
     pub exit_ns: Option<u64>,
 }
+
+/// Futex returns that mean "not woken by another thread".
+const ETIMEDOUT: i64 = -(libc::ETIMEDOUT as i64);
+const EINTR: i64 = -(libc::EINTR as i64);
 
 /// "tid was woken by waker at ts": the raw material of stall attribution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +56,11 @@ pub struct Model {
     pub threads: Vec<Thread>,
     pub processes: BTreeMap<u32, Process>,
     pub wakeups: Vec<WakeEdge>,
+    /// Completed block requests on every device, by completion time.
+    pub ios: Vec<IoRequest>,
+    /// Block device names by kernel dev_t.
+    pub devices: BTreeMap<u32, String>,
+    pub futex_waits: Vec<FutexWait>,
     pub system: Vec<SystemSample>,
     pub events: u64,
     pub lost: LostCounts,
@@ -79,6 +91,7 @@ impl Model {
             cut_short: rec.cut_short(),
             stop_reason: rec.footer.as_ref().map(|f| f.stop_reason.clone()),
             targets: rec.header.targets.clone(),
+            devices: rec.header.block_devices.clone(),
             ..Default::default()
         };
         for event in events {
@@ -86,16 +99,27 @@ impl Model {
                 continue;
             }
             model.apply_process_event(event);
-            if let Event::Wakeup {
+            model.collect(event);
+            builder.apply(event);
+        }
+        model.threads = builder.finish(window_end_ns);
+        model.attribute_futex_wakers();
+        reasons::assign(&mut model.threads, &model.ios, &model.futex_waits);
+        model
+    }
+
+    /// Keeps the events that are not thread state changes.
+    fn collect(&mut self, event: &Event) {
+        match *event {
+            Event::Wakeup {
                 ts,
                 tid,
                 waker_tid,
                 waker_tgid,
                 flags,
                 ..
-            } = *event
-            {
-                model.wakeups.push(WakeEdge {
+            } => {
+                self.wakeups.push(WakeEdge {
                     ts,
                     tid,
                     waker_tid,
@@ -103,10 +127,80 @@ impl Model {
                     flags,
                 });
             }
-            builder.apply(event);
+            Event::BlockIo {
+                ts,
+                start_ns,
+                issue_ns,
+                dev,
+                bytes,
+                tid,
+                tgid,
+                error,
+                ref rwbs,
+                ..
+            } => {
+                // A request that began before tracing has no start; its
+                // issue, or else its completion, is the best bound we have.
+                let start = [start_ns, issue_ns, ts]
+                    .into_iter()
+                    .find(|&t| t != 0)
+                    .unwrap_or(ts);
+                self.ios.push(IoRequest {
+                    dev,
+                    start_ns: start.min(ts),
+                    end_ns: ts,
+                    bytes,
+                    op: IoOp::from_rwbs(rwbs),
+                    tid,
+                    tgid,
+                    error,
+                });
+            }
+            Event::FutexWait {
+                ts,
+                enter_ns,
+                tid,
+                tgid,
+                uaddr,
+                ret,
+                ..
+            } => {
+                self.futex_waits.push(FutexWait {
+                    tid,
+                    tgid,
+                    uaddr,
+                    start_ns: enter_ns.max(self.window_start_ns).min(ts),
+                    end_ns: ts,
+                    ret,
+                    waker: None,
+                });
+            }
+            _ => {}
         }
-        model.threads = builder.finish(window_end_ns);
-        model
+    }
+
+    /// The waker of a futex wait is whoever woke the waiter last before the
+    /// wait returned, if that was inside the wait. A wait that timed out or
+    /// was interrupted has none; nor has one woken from an idle CPU (an
+    /// interrupt).
+    fn attribute_futex_wakers(&mut self) {
+        let mut by_tid: HashMap<u32, Vec<&WakeEdge>> = HashMap::new();
+        for w in &self.wakeups {
+            by_tid.entry(w.tid).or_default().push(w);
+        }
+        for wait in &mut self.futex_waits {
+            let Some(edges) = by_tid.get(&wait.tid) else {
+                continue;
+            };
+            let upto = edges.partition_point(|e| e.ts <= wait.end_ns);
+            if let Some(edge) = upto.checked_sub(1).map(|i| edges[i])
+                && edge.ts >= wait.start_ns
+                && edge.waker_tid != 0
+                && !matches!(wait.ret, ETIMEDOUT | EINTR)
+            {
+                wait.waker = Some((edge.waker_tid, edge.waker_tgid));
+            }
+        }
     }
 
     /// Keeps the process table in step with fork, exec and exit.

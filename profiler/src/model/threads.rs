@@ -54,12 +54,45 @@ impl SwitchOut {
     }
 }
 
+/// Why a blocked thread waits, found by matching its blocked time against
+/// its futex waits and the block IO it submitted (see `reasons`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BlockReason {
+    /// Waiting for a block request it submitted.
+    Io,
+    /// In a futex wait (a lock, a condition variable, a pool barrier).
+    Futex,
+    /// Anything else: poll, pipe, socket, nanosleep, a kernel lock.
+    Sleep,
+}
+
 /// `state` from `start_ns` to `end_ns`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Interval {
     pub start_ns: u64,
     pub end_ns: u64,
     pub state: ThreadState,
+    /// Set for blocked states only.
+    pub reason: Option<BlockReason>,
+}
+
+impl Interval {
+    pub fn new(start_ns: u64, end_ns: u64, state: ThreadState) -> Interval {
+        let reason = match state {
+            ThreadState::Running | ThreadState::Runnable => None,
+            ThreadState::Sleeping | ThreadState::DiskSleep => Some(BlockReason::Sleep),
+        };
+        Interval {
+            start_ns,
+            end_ns,
+            state,
+            reason,
+        }
+    }
+
+    pub fn duration_ns(&self) -> u64 {
+        self.end_ns - self.start_ns
+    }
 }
 
 /// One thread's life in the window.
@@ -92,7 +125,16 @@ impl Thread {
         self.intervals
             .iter()
             .filter(|i| i.state == state)
-            .map(|i| i.end_ns - i.start_ns)
+            .map(Interval::duration_ns)
+            .sum()
+    }
+
+    /// Total time blocked for `reason`.
+    pub fn time_blocked_by(&self, reason: BlockReason) -> u64 {
+        self.intervals
+            .iter()
+            .filter(|i| i.reason == Some(reason))
+            .map(Interval::duration_ns)
             .sum()
     }
 }
@@ -180,6 +222,8 @@ impl Builder {
                 let live = self.get_or_spawn(*tid, *tgid);
                 rename(&mut live.thread, *ts, comm);
             }
+            // Not state changes: `reasons` matches them to blocked time.
+            Event::BlockIo { .. } | Event::FutexWait { .. } => {}
         }
     }
 
@@ -327,11 +371,9 @@ fn push(thread: &mut Thread, start_ns: u64, end_ns: u64, state: ThreadState) {
         last.end_ns = end_ns;
         return;
     }
-    thread.intervals.push(Interval {
-        start_ns,
-        end_ns,
-        state,
-    });
+    thread
+        .intervals
+        .push(Interval::new(start_ns, end_ns, state));
 }
 
 fn rename(thread: &mut Thread, ts: u64, comm: &str) {

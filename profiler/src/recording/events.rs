@@ -2,8 +2,8 @@
 //! of `profiler_ebpf` into one enum with plain fields.
 
 use profiler_ebpf::{
-    COMM_LEN, CommEvent, EventHeader, ExecEvent, ExitEvent, ForkEvent, SwitchEvent, WakeupEvent,
-    event_size, kind,
+    BlockIoEvent, CommEvent, EventHeader, ExecEvent, ExitEvent, ForkEvent, FutexEvent, SwitchEvent,
+    WakeupEvent, event_size, kind,
 };
 
 /// One kernel event. Times are CLOCK_MONOTONIC nanoseconds.
@@ -58,6 +58,33 @@ pub enum Event {
         tgid: u32,
         comm: String,
     },
+    /// A completed block request; `ts` is its completion.
+    BlockIo {
+        ts: u64,
+        /// Queue entry (0: before tracing began).
+        start_ns: u64,
+        /// Driver issue (0: unknown).
+        issue_ns: u64,
+        dev: u32,
+        sector: u64,
+        bytes: u64,
+        /// Submitting tracked thread, 0 if none.
+        tid: u32,
+        tgid: u32,
+        error: i32,
+        /// The kernel's rwbs string: R, W, D, F, N, then flags (S, M, A, …).
+        rwbs: String,
+    },
+    /// A futex wait of a tracked thread; `ts` is the syscall's exit.
+    FutexWait {
+        ts: u64,
+        enter_ns: u64,
+        tid: u32,
+        tgid: u32,
+        uaddr: u64,
+        op: u32,
+        ret: i64,
+    },
 }
 
 impl Event {
@@ -68,7 +95,9 @@ impl Event {
             | Event::Fork { ts, .. }
             | Event::Exec { ts, .. }
             | Event::Exit { ts, .. }
-            | Event::Comm { ts, .. } => ts,
+            | Event::Comm { ts, .. }
+            | Event::BlockIo { ts, .. }
+            | Event::FutexWait { ts, .. } => ts,
         }
     }
 }
@@ -95,6 +124,8 @@ unsafe impl PlainData for ForkEvent {}
 unsafe impl PlainData for ExecEvent {}
 unsafe impl PlainData for ExitEvent {}
 unsafe impl PlainData for CommEvent {}
+unsafe impl PlainData for BlockIoEvent {}
+unsafe impl PlainData for FutexEvent {}
 
 fn read_plain<T: PlainData>(bytes: &[u8]) -> Result<T, DecodeError> {
     if bytes.len() < size_of::<T>() {
@@ -181,6 +212,33 @@ pub fn decode(bytes: &[u8]) -> Result<(Event, usize), DecodeError> {
                 comm: comm_string(&e.comm),
             }
         }
+        kind::BLOCK_IO => {
+            let e: BlockIoEvent = read_plain(bytes)?;
+            Event::BlockIo {
+                ts: hdr.ts_ns,
+                start_ns: e.start_ns,
+                issue_ns: e.issue_ns,
+                dev: e.dev,
+                sector: e.sector,
+                bytes: u64::from(e.nr_sector) * 512,
+                tid: e.tid,
+                tgid: e.tgid,
+                error: e.error,
+                rwbs: comm_string(&e.rwbs),
+            }
+        }
+        kind::FUTEX => {
+            let e: FutexEvent = read_plain(bytes)?;
+            Event::FutexWait {
+                ts: hdr.ts_ns,
+                enter_ns: e.enter_ns,
+                tid: e.tid,
+                tgid: e.tgid,
+                uaddr: e.uaddr,
+                op: e.op,
+                ret: e.ret,
+            }
+        }
         other => return Err(DecodeError::UnknownKind(other)),
     };
     Ok((event, size))
@@ -205,13 +263,15 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::EXEC => "exec",
         kind::EXIT => "exit",
         kind::COMM => "comm",
+        kind::BLOCK_IO => "block_io",
+        kind::FUTEX => "futex",
         _ => "unknown",
     }
 }
 
-/// A kernel `comm` (NUL-padded, not always UTF-8) as a string.
-pub fn comm_string(comm: &[u8; COMM_LEN]) -> String {
-    let end = comm.iter().position(|&b| b == 0).unwrap_or(COMM_LEN);
+/// A kernel string field (NUL-padded, not always UTF-8) as a string.
+pub fn comm_string(comm: &[u8]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
     String::from_utf8_lossy(&comm[..end]).into_owned()
 }
 
@@ -229,6 +289,7 @@ pub fn encode<T: Copy>(event: &T) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use profiler_ebpf::COMM_LEN;
 
     fn hdr(kind: u16, ts: u64) -> EventHeader {
         EventHeader {

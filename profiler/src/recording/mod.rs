@@ -66,6 +66,9 @@ pub struct Header {
     pub targets: Vec<u32>,
     /// The launched command (`tprof record -- CMD`), if any.
     pub command: Option<Vec<String>>,
+    /// Block devices of the machine: kernel dev_t (major << 20 | minor) → name.
+    #[serde(default)]
+    pub block_devices: std::collections::BTreeMap<u32, String>,
 }
 
 /// How a process came to be tracked.

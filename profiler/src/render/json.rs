@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::analysis::Summary;
+use crate::analysis::{DeviceUser, IoStat, Summary, Waker};
 
 /// Version of the JSON contract (not of the recording format).
 pub const JSON_VERSION: u32 = 1;
@@ -28,6 +28,30 @@ struct Report<'a> {
     machine: Option<Machine>,
     processes: Vec<Process<'a>>,
     threads: Vec<Thread<'a>>,
+    devices: Vec<Device<'a>>,
+    futexes: Vec<Futex<'a>>,
+}
+
+/// iostat -x columns of a device over the window; `series` has them per second.
+#[derive(Serialize)]
+struct Device<'a> {
+    name: &'a str,
+    #[serde(flatten)]
+    window: &'a IoStat,
+    series: &'a [IoStat],
+    users: &'a [DeviceUser],
+}
+
+#[derive(Serialize)]
+struct Futex<'a> {
+    pid: u32,
+    /// Hex, as the program would print the pointer.
+    uaddr: String,
+    waiters: usize,
+    waits: usize,
+    wait_s: f64,
+    wakers: &'a [Waker],
+    unwoken: usize,
 }
 
 #[derive(Serialize)]
@@ -62,6 +86,11 @@ struct Thread<'a> {
     blocked_s: f64,
     blocked_interruptible_s: f64,
     blocked_uninterruptible_s: f64,
+    io_s: f64,
+    futex_s: f64,
+    sleep_s: f64,
+    read_bytes: u64,
+    write_bytes: u64,
     voluntary_switches: u64,
     involuntary_switches: u64,
     exited: bool,
@@ -115,9 +144,37 @@ pub fn render(summary: &Summary) -> String {
                 blocked_s: t.blocked_s,
                 blocked_interruptible_s: t.blocked_interruptible_s,
                 blocked_uninterruptible_s: t.blocked_uninterruptible_s,
+                io_s: t.io_s,
+                futex_s: t.futex_s,
+                sleep_s: t.sleep_s,
+                read_bytes: t.read_bytes,
+                write_bytes: t.write_bytes,
                 voluntary_switches: t.voluntary_switches,
                 involuntary_switches: t.involuntary_switches,
                 exited: t.exited,
+            })
+            .collect(),
+        devices: summary
+            .devices
+            .iter()
+            .map(|d| Device {
+                name: &d.name,
+                window: &d.window,
+                series: &d.series,
+                users: &d.users,
+            })
+            .collect(),
+        futexes: summary
+            .futexes
+            .iter()
+            .map(|f| Futex {
+                pid: f.pid,
+                uaddr: format!("{:#x}", f.uaddr),
+                waiters: f.waiters,
+                waits: f.waits,
+                wait_s: f.wait_s,
+                wakers: &f.wakers,
+                unwoken: f.unwoken,
             })
             .collect(),
     };

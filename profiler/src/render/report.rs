@@ -14,6 +14,8 @@ pub fn render(s: &Summary) -> String {
     headline(&mut out, s);
     processes(&mut out, s);
     threads(&mut out, s);
+    devices(&mut out, s);
+    futexes(&mut out, s);
     out
 }
 
@@ -136,14 +138,16 @@ fn threads(out: &mut String, s: &Summary) {
     );
     let _ = writeln!(
         out,
-        "  {:>7} {:>7} {:<16} {:>14} {:>14} {:>14} {:>14} {:>7} {:>7} {:>8}",
+        "  {:>7} {:>7} {:<16} {:>13} {:>13} {:>13} {:>13} {:>13} {:>9} {:>6} {:>6} {:>8}",
         "PID",
         "TID",
         "NAME",
         "ON-CPU",
         "RUNNABLE",
-        "SLEEP (S)",
-        "DISK (D)",
+        "BLOCK IO",
+        "FUTEX",
+        "SLEEP",
+        "READ",
         "VCSW",
         "IVCSW",
         "LIFETIME"
@@ -179,16 +183,130 @@ fn thread_row(out: &mut String, t: &ThreadStats) {
     };
     let _ = writeln!(
         out,
-        "  {:>7} {:>7} {:<16} {:>14} {:>14} {:>14} {:>14} {:>7} {:>7} {:>7.2}s",
+        "  {:>7} {:>7} {:<16} {:>13} {:>13} {:>13} {:>13} {:>13} {:>9} {:>6} {:>6} {:>7.2}s",
         t.pid,
         t.tid,
         name,
         cell(t.on_cpu_s),
         cell(t.runnable_s),
-        cell(t.blocked_interruptible_s),
-        cell(t.blocked_uninterruptible_s),
+        cell(t.io_s),
+        cell(t.futex_s),
+        cell(t.sleep_s),
+        bytes(t.read_bytes),
         t.voluntary_switches,
         t.involuntary_switches,
         t.lifetime_s
     );
+}
+
+/// `12.3M`-style byte counts.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n}B")
+    } else {
+        format!("{value:.1}{}", UNITS[unit])
+    }
+}
+
+fn devices(out: &mut String, s: &Summary) {
+    if s.devices.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nBlock devices (iostat -x over the window; machine-wide)"
+    );
+    let _ = writeln!(
+        out,
+        "  {:<10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6}  BUSIEST SECOND  TRACKED THREADS",
+        "DEVICE", "r/s", "w/s", "rMB/s", "wMB/s", "r_await", "w_await", "aqu-sz", "%util"
+    );
+    for d in &s.devices {
+        let w = &d.window;
+        let busiest = d.series.iter().map(|p| p.util_pct).fold(0.0, f64::max);
+        let users: Vec<String> = d
+            .users
+            .iter()
+            .take(3)
+            .map(|u| {
+                format!(
+                    "{} ({})",
+                    thread_name(s, u.tid),
+                    bytes(u.read_bytes + u.write_bytes)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {:<10} {:>8.1} {:>8.1} {:>8.2} {:>8.2} {:>7.2}ms {:>6.2}ms {:>7.2} {:>5.1}%  {:>6.1}% util    {}",
+            d.name,
+            w.r_s,
+            w.w_s,
+            w.rmb_s,
+            w.wmb_s,
+            w.r_await_ms,
+            w.w_await_ms,
+            w.aqu_sz,
+            w.util_pct,
+            busiest,
+            if users.is_empty() {
+                "-".to_string()
+            } else {
+                users.join(", ")
+            }
+        );
+    }
+}
+
+fn thread_name(s: &Summary, tid: u32) -> String {
+    s.threads
+        .iter()
+        .find(|t| t.tid == tid)
+        .map_or_else(|| tid.to_string(), |t| format!("{}/{}", t.comm, tid))
+}
+
+/// Futexes shown; the JSON has all.
+const MAX_FUTEX_ROWS: usize = 10;
+
+fn futexes(out: &mut String, s: &Summary) {
+    if s.futexes.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nMost contended futexes (locks, condition variables, pool barriers)"
+    );
+    let _ = writeln!(
+        out,
+        "  {:>7} {:<18} {:>7} {:>6} {:>9}  WOKEN BY",
+        "PID", "ADDRESS", "WAITERS", "WAITS", "WAIT"
+    );
+    for f in s.futexes.iter().take(MAX_FUTEX_ROWS) {
+        let mut wakers: Vec<String> = f
+            .wakers
+            .iter()
+            .take(3)
+            .map(|w| format!("{} ×{}", thread_name(s, w.tid), w.wakes))
+            .collect();
+        if f.unwoken > 0 {
+            wakers.push(format!("timeout/other ×{}", f.unwoken));
+        }
+        let _ = writeln!(
+            out,
+            "  {:>7} {:<18} {:>7} {:>6} {:>8.3}s  {}",
+            f.pid,
+            format!("{:#x}", f.uaddr),
+            f.waiters,
+            f.waits,
+            f.wait_s,
+            wakers.join(", ")
+        );
+    }
 }

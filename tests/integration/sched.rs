@@ -21,9 +21,9 @@ fn busy_threads_split_cpu_and_runnable() {
     for truth in &traced.truth {
         let thread = traced.report.thread(tid(truth));
         assert_eq!(thread.comm, truth["name"].as_str().unwrap(), "{thread:#?}");
-        assert_competed(thread);
         assert_matches_schedstat(thread, truth);
         assert_accounts_for_lifetime(thread);
+        assert_competed(thread);
     }
 }
 
@@ -62,7 +62,8 @@ fn secs(truth: &Value, key: &str) -> f64 {
 }
 
 /// Sharing the cores evenly puts each thread near 50/50; the bounds leave
-/// room for tprof's own CPU use and uneven scheduling.
+/// room for tprof's own CPU use and uneven scheduling (but not for another
+/// CPU-heavy job on the machine, such as a parallel build).
 fn assert_competed(thread: &Thread) {
     let life = thread.lifetime_s;
     for (what, value) in [
@@ -86,12 +87,12 @@ fn assert_matches_schedstat(thread: &Thread, truth: &Value) {
     let run_delay = secs(truth, "end_run_delay_ns");
     assert!(
         close_to(thread.on_cpu_s, on_cpu, 0.03, 0.005),
-        "on_cpu_s {} vs schedstat {on_cpu}: {thread:#?}",
+        "on_cpu_s {} vs schedstat {on_cpu}: {thread:#?}\n{truth}",
         thread.on_cpu_s
     );
     assert!(
         close_to(thread.runnable_s, run_delay, 0.03, 0.005),
-        "runnable_s {} vs schedstat run delay {run_delay}: {thread:#?}",
+        "runnable_s {} vs schedstat run delay {run_delay}: {thread:#?}\n{truth}",
         thread.runnable_s
     );
 }

@@ -112,8 +112,9 @@ pub fn trace_workload(name: &str, args: &[&str]) -> Traced {
     }
 }
 
-/// Names of all loaded BPF programs (truncated by the kernel to 15 bytes).
-pub fn bpf_program_names() -> Vec<String> {
+/// Every loaded BPF program as (id, name). bpftool takes full names from
+/// BTF; the kernel's own copy keeps the first 15 bytes, prefix intact.
+pub fn bpf_programs() -> Vec<(u32, String)> {
     let out = Command::new("bpftool")
         .args(["-j", "prog", "show"])
         .output()
@@ -122,6 +123,28 @@ pub fn bpf_program_names() -> Vec<String> {
     let progs: Vec<Value> = serde_json::from_slice(&out.stdout).expect("bpftool -j prints JSON");
     progs
         .iter()
-        .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        .filter_map(|p| {
+            let id = p["id"].as_u64()? as u32;
+            Some((id, p["name"].as_str().unwrap_or_default().to_owned()))
+        })
         .collect()
+}
+
+/// Ids of the BPF programs process `pid` holds through program or link
+/// file descriptors (from /proc/PID/fdinfo), so a test can check exactly
+/// its own tprof's programs even while another tprof runs.
+pub fn bpf_program_ids_held_by(pid: i32) -> Vec<u32> {
+    let dir = format!("/proc/{pid}/fdinfo");
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("read {dir}: {e}"));
+    let mut ids: Vec<u32> = entries
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .flat_map(|info| info.lines().filter_map(prog_id).collect::<Vec<_>>())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+fn prog_id(fdinfo_line: &str) -> Option<u32> {
+    fdinfo_line.strip_prefix("prog_id:")?.trim().parse().ok()
 }

@@ -16,3 +16,6 @@ mod procs;
 mod errors;
 // No eBPF program outlives tprof, however it stops.
 mod detach;
+// Why threads wait: block IO (against /proc/<pid>/io and iostat), futex
+// waits and their wakers, other sleep.
+mod waits;

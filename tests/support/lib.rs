@@ -12,10 +12,10 @@ mod tprof;
 mod workload;
 
 pub use process::{Finished, Running, signal};
-pub use report::{Process, Report, Thread};
+pub use report::{Device, Futex, Process, Report, Thread, Waker};
 pub use tprof::{
-    Traced, bpf_program_names, record_cmd, record_command, report_json, require_root, tprof,
-    tprof_bin, trace_workload,
+    Traced, bpf_program_ids_held_by, bpf_programs, record_cmd, record_command, report_json,
+    require_root, tprof, tprof_bin, trace_workload,
 };
 pub use workload::{build_workload, parse_json_lines, read_truth_file, workspace_root};
 

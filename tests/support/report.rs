@@ -12,6 +12,40 @@ pub struct Report {
     pub lost_events: u64,
     pub threads: Vec<Thread>,
     pub processes: Vec<Process>,
+    pub devices: Vec<Device>,
+    pub futexes: Vec<Futex>,
+}
+
+/// A block device in iostat -x terms over the recording window.
+#[derive(Debug, Deserialize)]
+pub struct Device {
+    pub name: String,
+    pub r_s: f64,
+    pub w_s: f64,
+    pub rmb_s: f64,
+    pub wmb_s: f64,
+    pub r_await_ms: f64,
+    pub w_await_ms: f64,
+    pub aqu_sz: f64,
+    pub util_pct: f64,
+}
+
+/// Waits on one futex word of one process.
+#[derive(Debug, Deserialize)]
+pub struct Futex {
+    pub pid: i64,
+    /// Hex, as C's %p prints it.
+    pub uaddr: String,
+    pub waiters: u64,
+    pub wait_s: f64,
+    pub wakers: Vec<Waker>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Waker {
+    pub pid: i64,
+    pub tid: i64,
+    pub wakes: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -27,6 +61,13 @@ pub struct Thread {
     pub blocked_s: f64,
     pub blocked_interruptible_s: f64,
     pub blocked_uninterruptible_s: f64,
+    /// Blocked time by reason; with on-CPU and runnable these are the five
+    /// states that sum to the lifetime.
+    pub io_s: f64,
+    pub futex_s: f64,
+    pub sleep_s: f64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
     pub voluntary_switches: u64,
     pub involuntary_switches: u64,
 }

@@ -76,9 +76,22 @@ pub fn tprof_rq_insert(ctx: TracePointContext) -> u32 {
     0
 }
 
+/// A request inserted from a tracked thread's context (a plug flush in the
+/// submitter), or issued directly without an insert, belongs to that thread
+/// when no bio said so: the backstop for bios whose queueing or splitting
+/// the tracepoints missed. An issue after an insert proves nothing: a
+/// thread that runs the queue dispatches other processes' requests too.
+fn claim_for_current(sector: u64) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if is_tracked_process((pid_tgid >> 32) as u32) && unsafe { BIO_OWNERS.get(&sector) }.is_none() {
+        let _ = BIO_OWNERS.insert(&sector, &pid_tgid, 0);
+    }
+}
+
 fn try_rq_insert(ctx: &TracePointContext) -> Result<(), i32> {
     let off = offsets();
     let key = request_key(ctx, off.rq_dev, off.rq_sector)?;
+    claim_for_current(key.sector);
     let times = RequestTimes {
         start_ns: unsafe { bpf_ktime_get_ns() },
         issue_ns: 0,
@@ -100,6 +113,7 @@ fn try_rq_issue(ctx: &TracePointContext) -> Result<(), i32> {
     match REQUESTS.get_ptr_mut(&key) {
         Some(times) => unsafe { (*times).issue_ns = now },
         None => {
+            claim_for_current(key.sector);
             let times = RequestTimes {
                 start_ns: now,
                 issue_ns: now,

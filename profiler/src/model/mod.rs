@@ -104,7 +104,12 @@ impl Model {
         }
         model.threads = builder.finish(window_end_ns);
         model.attribute_futex_wakers();
-        reasons::assign(&mut model.threads, &model.ios, &model.futex_waits);
+        reasons::assign(
+            &mut model.threads,
+            &model.ios,
+            &model.futex_waits,
+            &model.wakeups,
+        );
         model
     }
 

@@ -2,25 +2,44 @@
 //! own futex waits and the block requests it submitted. Time inside a futex
 //! wait is futex time; time while its own request is in flight is IO time
 //! (IO wins where both hold); the rest is other sleep.
+//!
+//! An IO wait lasts until the wakeup that delivers the completion, a few
+//! microseconds after the request completes: the window of a request runs
+//! to its owner's first wakeup after completion (within [`DELIVERY_SLACK_NS`]).
 
 use std::collections::HashMap;
 
 use super::{
-    Thread,
+    Thread, WakeEdge,
     io::{FutexWait, IoRequest},
     threads::{BlockReason, Interval},
 };
 
-/// (start, end, reason), sorted by start, non-overlapping within a reason.
+/// Longest gap between a request's completion and its owner's wakeup that
+/// still counts as delivering that completion.
+const DELIVERY_SLACK_NS: u64 = 1_000_000;
+
+/// (start, end, reason), sorted by start.
 type Windows = Vec<(u64, u64, BlockReason)>;
 
-pub(super) fn assign(threads: &mut [Thread], ios: &[IoRequest], futexes: &[FutexWait]) {
+pub(super) fn assign(
+    threads: &mut [Thread],
+    ios: &[IoRequest],
+    futexes: &[FutexWait],
+    wakeups: &[WakeEdge],
+) {
+    let mut wakeups_of: HashMap<u32, Vec<u64>> = HashMap::new();
+    for w in wakeups {
+        wakeups_of.entry(w.tid).or_default().push(w.ts);
+    }
     let mut windows: HashMap<u32, Windows> = HashMap::new();
     for io in ios.iter().filter(|io| io.tid != 0) {
+        let owner_wakeups = wakeups_of.get(&io.tid).map_or(&[][..], Vec::as_slice);
+        let end = delivered(io.end_ns, owner_wakeups);
         windows
             .entry(io.tid)
             .or_default()
-            .push((io.start_ns, io.end_ns, BlockReason::Io));
+            .push((io.start_ns, end, BlockReason::Io));
     }
     for f in futexes {
         windows
@@ -38,6 +57,16 @@ pub(super) fn assign(threads: &mut [Thread], ios: &[IoRequest], futexes: &[Futex
                 .collect();
             thread.intervals = split_all(&thread.intervals, &within);
         }
+    }
+}
+
+/// When a completion at `end` reached its owner: the owner's first wakeup
+/// after it, if soon enough (`wakeups` sorted).
+fn delivered(end: u64, wakeups: &[u64]) -> u64 {
+    let next = wakeups.partition_point(|&ts| ts < end);
+    match wakeups.get(next) {
+        Some(&ts) if ts - end <= DELIVERY_SLACK_NS => ts,
+        _ => end,
     }
 }
 

@@ -132,11 +132,18 @@ pub struct LostCounts {
     pub tracking_full: u64,
     /// Events userspace could not decode (should be zero).
     pub undecodable: u64,
+    /// Program runs the kernel skipped because another BPF program was
+    /// running on the same CPU (bpf_prog_info.recursion_misses).
+    #[serde(default)]
+    pub recursion_misses: u64,
 }
 
 impl LostCounts {
     pub fn total(&self) -> u64 {
-        self.ring_buffer_full.values().sum::<u64>() + self.tracking_full + self.undecodable
+        self.ring_buffer_full.values().sum::<u64>()
+            + self.tracking_full
+            + self.undecodable
+            + self.recursion_misses
     }
 }
 

@@ -35,7 +35,8 @@ fn header(out: &mut String, s: &Summary) {
             .collect();
         let _ = writeln!(
             out,
-            "warning: {} events lost (ring buffer full: {}; untracked new tasks: {}); \
+            "warning: {} events lost (ring buffer full: {}; untracked new tasks: {}; \
+             skipped while another BPF program ran on the CPU: {}); \
              times of the affected threads are approximate",
             s.lost_events,
             if kinds.is_empty() {
@@ -43,7 +44,8 @@ fn header(out: &mut String, s: &Summary) {
             } else {
                 kinds.join(", ")
             },
-            s.lost.tracking_full
+            s.lost.tracking_full,
+            s.lost.recursion_misses
         );
     }
     if s.cut_short {

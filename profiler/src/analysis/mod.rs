@@ -1,6 +1,8 @@
 //! Statistics over the model: per thread, per process, and the machine-wide
 //! picture. Pure functions; the renderers only format what is computed here.
 
+pub mod gpu;
+
 use serde::Serialize;
 
 use crate::model::{Model, Thread, ThreadState};
@@ -97,6 +99,9 @@ pub struct Summary {
     /// Sorted by on-CPU + runnable time, largest first.
     pub threads: Vec<ThreadStats>,
     pub processes: Vec<ProcessStats>,
+    pub gpus: Vec<gpu::GpuStats>,
+    /// Why there is no GPU data; None when there is.
+    pub gpu_status: Option<String>,
 }
 
 pub fn summarize(model: &Model) -> Summary {
@@ -131,6 +136,8 @@ pub fn summarize(model: &Model) -> Summary {
         machine: machine_stats(model),
         processes: process_stats(model, &threads),
         threads,
+        gpus: gpu::stats(model),
+        gpu_status: model.gpus.status.clone(),
     }
 }
 

@@ -6,10 +6,12 @@
 //! [`Recording`] and nothing else, so everything downstream is testable
 //! without root or a kernel.
 
+pub mod gpu;
 mod threads;
 
 use std::collections::BTreeMap;
 
+pub use gpu::{Gpu, Gpus};
 pub use threads::{Interval, SwitchOut, Thread, ThreadState};
 
 use crate::recording::{Event, LostCounts, Origin, Recording, SystemSample};
@@ -56,6 +58,7 @@ pub struct Model {
     pub cut_short: bool,
     pub stop_reason: Option<String>,
     pub targets: Vec<u32>,
+    pub gpus: Gpus,
 }
 
 impl Model {
@@ -79,6 +82,7 @@ impl Model {
             cut_short: rec.cut_short(),
             stop_reason: rec.footer.as_ref().map(|f| f.stop_reason.clone()),
             targets: rec.header.targets.clone(),
+            gpus: gpu::build(rec),
             ..Default::default()
         };
         for event in events {

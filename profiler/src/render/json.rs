@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::analysis::Summary;
+use crate::analysis::{Summary, gpu::GpuStats};
 
 /// Version of the JSON contract (not of the recording format).
 pub const JSON_VERSION: u32 = 1;
@@ -28,6 +28,38 @@ struct Report<'a> {
     machine: Option<Machine>,
     processes: Vec<Process<'a>>,
     threads: Vec<Thread<'a>>,
+    gpus: Vec<Gpu<'a>>,
+    /// Why there is no GPU data; null when there is.
+    gpu_status: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct Gpu<'a> {
+    index: u32,
+    name: &'a str,
+    /// Null without a utilization series.
+    util_mean_pct: Option<f64>,
+    /// Share of the sampled time at or below IDLE_UTIL_PCT (5 %).
+    idle_frac: Option<f64>,
+    /// `[start_s, end_s]` relative to the recording start, in time order.
+    idle_intervals: &'a [(f64, f64)],
+    mem_peak_bytes: Option<u64>,
+    memory_total_bytes: Option<u64>,
+    pcie_rx_bytes_per_s: Option<f64>,
+    pcie_tx_bytes_per_s: Option<f64>,
+    sm_clock_mhz: Option<f64>,
+    power_w: Option<f64>,
+    utilization_source: &'a str,
+    /// Series this GPU or NVML library could not give, and why.
+    missing: &'a [String],
+    processes: Vec<GpuProcess<'a>>,
+}
+
+#[derive(Serialize)]
+struct GpuProcess<'a> {
+    pid: u32,
+    comm: &'a str,
+    sm_util_mean_pct: f64,
 }
 
 #[derive(Serialize)]
@@ -120,8 +152,37 @@ pub fn render(summary: &Summary) -> String {
                 exited: t.exited,
             })
             .collect(),
+        gpus: summary.gpus.iter().map(gpu).collect(),
+        gpu_status: summary.gpu_status.as_deref(),
     };
     let mut out = serde_json::to_string_pretty(&report).expect("plain data serializes");
     out.push('\n');
     out
+}
+
+fn gpu(g: &GpuStats) -> Gpu<'_> {
+    Gpu {
+        index: g.index,
+        name: &g.name,
+        util_mean_pct: g.util_mean_pct,
+        idle_frac: g.idle_frac,
+        idle_intervals: &g.idle_intervals,
+        mem_peak_bytes: g.mem_peak_bytes,
+        memory_total_bytes: g.memory_total_bytes,
+        pcie_rx_bytes_per_s: g.pcie_rx_bytes_per_s,
+        pcie_tx_bytes_per_s: g.pcie_tx_bytes_per_s,
+        sm_clock_mhz: g.sm_clock_mhz,
+        power_w: g.power_w,
+        utilization_source: &g.utilization_source,
+        missing: &g.missing,
+        processes: g
+            .processes
+            .iter()
+            .map(|p| GpuProcess {
+                pid: p.pid,
+                comm: &p.comm,
+                sm_util_mean_pct: p.sm_util_mean_pct,
+            })
+            .collect(),
+    }
 }

@@ -16,3 +16,5 @@ mod procs;
 mod errors;
 // No eBPF program outlives tprof, however it stops.
 mod detach;
+// GPU sampling through NVML, against a fake libnvidia-ml.so.
+mod gpu;

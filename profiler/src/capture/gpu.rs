@@ -29,6 +29,9 @@ use nvml_wrapper::{
 
 use crate::recording::{GpuDevice, GpuInfo, GpuMetric, GpuSeries};
 
+/// A GPU's series: the metric, and the process for per-process metrics.
+type SeriesKey = (GpuMetric, Option<u32>);
+
 /// What the dynamic loader is asked for when no library is given.
 pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 /// PCIe, clock, power and per-process utilization are polled on every
@@ -123,18 +126,18 @@ impl GpuSampler {
     /// per-process poll becomes a point for every `tracked` process: one the
     /// driver did not list used 0 % of the GPU.
     pub fn drain(&self, tracked: &HashSet<u32>) -> Vec<GpuSeries> {
-        let mut batches: BTreeMap<(u32, GpuMetric, Option<u32>), Vec<(u64, u64)>> = BTreeMap::new();
+        let mut batches: BTreeMap<(u32, SeriesKey), Vec<(u64, u64)>> = BTreeMap::new();
         for message in self.samples.try_iter() {
             match message {
                 Message::Series(s) => batches
-                    .entry((s.gpu, s.metric, s.pid))
+                    .entry((s.gpu, (s.metric, s.pid)))
                     .or_default()
                     .extend(s.points),
                 Message::Processes { gpu, ts_ns, utils } => {
                     for &pid in tracked {
                         let util = utils.iter().find(|u| u.0 == pid).map_or(0, |u| u.1);
                         batches
-                            .entry((gpu, GpuMetric::ProcessSmUtilPct, Some(pid)))
+                            .entry((gpu, (GpuMetric::ProcessSmUtilPct, Some(pid))))
                             .or_default()
                             .push((ts_ns, u64::from(util)));
                     }
@@ -143,7 +146,7 @@ impl GpuSampler {
         }
         batches
             .into_iter()
-            .map(|((gpu, metric, pid), points)| GpuSeries {
+            .map(|((gpu, (metric, pid)), points)| GpuSeries {
                 gpu,
                 metric,
                 pid,

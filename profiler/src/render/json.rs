@@ -186,3 +186,73 @@ fn gpu(g: &GpuStats) -> Gpu<'_> {
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::summarize;
+    use crate::model::{Gpu, Gpus, Model};
+    use crate::recording::GpuMetric;
+
+    const S: u64 = 1_000_000_000;
+
+    /// One GPU busy for 1 s, idle for 1 s, busy for 1 s, sampled each 0.5 s.
+    fn model() -> Model {
+        let util = [95, 95, 0, 0, 95, 95];
+        let points = util
+            .iter()
+            .enumerate()
+            .map(|(i, &u)| ((i as u64 + 1) * S / 2, u))
+            .collect();
+        let gpu = Gpu {
+            index: 0,
+            name: "GPU".into(),
+            series: [
+                ((GpuMetric::GpuUtilPct, None), points),
+                ((GpuMetric::MemUsedBytes, None), vec![(S, 7), (2 * S, 9)]),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        Model {
+            window_start_ns: 0,
+            window_end_ns: 3 * S,
+            gpus: Gpus {
+                status: None,
+                devices: vec![gpu],
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn gpus_have_the_documented_fields() {
+        let json: serde_json::Value = serde_json::from_str(&render(&summarize(&model()))).unwrap();
+        let gpu = &json["gpus"][0];
+        assert_eq!(gpu["index"], 0);
+        assert_eq!(gpu["name"], "GPU");
+        assert_eq!(gpu["idle_intervals"], serde_json::json!([[1.0, 2.0]]));
+        assert!((gpu["idle_frac"].as_f64().unwrap() - 1.0 / 3.0).abs() < 1e-9);
+        assert!((gpu["util_mean_pct"].as_f64().unwrap() - 95.0 * 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(gpu["mem_peak_bytes"], 9);
+        assert!(json["gpu_status"].is_null());
+    }
+
+    #[test]
+    fn no_gpu_data_says_why() {
+        let mut model = model();
+        model.gpus = Gpus {
+            status: Some("no GPU visible to NVML".into()),
+            devices: Vec::new(),
+        };
+        let summary = summarize(&model);
+        let json: serde_json::Value = serde_json::from_str(&render(&summary)).unwrap();
+        assert_eq!(json["gpus"], serde_json::json!([]));
+        assert_eq!(json["gpu_status"], "no GPU visible to NVML");
+        let text = crate::render::report::render(&summary);
+        assert!(
+            text.contains("no GPU data: no GPU visible to NVML"),
+            "{text}"
+        );
+    }
+}

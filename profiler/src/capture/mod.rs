@@ -416,6 +416,8 @@ impl Session {
         if self.last_status.elapsed() >= STATUS_EVERY {
             self.last_status = Instant::now();
             self.refresh_lost()?;
+            // Once a second: one record per series per second keeps the
+            // file small; a killed recording loses at most that second.
             self.drain_gpu()?;
             self.status_line();
         }

@@ -43,7 +43,7 @@ impl Period {
 pub struct ProcessGpuStats {
     pub pid: u32,
     pub comm: String,
-    /// Mean SM utilization over the driver's per-process polls.
+    /// Mean SM utilization over the per-process polls during its life.
     pub sm_util_mean_pct: f64,
 }
 
@@ -118,14 +118,16 @@ fn process_stats(model: &Model, gpu: &Gpu, window: (u64, u64)) -> Vec<ProcessGpu
     let mut out: Vec<ProcessGpuStats> = gpu
         .per_process(GpuMetric::ProcessSmUtilPct)
         .filter_map(|(pid, points)| {
+            let process = model.processes.get(&pid);
+            // Capture writes a 0 for every tracked pid at every poll; only
+            // the polls during the process's life say anything about it.
+            let life = process.map_or(window, |p| {
+                (p.start_ns.max(window.0), p.exit_ns.unwrap_or(window.1))
+            });
             Some(ProcessGpuStats {
                 pid,
-                comm: model
-                    .processes
-                    .get(&pid)
-                    .map(|p| p.comm.clone())
-                    .unwrap_or_default(),
-                sm_util_mean_pct: mean(in_window(points, window))?,
+                comm: process.map(|p| p.comm.clone()).unwrap_or_default(),
+                sm_util_mean_pct: mean(in_window(points, life))?,
             })
         })
         .collect();
@@ -269,5 +271,45 @@ mod tests {
         assert_eq!(weighted_mean(&periods), None);
         assert_eq!(idle_fraction(&periods, 5), None);
         assert!(idle_intervals(&periods, 5).is_empty());
+    }
+
+    #[test]
+    fn process_utilization_counts_only_its_life() {
+        use crate::model::{Gpus, Process};
+        use crate::recording::Origin;
+        // Polls every 0.5 s: 80 % while the process lives, then the 0 that
+        // capture writes for a tracked pid the driver no longer lists.
+        let points = vec![
+            (500 * MS, 80),
+            (1000 * MS, 80),
+            (1500 * MS, 0),
+            (2000 * MS, 0),
+        ];
+        let gpu = Gpu {
+            series: [((GpuMetric::ProcessSmUtilPct, Some(7)), points)].into(),
+            ..Default::default()
+        };
+        let process = Process {
+            pid: 7,
+            ppid: 1,
+            comm: "train".into(),
+            cmdline: vec![],
+            origin: Origin::Launched,
+            start_ns: 0,
+            exit_ns: Some(1200 * MS),
+        };
+        let model = Model {
+            window_start_ns: 0,
+            window_end_ns: 2000 * MS,
+            processes: [(7, process)].into(),
+            gpus: Gpus {
+                status: None,
+                devices: vec![gpu],
+            },
+            ..Default::default()
+        };
+        let stats = stats(&model);
+        assert_eq!(stats[0].processes[0].comm, "train");
+        assert_eq!(stats[0].processes[0].sm_util_mean_pct, 80.0);
     }
 }

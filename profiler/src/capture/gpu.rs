@@ -37,7 +37,7 @@ pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 /// PCIe, clock, power and per-process utilization are polled on every
 /// this many utilization polls: they change slowly, and a PCIe query
 /// blocks for its measuring window on real hardware.
-const SLOW_EVERY: u32 = 5;
+const SLOW_EVERY: u64 = 5;
 
 /// `tprof record`'s GPU options.
 #[derive(Debug, Clone)]
@@ -239,8 +239,9 @@ fn poll_until_stopped(
 ) {
     let period = Duration::from_secs_f64(1.0 / hz);
     let mut next = Instant::now();
-    for tick in 0u32.. {
-        next += period;
+    for tick in 0u64.. {
+        // A poll that overran its period is not made up with a burst.
+        next = (next + period).max(Instant::now());
         let wait = next.saturating_duration_since(Instant::now());
         let stopping = !matches!(
             stop.recv_timeout(wait),

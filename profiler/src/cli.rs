@@ -6,7 +6,11 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
 
-use crate::capture::{RecordOptions, output};
+use crate::capture::{RecordOptions, gpu::GpuOptions, output};
+
+/// Read when `--nvml-lib` is not given (sudo drops it unless kept with
+/// `sudo --preserve-env=TPROF_NVML_LIB`).
+const NVML_LIB_ENV: &str = "TPROF_NVML_LIB";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -52,6 +56,17 @@ pub struct RecordArgs {
     /// Do not print the report after recording.
     #[arg(long)]
     pub no_report: bool,
+    /// The NVML library to load [default: $TPROF_NVML_LIB, else
+    /// libnvidia-ml.so.1 from the loader's path].
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+    /// Do not sample the GPUs.
+    #[arg(long, conflicts_with_all = ["nvml_lib", "gpu_hz"])]
+    pub no_gpu: bool,
+    /// Rate for polling what the GPU driver does not buffer itself
+    /// (utilization where the driver has no sample buffer, memory used).
+    #[arg(long, value_name = "HZ", default_value_t = 20.0, value_parser = parse_hz)]
+    pub gpu_hz: f64,
     /// The command to launch and trace (after --).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -82,8 +97,28 @@ impl RecordArgs {
             duration: self.duration,
             output: self.output.clone().unwrap_or_else(output::default_path),
             force: self.force,
+            gpu: GpuOptions {
+                enabled: !self.no_gpu,
+                library: self
+                    .nvml_lib
+                    .clone()
+                    .or_else(|| std::env::var_os(NVML_LIB_ENV).map(PathBuf::from)),
+                hz: self.gpu_hz,
+            },
         })
     }
+}
+
+/// A polling rate: positive, and no faster than NVML can answer.
+fn parse_hz(text: &str) -> Result<f64, String> {
+    let hz: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a rate in Hz (try 20)"))?;
+    if !(hz > 0.0 && hz <= 1000.0) {
+        return Err(format!("rate `{text}` must be above 0 and at most 1000 Hz"));
+    }
+    Ok(hz)
 }
 
 /// `500ms`, `30s`, `2m`, `1h`, or a bare number of seconds (`1.5`).
@@ -135,6 +170,9 @@ mod tests {
             output: Some("x".into()),
             force: false,
             no_report: false,
+            nvml_lib: None,
+            no_gpu: false,
+            gpu_hz: 20.0,
             command,
         };
         assert!(args(vec![], vec![]).to_options().is_err());

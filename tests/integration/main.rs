@@ -19,3 +19,5 @@ mod detach;
 // Why threads wait: block IO (against /proc/<pid>/io and iostat), futex
 // waits and their wakers, other sleep.
 mod waits;
+// GPU sampling through NVML, against a fake libnvidia-ml.so.
+mod gpu;

@@ -1,23 +1,28 @@
 //! Support for tprof's integration tests (tests/integration): finding and
-//! running the `tprof` binary, building the C workloads in tests/workloads,
+//! running the `tprof` binary, building the C workloads in tests/workloads
+//! and the fake NVML library in tests/fake_nvml,
 //! reading their ground truth, and decoding `tprof report --json`.
 //!
 //! The tests load real eBPF programs, so they need root; helpers panic with
 //! a clear message rather than returning errors, so a failure reads as the
 //! reason it failed.
 
+mod fake_nvml;
 mod process;
 mod report;
 mod tprof;
 mod workload;
 
+pub use fake_nvml::{FakeNvml, recording_start_realtime_ns};
 pub use process::{Finished, Running, signal};
-pub use report::{Device, Futex, Process, Report, Thread, Waker};
+pub use report::{Device, Futex, Gpu, GpuProcess, Process, Report, Thread, Waker};
 pub use tprof::{
     Traced, bpf_program_ids_held_by, bpf_programs, record_cmd, record_command, report_json,
     require_root, tprof, tprof_bin, trace_workload,
 };
-pub use workload::{build_workload, parse_json_lines, read_truth_file, workspace_root};
+pub use workload::{
+    build_shared_lib, build_workload, parse_json_lines, read_truth_file, workspace_root,
+};
 
 /// True when `actual` is within `rel` (a fraction) or `abs` of `expected`,
 /// whichever is larger.

@@ -14,6 +14,9 @@ pub struct Report {
     pub processes: Vec<Process>,
     pub devices: Vec<Device>,
     pub futexes: Vec<Futex>,
+    pub gpus: Vec<Gpu>,
+    /// Why there is no GPU data; None when there is.
+    pub gpu_status: Option<String>,
 }
 
 /// A block device in iostat -x terms over the recording window.
@@ -46,6 +49,27 @@ pub struct Waker {
     pub pid: i64,
     pub tid: i64,
     pub wakes: u64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Gpu {
+    pub index: u32,
+    pub name: String,
+    pub util_mean_pct: Option<f64>,
+    pub idle_frac: Option<f64>,
+    /// `[start_s, end_s]` relative to the recording start.
+    pub idle_intervals: Vec<(f64, f64)>,
+    pub mem_peak_bytes: Option<u64>,
+    pub utilization_source: String,
+    pub missing: Vec<String>,
+    pub processes: Vec<GpuProcess>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GpuProcess {
+    pub pid: i64,
+    pub comm: String,
+    pub sm_util_mean_pct: f64,
 }
 
 #[derive(Debug, Deserialize)]

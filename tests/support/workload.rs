@@ -38,6 +38,39 @@ pub fn build_workload(name: &str) -> PathBuf {
     binary
 }
 
+/// Compiles one C file into a shared library `target/<dir>/<name>.so`
+/// (dir and name from the caller, so variants of one source built with
+/// different `defines`, such as `-DNO_SAMPLES`, sit side by side), unless it
+/// is newer than its source; returns the library's path.
+pub fn build_shared_lib(source: &Path, dir: &str, name: &str, defines: &[&str]) -> PathBuf {
+    let out_dir = workspace_root().join("target").join(dir);
+    let library = out_dir.join(format!("{name}.so"));
+    let _guard = BUILD_LOCK
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if is_up_to_date(&library, &[source]) {
+        return library;
+    }
+    fs::create_dir_all(&out_dir).expect("create the library directory under target/");
+    let out = Command::new("gcc")
+        .args([
+            "-shared", "-fPIC", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
+        ])
+        .args(defines)
+        .arg("-o")
+        .arg(&library)
+        .arg(source)
+        .output()
+        .expect("run gcc (install it with `cargo xtask setup`)");
+    assert!(
+        out.status.success(),
+        "gcc failed on {}:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    library
+}
+
 fn modified(path: &Path) -> Option<SystemTime> {
     fs::metadata(path).and_then(|m| m.modified()).ok()
 }

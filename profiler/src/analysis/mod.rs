@@ -5,6 +5,7 @@ mod devices;
 mod futexes;
 
 use std::collections::HashMap;
+pub mod gpu;
 
 use serde::Serialize;
 
@@ -122,6 +123,9 @@ pub struct Summary {
     pub processes: Vec<ProcessStats>,
     pub devices: Vec<DeviceStats>,
     pub futexes: Vec<FutexStats>,
+    pub gpus: Vec<gpu::GpuStats>,
+    /// Why there is no GPU data; None when there is.
+    pub gpu_status: Option<String>,
 }
 
 pub fn summarize(model: &Model) -> Summary {
@@ -162,6 +166,8 @@ pub fn summarize(model: &Model) -> Summary {
         threads,
         devices: device_stats(model),
         futexes: futex_stats(model),
+        gpus: gpu::stats(model),
+        gpu_status: model.gpus.status.clone(),
     }
 }
 

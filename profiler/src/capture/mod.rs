@@ -1,12 +1,13 @@
 //! Capture: everything that touches the live system. Loads and attaches the
 //! kernel programs, decides what is tracked, drains events into the
-//! recording as it goes, samples /proc, and stops on a signal, the duration
+//! recording as it goes, samples /proc and the GPUs ([`gpu`]), and stops on a signal, the duration
 //! or the targets' exit.
 //!
 //! Architecture invariant: the only module that needs root and the only one
 //! that uses aya (through [`programs`]). What it writes is all that later
 //! stages see.
 
+pub mod gpu;
 mod launch;
 pub mod output;
 pub mod procfs;
@@ -26,9 +27,10 @@ use profiler_ebpf::kind;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::recording::{
-    self, ClockAnchor, Event, Footer, Header, LostCounts, Origin, ProcessInfo, ThreadInfo, Writer,
-    record,
+    self, ClockAnchor, Event, Footer, GpuInfo, Header, LostCounts, Origin, ProcessInfo, ThreadInfo,
+    Writer, record,
 };
+use gpu::{GpuOptions, GpuSampler};
 use programs::KernelPrograms;
 
 /// How often the ring buffer is drained and the file flushed. Polling on a
@@ -50,6 +52,7 @@ pub struct RecordOptions {
     pub duration: Option<Duration>,
     pub output: PathBuf,
     pub force: bool,
+    pub gpu: GpuOptions,
 }
 
 /// Why recording stopped.
@@ -106,10 +109,12 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     } else {
         Some(launch::spawn_held(&opts.command)?)
     };
+    // Before the window opens: NVML can take a while to start.
+    let gpu = gpu::start(&opts.gpu);
     let start = anchor();
     programs.attach()?;
     let writer = Writer::new(BufWriter::with_capacity(1 << 20, file))?;
-    let mut session = Session::new(programs, writer, opts);
+    let mut session = Session::new(programs, writer, opts, gpu);
     match &held {
         Some(child) => session.track_launched(child.pid, &opts.command, start)?,
         None => session.track_attached(&opts.pids, start)?,
@@ -219,6 +224,9 @@ struct Session {
     ticks: u32,
     last_status: Instant,
     threads_seen: usize,
+    /// Written after the header.
+    gpu_info: GpuInfo,
+    gpu: Option<GpuSampler>,
 }
 
 impl Session {
@@ -226,6 +234,7 @@ impl Session {
         programs: KernelPrograms,
         writer: Writer<BufWriter<File>>,
         opts: &RecordOptions,
+        (gpu_info, gpu): (GpuInfo, Option<GpuSampler>),
     ) -> Session {
         Session {
             programs,
@@ -240,6 +249,8 @@ impl Session {
             ticks: 0,
             last_status: Instant::now(),
             threads_seen: 0,
+            gpu_info,
+            gpu,
         }
     }
 
@@ -256,6 +267,7 @@ impl Session {
             block_devices: procfs::block_devices(),
         };
         self.writer.write_json(record::HEADER, &header)?;
+        self.writer.write_json(record::GPU_INFO, &self.gpu_info)?;
         Ok(())
     }
 
@@ -363,6 +375,10 @@ impl Session {
             self.threads_seen,
             self.path.display()
         );
+        match &self.gpu_info.status {
+            Some(reason) => eprintln!("tprof: no GPU data: {reason}"),
+            None => eprintln!("tprof: sampling {} GPU(s)", self.gpu_info.devices.len()),
+        }
     }
 
     async fn run(
@@ -401,6 +417,9 @@ impl Session {
         if self.last_status.elapsed() >= STATUS_EVERY {
             self.last_status = Instant::now();
             self.refresh_lost()?;
+            // Once a second: one record per series per second keeps the
+            // file small; a killed recording loses at most that second.
+            self.drain_gpu()?;
             self.status_line();
         }
         self.writer
@@ -426,6 +445,17 @@ impl Session {
         for pid in new_processes {
             self.known.insert(pid);
             self.snapshot_process(pid, Origin::Forked)?;
+        }
+        Ok(())
+    }
+
+    /// Moves the GPU samples gathered so far into the recording.
+    fn drain_gpu(&mut self) -> Result<()> {
+        let Some(gpu) = &self.gpu else {
+            return Ok(());
+        };
+        for batch in gpu.drain(&self.known) {
+            self.writer.write_json(record::GPU_SAMPLES, &batch)?;
         }
         Ok(())
     }
@@ -475,7 +505,11 @@ impl Session {
         }
         let kept = format!("the recording so far is kept in {}", self.path.display());
         let stop_reason = result.context(kept.clone())?;
-        self.drain().context(kept)?;
+        self.drain().context(kept.clone())?;
+        if let Some(gpu) = &mut self.gpu {
+            gpu.stop();
+        }
+        self.drain_gpu().context(kept)?;
         self.lost = self.programs.lost_counts()?;
         self.writer.write_json(record::LOST, &self.lost)?;
         let footer = Footer {

@@ -6,12 +6,14 @@
 //! [`Recording`] and nothing else, so everything downstream is testable
 //! without root or a kernel.
 
+pub mod gpu;
 mod io;
 mod reasons;
 mod threads;
 
 use std::collections::{BTreeMap, HashMap};
 
+pub use gpu::{Gpu, Gpus};
 pub use io::{FutexWait, IoOp, IoRequest};
 pub use threads::{BlockReason, Interval, SwitchOut, Thread, ThreadState};
 
@@ -68,6 +70,7 @@ pub struct Model {
     pub cut_short: bool,
     pub stop_reason: Option<String>,
     pub targets: Vec<u32>,
+    pub gpus: Gpus,
 }
 
 impl Model {
@@ -92,6 +95,7 @@ impl Model {
             stop_reason: rec.footer.as_ref().map(|f| f.stop_reason.clone()),
             targets: rec.header.targets.clone(),
             devices: rec.header.block_devices.clone(),
+            gpus: gpu::build(rec),
             ..Default::default()
         };
         for event in events {

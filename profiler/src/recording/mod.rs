@@ -42,6 +42,13 @@ pub mod record {
     pub const SYSTEM: u32 = 5;
     pub const LOST: u32 = 6;
     pub const FOOTER: u32 = 7;
+    /// GPU sampling's setup ([`super::GpuInfo`]): the GPUs found and the
+    /// series each lacks, or why there is no GPU data at all. At most one,
+    /// written after the header.
+    pub const GPU_INFO: u32 = 8;
+    /// A batch of one GPU series' samples ([`super::GpuSeries`]), already
+    /// on CLOCK_MONOTONIC. A series spans many records; readers concatenate.
+    pub const GPU_SAMPLES: u32 = 9;
 }
 
 /// A pair of clock readings taken together, to convert between CLOCK_MONOTONIC
@@ -50,6 +57,16 @@ pub mod record {
 pub struct ClockAnchor {
     pub monotonic_ns: u64,
     pub realtime_ns: u64,
+}
+
+impl ClockAnchor {
+    /// The CLOCK_MONOTONIC time of a wall-clock time (ns), by the offset
+    /// between the two clocks when this anchor was taken.
+    pub fn realtime_to_monotonic(&self, realtime_ns: u64) -> u64 {
+        let mono =
+            i128::from(self.monotonic_ns) + i128::from(realtime_ns) - i128::from(self.realtime_ns);
+        mono.clamp(0, i128::from(u64::MAX)) as u64
+    }
 }
 
 /// First record: what was recorded, where, and when the window opened.
@@ -154,4 +171,79 @@ pub struct Footer {
     /// Why recording stopped: "duration", "interrupted", "terminated",
     /// "targets exited", or an error.
     pub stop_reason: String,
+}
+
+/// GPU sampling's setup, written once. Either `status` says why there is no
+/// GPU data (no NVML library, no driver, no GPU, `--no-gpu`), or `devices`
+/// lists what is sampled.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    /// Why there is no GPU data; None when sampling ran.
+    pub status: Option<String>,
+    /// The NVML library asked for (a path or the loader's name for it).
+    pub library: Option<String>,
+    pub devices: Vec<GpuDevice>,
+}
+
+/// One GPU as NVML enumerates it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuDevice {
+    /// NVML's index (not necessarily CUDA's).
+    pub index: u32,
+    pub name: String,
+    pub memory_total_bytes: Option<u64>,
+    /// Where utilization comes from: the driver's sample buffer, or
+    /// utilization rates polled at a fixed rate.
+    pub utilization_source: String,
+    /// Series this GPU or library cannot give, each with the NVML function
+    /// and why (e.g. "per-process utilization (nvmlDeviceGetProcessUtilization):
+    /// not in the NVML library").
+    pub missing: Vec<String>,
+}
+
+/// What a GPU series measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuMetric {
+    /// % of the period a kernel ran.
+    GpuUtilPct,
+    /// % of the period device memory was read or written.
+    MemUtilPct,
+    MemUsedBytes,
+    PcieRxBytesPerS,
+    PcieTxBytesPerS,
+    SmClockMhz,
+    PowerMw,
+    /// One process's SM utilization (with `pid`); 0 when the driver listed
+    /// other processes but not this one.
+    ProcessSmUtilPct,
+}
+
+/// Samples of one series of one GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuSeries {
+    pub gpu: u32,
+    pub metric: GpuMetric,
+    /// The process, for per-process metrics.
+    pub pid: Option<u32>,
+    /// `(CLOCK_MONOTONIC ns, value)`, oldest first. A utilization value is
+    /// the driver's average over the period since the series' previous
+    /// sample; other values are readings at that time.
+    pub points: Vec<(u64, u64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn converts_wall_clock_to_monotonic() {
+        let anchor = ClockAnchor {
+            monotonic_ns: 1_000,
+            realtime_ns: 1_000_000,
+        };
+        assert_eq!(anchor.realtime_to_monotonic(1_000_500), 1_500);
+        assert_eq!(anchor.realtime_to_monotonic(999_500), 500);
+        assert_eq!(anchor.realtime_to_monotonic(0), 0);
+    }
 }

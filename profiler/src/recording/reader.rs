@@ -8,8 +8,8 @@ use anyhow::Context as _;
 use serde::de::DeserializeOwned;
 
 use super::{
-    FORMAT_VERSION, Footer, Header, LostCounts, MAGIC, MAX_RECORD_LEN, PREAMBLE_LEN, ProcessInfo,
-    SystemSample, ThreadInfo, events, record,
+    FORMAT_VERSION, Footer, GpuInfo, GpuSeries, Header, LostCounts, MAGIC, MAX_RECORD_LEN,
+    PREAMBLE_LEN, ProcessInfo, SystemSample, ThreadInfo, events, record,
 };
 use crate::recording::Event;
 
@@ -23,6 +23,10 @@ pub struct Recording {
     pub events: Vec<Event>,
     pub system: Vec<SystemSample>,
     pub lost: LostCounts,
+    /// GPU sampling's setup; None in a recording cut off before it.
+    pub gpu: Option<GpuInfo>,
+    /// GPU sample batches in file order.
+    pub gpu_series: Vec<GpuSeries>,
     /// Present when recording ended normally.
     pub footer: Option<Footer>,
     /// The file ends inside a record: the recording was killed mid-write.
@@ -79,6 +83,8 @@ pub fn parse(bytes: &[u8]) -> Result<Recording, ReadError> {
             record::THREAD => rec.threads.push(json(payload).map_err(corrupt)?),
             record::SYSTEM => rec.system.push(json(payload).map_err(corrupt)?),
             record::LOST => rec.lost = json(payload).map_err(corrupt)?,
+            record::GPU_INFO => rec.gpu = Some(json(payload).map_err(corrupt)?),
+            record::GPU_SAMPLES => rec.gpu_series.push(json(payload).map_err(corrupt)?),
             record::FOOTER => rec.footer = Some(json::<Footer>(payload).map_err(corrupt)?),
             record::EVENTS => events::decode_all(payload, &mut rec.events)
                 .map_err(|e| corrupt(format!("bad event: {e}")))?,
@@ -129,7 +135,7 @@ fn json<T: DeserializeOwned>(payload: &[u8]) -> Result<T, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recording::{ClockAnchor, Writer};
+    use crate::recording::{ClockAnchor, GpuDevice, GpuMetric, Writer};
     use profiler_ebpf::{EventHeader, ExitEvent, kind};
 
     fn sample() -> Vec<u8> {
@@ -154,6 +160,22 @@ mod tests {
         };
         w.push_event(&events::encode(&exit)).unwrap();
         w.flush().unwrap();
+        let gpu = GpuInfo {
+            devices: vec![GpuDevice {
+                index: 0,
+                name: "GPU".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        w.write_json(record::GPU_INFO, &gpu).unwrap();
+        let series = GpuSeries {
+            gpu: 0,
+            metric: GpuMetric::GpuUtilPct,
+            pid: None,
+            points: vec![(5, 95), (6, 0)],
+        };
+        w.write_json(record::GPU_SAMPLES, &series).unwrap();
         let footer = Footer {
             end: ClockAnchor::default(),
             stop_reason: "duration".into(),
@@ -167,6 +189,8 @@ mod tests {
         let rec = parse(&sample()).unwrap();
         assert_eq!(rec.header.cores, 2);
         assert_eq!(rec.events.len(), 1);
+        assert_eq!(rec.gpu.as_ref().unwrap().devices[0].name, "GPU");
+        assert_eq!(rec.gpu_series[0].points, vec![(5, 95), (6, 0)]);
         assert!(!rec.cut_short());
     }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::analysis::{DeviceUser, IoStat, Summary, Waker};
+use crate::analysis::{DeviceUser, IoStat, Summary, Waker, gpu::GpuStats};
 
 /// Version of the JSON contract (not of the recording format).
 pub const JSON_VERSION: u32 = 1;
@@ -30,6 +30,9 @@ struct Report<'a> {
     threads: Vec<Thread<'a>>,
     devices: Vec<Device<'a>>,
     futexes: Vec<Futex<'a>>,
+    gpus: Vec<Gpu<'a>>,
+    /// Why there is no GPU data; null when there is.
+    gpu_status: Option<&'a str>,
 }
 
 /// iostat -x columns of a device over the window; `series` has them per second.
@@ -52,6 +55,35 @@ struct Futex<'a> {
     wait_s: f64,
     wakers: &'a [Waker],
     unwoken: usize,
+}
+
+#[derive(Serialize)]
+struct Gpu<'a> {
+    index: u32,
+    name: &'a str,
+    /// Null without a utilization series.
+    util_mean_pct: Option<f64>,
+    /// Share of the sampled time at or below IDLE_UTIL_PCT (5 %).
+    idle_frac: Option<f64>,
+    /// `[start_s, end_s]` relative to the recording start, in time order.
+    idle_intervals: &'a [(f64, f64)],
+    mem_peak_bytes: Option<u64>,
+    memory_total_bytes: Option<u64>,
+    pcie_rx_bytes_per_s: Option<f64>,
+    pcie_tx_bytes_per_s: Option<f64>,
+    sm_clock_mhz: Option<f64>,
+    power_w: Option<f64>,
+    utilization_source: &'a str,
+    /// Series this GPU or NVML library could not give, and why.
+    missing: &'a [String],
+    processes: Vec<GpuProcess<'a>>,
+}
+
+#[derive(Serialize)]
+struct GpuProcess<'a> {
+    pid: u32,
+    comm: &'a str,
+    sm_util_mean_pct: f64,
 }
 
 #[derive(Serialize)]
@@ -177,8 +209,107 @@ pub fn render(summary: &Summary) -> String {
                 unwoken: f.unwoken,
             })
             .collect(),
+        gpus: summary.gpus.iter().map(gpu).collect(),
+        gpu_status: summary.gpu_status.as_deref(),
     };
     let mut out = serde_json::to_string_pretty(&report).expect("plain data serializes");
     out.push('\n');
     out
+}
+
+fn gpu(g: &GpuStats) -> Gpu<'_> {
+    Gpu {
+        index: g.index,
+        name: &g.name,
+        util_mean_pct: g.util_mean_pct,
+        idle_frac: g.idle_frac,
+        idle_intervals: &g.idle_intervals,
+        mem_peak_bytes: g.mem_peak_bytes,
+        memory_total_bytes: g.memory_total_bytes,
+        pcie_rx_bytes_per_s: g.pcie_rx_bytes_per_s,
+        pcie_tx_bytes_per_s: g.pcie_tx_bytes_per_s,
+        sm_clock_mhz: g.sm_clock_mhz,
+        power_w: g.power_w,
+        utilization_source: &g.utilization_source,
+        missing: &g.missing,
+        processes: g
+            .processes
+            .iter()
+            .map(|p| GpuProcess {
+                pid: p.pid,
+                comm: &p.comm,
+                sm_util_mean_pct: p.sm_util_mean_pct,
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::summarize;
+    use crate::model::{Gpu, Gpus, Model};
+    use crate::recording::GpuMetric;
+
+    const S: u64 = 1_000_000_000;
+
+    /// One GPU busy for 1 s, idle for 1 s, busy for 1 s, sampled each 0.5 s.
+    fn model() -> Model {
+        let util = [95, 95, 0, 0, 95, 95];
+        let points = util
+            .iter()
+            .enumerate()
+            .map(|(i, &u)| ((i as u64 + 1) * S / 2, u))
+            .collect();
+        let gpu = Gpu {
+            index: 0,
+            name: "GPU".into(),
+            series: [
+                ((GpuMetric::GpuUtilPct, None), points),
+                ((GpuMetric::MemUsedBytes, None), vec![(S, 7), (2 * S, 9)]),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        Model {
+            window_start_ns: 0,
+            window_end_ns: 3 * S,
+            gpus: Gpus {
+                status: None,
+                devices: vec![gpu],
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn gpus_have_the_documented_fields() {
+        let json: serde_json::Value = serde_json::from_str(&render(&summarize(&model()))).unwrap();
+        let gpu = &json["gpus"][0];
+        assert_eq!(gpu["index"], 0);
+        assert_eq!(gpu["name"], "GPU");
+        assert_eq!(gpu["idle_intervals"], serde_json::json!([[1.0, 2.0]]));
+        assert!((gpu["idle_frac"].as_f64().unwrap() - 1.0 / 3.0).abs() < 1e-9);
+        assert!((gpu["util_mean_pct"].as_f64().unwrap() - 95.0 * 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(gpu["mem_peak_bytes"], 9);
+        assert!(json["gpu_status"].is_null());
+    }
+
+    #[test]
+    fn no_gpu_data_says_why() {
+        let mut model = model();
+        model.gpus = Gpus {
+            status: Some("no GPU visible to NVML".into()),
+            devices: Vec::new(),
+        };
+        let summary = summarize(&model);
+        let json: serde_json::Value = serde_json::from_str(&render(&summary)).unwrap();
+        assert_eq!(json["gpus"], serde_json::json!([]));
+        assert_eq!(json["gpu_status"], "no GPU visible to NVML");
+        let text = crate::render::report::render(&summary);
+        assert!(
+            text.contains("no GPU data: no GPU visible to NVML"),
+            "{text}"
+        );
+    }
 }

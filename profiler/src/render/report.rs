@@ -3,10 +3,15 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::{ProcessStats, Summary, ThreadStats};
+use crate::analysis::{
+    ProcessStats, Summary, ThreadStats,
+    gpu::{GpuStats, IDLE_UTIL_PCT},
+};
 
 /// Threads shown in the table; the rest are summed in one line.
 const MAX_THREAD_ROWS: usize = 40;
+/// Idle stretches listed per GPU, longest first.
+const MAX_IDLE_ROWS: usize = 5;
 
 pub fn render(s: &Summary) -> String {
     let mut out = String::new();
@@ -16,6 +21,7 @@ pub fn render(s: &Summary) -> String {
     threads(&mut out, s);
     devices(&mut out, s);
     futexes(&mut out, s);
+    gpus(&mut out, s);
     out
 }
 
@@ -311,4 +317,81 @@ fn futexes(out: &mut String, s: &Summary) {
             wakers.join(", ")
         );
     }
+}
+
+fn gpus(out: &mut String, s: &Summary) {
+    let _ = writeln!(out, "\nGPU");
+    if let Some(reason) = &s.gpu_status {
+        let _ = writeln!(out, "  no GPU data: {reason}");
+        return;
+    }
+    for g in &s.gpus {
+        gpu(out, g);
+    }
+}
+
+fn gpu(out: &mut String, g: &GpuStats) {
+    let _ = writeln!(out, "  GPU {} ({}):", g.index, g.name);
+    match (g.util_mean_pct, g.idle_frac) {
+        (Some(util), Some(idle)) => {
+            let _ = writeln!(
+                out,
+                "    utilization {util:.0}% on average, idle (<= {IDLE_UTIL_PCT}%) {:.0}% of the time ({})",
+                100.0 * idle,
+                g.utilization_source
+            );
+        }
+        _ => {
+            let _ = writeln!(out, "    no utilization samples");
+        }
+    }
+    for (start, end) in g.longest_idle().into_iter().take(MAX_IDLE_ROWS) {
+        let _ = writeln!(
+            out,
+            "    idle {:.2} s from {start:.2} s to {end:.2} s",
+            end - start
+        );
+    }
+    if let Some(peak) = g.mem_peak_bytes {
+        let total = g
+            .memory_total_bytes
+            .map(|t| format!(" of {}", gib(t)))
+            .unwrap_or_default();
+        let _ = writeln!(out, "    memory peak {}{total}", gib(peak));
+    }
+    gpu_extras(out, g);
+    for p in &g.processes {
+        let _ = writeln!(
+            out,
+            "    process {} ({}): {:.0}% SM utilization on average",
+            p.pid, p.comm, p.sm_util_mean_pct
+        );
+    }
+    for m in &g.missing {
+        let _ = writeln!(out, "    missing: {m}");
+    }
+}
+
+/// PCIe, clock and power on one line, whichever were sampled.
+fn gpu_extras(out: &mut String, g: &GpuStats) {
+    let mut parts = Vec::new();
+    if let Some(rx) = g.pcie_rx_bytes_per_s {
+        parts.push(format!("PCIe rx {:.0} MB/s", rx / 1e6));
+    }
+    if let Some(tx) = g.pcie_tx_bytes_per_s {
+        parts.push(format!("tx {:.0} MB/s", tx / 1e6));
+    }
+    if let Some(mhz) = g.sm_clock_mhz {
+        parts.push(format!("SM clock {mhz:.0} MHz"));
+    }
+    if let Some(w) = g.power_w {
+        parts.push(format!("power {w:.0} W"));
+    }
+    if !parts.is_empty() {
+        let _ = writeln!(out, "    {} (means)", parts.join(", "));
+    }
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
 }

@@ -107,7 +107,7 @@ fn device_stats_agree_with_iostat() {
         );
     }
     assert!(
-        theirs["%util"] > 10.0,
+        theirs["%util"] > 5.0,
         "the reads should keep the disk busy\n{context}"
     );
     assert!(

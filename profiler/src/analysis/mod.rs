@@ -1,6 +1,8 @@
 //! Statistics over the model: per thread, per process, and the machine-wide
 //! picture. Pure functions; the renderers only format what is computed here.
 
+pub mod flame;
+
 use serde::Serialize;
 
 use crate::model::{Model, Thread, ThreadState};

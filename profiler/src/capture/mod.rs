@@ -11,6 +11,7 @@ mod launch;
 pub mod output;
 pub mod procfs;
 mod programs;
+mod symbols;
 pub mod tracefs;
 
 use std::{
@@ -30,6 +31,7 @@ use crate::recording::{
     record,
 };
 use programs::KernelPrograms;
+use symbols::AddressSpaces;
 
 /// How often the ring buffer is drained and the file flushed. Polling on a
 /// timer instead of waking per event keeps tprof's cost flat under load (the
@@ -37,7 +39,8 @@ use programs::KernelPrograms;
 const DRAIN_EVERY: Duration = Duration::from_millis(50);
 /// How often /proc/stat is sampled (every other drain).
 const SAMPLE_EVERY_TICKS: u32 = 2;
-/// How often the status line and the lost counts are refreshed.
+/// How often the status line and the lost counts are refreshed, and the
+/// /proc/<pid>/maps snapshots of live processes (for dlopen'd libraries).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
 
 /// What `tprof record` was asked to do, validated.
@@ -50,6 +53,8 @@ pub struct RecordOptions {
     pub duration: Option<Duration>,
     pub output: PathBuf,
     pub force: bool,
+    /// On-CPU sampling frequency; None: no stacks at all (--no-stacks).
+    pub sample_hz: Option<u64>,
 }
 
 /// Why recording stopped.
@@ -100,7 +105,7 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     tracefs::ensure_mounted()?;
     let offsets = tracefs::tracepoint_offsets()?;
     let file = output::create(&opts.output, opts.force)?;
-    let mut programs = KernelPrograms::load(&offsets)?;
+    let mut programs = KernelPrograms::load(&offsets, opts.sample_hz.is_some())?;
     let held = if opts.command.is_empty() {
         None
     } else {
@@ -108,6 +113,9 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     };
     let start = anchor();
     programs.attach()?;
+    if let Some(hz) = opts.sample_hz {
+        programs.attach_sampler(hz)?;
+    }
     let writer = Writer::new(BufWriter::with_capacity(1 << 20, file))?;
     let mut session = Session::new(programs, writer, opts);
     match &held {
@@ -213,6 +221,9 @@ struct Session {
     child: Option<u32>,
     /// Processes with a /proc snapshot in the recording.
     known: HashSet<u32>,
+    /// Their executable mappings, for symbolizing stacks at the end.
+    spaces: AddressSpaces,
+    sample_hz: Option<u64>,
     events: u64,
     lost: LostCounts,
     started: Instant,
@@ -234,6 +245,8 @@ impl Session {
             roots: Vec::new(),
             child: None,
             known: HashSet::new(),
+            spaces: AddressSpaces::default(),
+            sample_hz: opts.sample_hz,
             events: 0,
             lost: LostCounts::default(),
             started: Instant::now(),
@@ -351,6 +364,7 @@ impl Session {
             seen_ns: monotonic_ns(),
         };
         self.writer.write_json(record::PROCESS, &info)?;
+        self.spaces.snapshot(pid);
         Ok(())
     }
 
@@ -400,6 +414,7 @@ impl Session {
         if self.last_status.elapsed() >= STATUS_EVERY {
             self.last_status = Instant::now();
             self.refresh_lost()?;
+            self.refresh_maps();
             self.status_line();
         }
         self.writer
@@ -415,7 +430,10 @@ impl Session {
         while let Some(item) = self.programs.events.next() {
             let bytes: &[u8] = &item;
             self.events += 1;
-            if let Some(pid) = process_change(bytes) {
+            if let Some((pid, parent)) = process_change(bytes) {
+                if let Some(parent) = parent {
+                    self.spaces.set_parent(pid, parent);
+                }
                 new_processes.push(pid);
             }
             self.writer
@@ -435,6 +453,29 @@ impl Session {
             self.writer.write_json(record::LOST, &lost)?;
             self.lost = lost;
         }
+        Ok(())
+    }
+
+    /// Re-reads the maps of live processes, so libraries loaded since the
+    /// last snapshot resolve even if the process exits before the end.
+    fn refresh_maps(&mut self) {
+        if self.sample_hz.is_none() {
+            return;
+        }
+        for &pid in &self.known {
+            self.spaces.snapshot(pid);
+        }
+    }
+
+    /// Reads the kernel's stack aggregate, symbolizes it and writes the
+    /// STACKS record.
+    fn write_stacks(&mut self) -> Result<()> {
+        let Some(hz) = self.sample_hz else {
+            return Ok(());
+        };
+        let raw = self.programs.read_stacks()?;
+        let table = symbols::build_table(&raw, &self.spaces, hz, monotonic_ns());
+        self.writer.write_json(record::STACKS, &table)?;
         Ok(())
     }
 
@@ -474,7 +515,8 @@ impl Session {
         }
         let kept = format!("the recording so far is kept in {}", self.path.display());
         let stop_reason = result.context(kept.clone())?;
-        self.drain().context(kept)?;
+        self.drain().context(kept.clone())?;
+        self.write_stacks().context(kept)?;
         self.lost = self.programs.lost_counts()?;
         self.writer.write_json(record::LOST, &self.lost)?;
         let footer = Footer {
@@ -500,8 +542,9 @@ impl Session {
     }
 }
 
-/// The pid of a process that a raw event says was created or exec'd.
-fn process_change(bytes: &[u8]) -> Option<u32> {
+/// The pid of a process that a raw event says was created (with its parent)
+/// or exec'd.
+fn process_change(bytes: &[u8]) -> Option<(u32, Option<u32>)> {
     let kind = u16::from_le_bytes(bytes.get(8..10)?.try_into().ok()?);
     if kind != kind::FORK && kind != kind::EXEC {
         return None;
@@ -511,8 +554,8 @@ fn process_change(bytes: &[u8]) -> Option<u32> {
             parent_tgid,
             child_tgid,
             ..
-        } if child_tgid != parent_tgid => Some(child_tgid),
-        Event::Exec { tgid, .. } => Some(tgid),
+        } if child_tgid != parent_tgid => Some((child_tgid, Some(parent_tgid))),
+        Event::Exec { tgid, .. } => Some((tgid, None)),
         _ => None,
     }
 }

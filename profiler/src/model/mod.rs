@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 pub use threads::{Interval, SwitchOut, Thread, ThreadState};
 
-use crate::recording::{Event, LostCounts, Origin, Recording, SystemSample};
+use crate::recording::{Event, LostCounts, Origin, Recording, StackTable, SystemSample};
 
 /// A tracked process.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,6 +56,8 @@ pub struct Model {
     pub cut_short: bool,
     pub stop_reason: Option<String>,
     pub targets: Vec<u32>,
+    /// Sampled stacks, as recorded (frames already symbolized).
+    pub stacks: Option<StackTable>,
 }
 
 impl Model {
@@ -79,6 +81,7 @@ impl Model {
             cut_short: rec.cut_short(),
             stop_reason: rec.footer.as_ref().map(|f| f.stop_reason.clone()),
             targets: rec.header.targets.clone(),
+            stacks: rec.stacks.clone(),
             ..Default::default()
         };
         for event in events {

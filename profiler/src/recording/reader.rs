@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 
 use super::{
     FORMAT_VERSION, Footer, Header, LostCounts, MAGIC, MAX_RECORD_LEN, PREAMBLE_LEN, ProcessInfo,
-    SystemSample, ThreadInfo, events, record,
+    StackTable, SystemSample, ThreadInfo, events, record,
 };
 use crate::recording::Event;
 
@@ -23,6 +23,8 @@ pub struct Recording {
     pub events: Vec<Event>,
     pub system: Vec<SystemSample>,
     pub lost: LostCounts,
+    /// Sampled stacks; absent when recorded with --no-stacks or cut short.
+    pub stacks: Option<StackTable>,
     /// Present when recording ended normally.
     pub footer: Option<Footer>,
     /// The file ends inside a record: the recording was killed mid-write.
@@ -79,6 +81,7 @@ pub fn parse(bytes: &[u8]) -> Result<Recording, ReadError> {
             record::THREAD => rec.threads.push(json(payload).map_err(corrupt)?),
             record::SYSTEM => rec.system.push(json(payload).map_err(corrupt)?),
             record::LOST => rec.lost = json(payload).map_err(corrupt)?,
+            record::STACKS => rec.stacks = Some(json(payload).map_err(corrupt)?),
             record::FOOTER => rec.footer = Some(json::<Footer>(payload).map_err(corrupt)?),
             record::EVENTS => events::decode_all(payload, &mut rec.events)
                 .map_err(|e| corrupt(format!("bad event: {e}")))?,

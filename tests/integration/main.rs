@@ -16,3 +16,6 @@ mod procs;
 mod errors;
 // No eBPF program outlives tprof, however it stops.
 mod detach;
+// Stacks and flamegraphs: on-CPU shares, off-CPU time by reason, exited
+// workers symbolized, SVGs well-formed.
+mod stacks;

@@ -14,8 +14,8 @@ mod workload;
 pub use process::{Finished, Running, signal};
 pub use report::{Process, Report, Thread};
 pub use tprof::{
-    Traced, bpf_program_names, record_cmd, record_command, report_json, require_root, tprof,
-    tprof_bin, trace_workload,
+    Traced, bpf_program_names, flamegraph_folded, record_cmd, record_command, report_json,
+    require_root, tprof, tprof_bin, trace_workload, trace_workload_with,
 };
 pub use workload::{build_workload, parse_json_lines, read_truth_file, workspace_root};
 

@@ -98,7 +98,7 @@ pub struct FlamegraphArgs {
     #[arg(short, long, value_name = "FILE.svg")]
     pub output: Option<PathBuf>,
     /// Print folded stacks (`frame;frame count`) to stdout instead of an SVG.
-    #[arg(long, conflicts_with = "output")]
+    #[arg(long, conflicts_with_all = ["output", "diff"])]
     pub folded: bool,
     /// Only these processes (repeatable).
     #[arg(long = "pid", value_name = "PID")]

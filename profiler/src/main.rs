@@ -38,8 +38,13 @@ fn run(cli: cli::Cli) -> Result<()> {
         cli::Command::Record(args) => {
             let options = args.to_options()?;
             let outcome = capture::record(&options)?;
-            if options.sample_hz.is_some() && !args.no_flamegraphs {
-                record_flamegraphs(&outcome.path, options.force)?;
+            // The recording is safe on disk by now: a flamegraph that cannot
+            // be written is a warning, not a failed recording.
+            if options.sample_hz.is_some()
+                && !args.no_flamegraphs
+                && let Err(err) = record_flamegraphs(&outcome.path, options.force)
+            {
+                eprintln!("tprof: warning: {err:#}");
             }
             if !args.no_report {
                 report(&outcome.path, false)?;
@@ -57,7 +62,7 @@ fn flamegraph(args: &cli::FlamegraphArgs) -> Result<()> {
     let kind = FlameKind::from(args.kind);
     let filter = args.filter();
     let lines = folded(&args.path, kind, &filter)?;
-    if args.folded && args.after.is_none() {
+    if args.folded {
         io::stdout()
             .lock()
             .write_all(flame::folded_text(&lines).as_bytes())?;

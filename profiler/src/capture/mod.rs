@@ -129,8 +129,12 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     let result = session.run(&mut signals, opts.duration).await;
     let outcome = session.finish(result);
     if let Ok(outcome) = &outcome {
+        let stacks_lost = match outcome.lost.stack_lost() {
+            0 => String::new(),
+            n => format!(", {n} stacks lost"),
+        };
         eprintln!(
-            "tprof: stopped ({}), {} events, {} lost, written to {}",
+            "tprof: stopped ({}), {} events, {} lost{stacks_lost}, written to {}",
             outcome.stop_reason.as_str(),
             outcome.events,
             outcome.lost.total(),

@@ -148,15 +148,15 @@ pub struct LostCounts {
 }
 
 impl LostCounts {
+    /// Events lost: these make thread times approximate. Stack losses are
+    /// counted apart ([`LostCounts::stack_lost`]): they only thin the
+    /// flamegraphs.
     pub fn total(&self) -> u64 {
-        self.ring_buffer_full.values().sum::<u64>()
-            + self.tracking_full
-            + self.undecodable
-            + self.stack_lost()
+        self.ring_buffer_full.values().sum::<u64>() + self.tracking_full + self.undecodable
     }
 
-    /// Samples and stacks lost by stack sampling (a lost stack still counts
-    /// its sample, under a missing frame).
+    /// Stacks, samples and off-CPU intervals lost by stack sampling (a lost
+    /// stack still counts its sample, under a "[user stack lost]" frame).
     pub fn stack_lost(&self) -> u64 {
         self.stack_collisions + self.stack_failed + self.stack_aggregate_full + self.offcpu_full
     }

@@ -13,11 +13,11 @@ use std::{
     fs,
 };
 
-use blazesym::MaybeDefault;
 use blazesym::symbolize::{
     Input, Symbolized, Symbolizer,
-    source::{Elf, Kernel, Source},
+    source::{Elf, Kernel, Process, Source},
 };
+use blazesym::{MaybeDefault, Pid};
 
 use super::{
     procfs::{self, Mapping},
@@ -53,6 +53,18 @@ impl AddressSpaces {
 
     pub fn set_parent(&mut self, child: u32, parent: u32) {
         self.parents.insert(child, parent);
+    }
+
+    /// `pid` and its known ancestors, nearest first.
+    fn lineage(&self, pid: u32) -> Vec<u32> {
+        let mut out = vec![pid];
+        while let Some(&parent) = self.parents.get(out.last().expect("not empty")) {
+            if out.len() >= 16 || out.contains(&parent) {
+                break;
+            }
+            out.push(parent);
+        }
+        out
     }
 
     /// The mapping holding `addr` in `pid`, or in its nearest ancestor with a
@@ -127,7 +139,7 @@ pub fn build_table(
             weight,
         });
     }
-    table.frames = symbolize(&sites);
+    table.frames = symbolize(&sites, spaces);
     table.stacks = vec![Vec::new(); stacks.len()];
     for (ids, index) in stacks {
         table.stacks[index as usize] = ids;
@@ -208,7 +220,7 @@ fn user_site(spaces: &AddressSpaces, pid: u32, addr: u64) -> Site {
 }
 
 /// One frame per site, in the sites' index order.
-fn symbolize(sites: &BTreeMap<Site, u32>) -> Vec<Frame> {
+fn symbolize(sites: &BTreeMap<Site, u32>, spaces: &AddressSpaces) -> Vec<Frame> {
     let symbolizer = Symbolizer::new();
     let mut frames = vec![Frame::default(); sites.len()];
     let mut by_file: BTreeMap<&str, Vec<(u64, u32)>> = BTreeMap::new();
@@ -220,14 +232,28 @@ fn symbolize(sites: &BTreeMap<Site, u32>) -> Vec<Frame> {
             Site::File(path, offset) => by_file.entry(path).or_default().push((*offset, index)),
             Site::Kernel(addr) => kernel.push((*addr, index)),
             Site::Anon(pid, addr) => {
-                let entries = perf_maps.entry(*pid).or_insert_with(|| read_perf_map(*pid));
-                *frame = jit_frame(entries, *addr);
+                // A forked worker runs code its parent JIT-compiled, which
+                // may be listed only in the parent's perf map.
+                *frame = jit_frame(&[], *addr);
+                for owner in spaces.lineage(*pid) {
+                    let entries = perf_maps
+                        .entry(owner)
+                        .or_insert_with(|| read_perf_map(owner));
+                    let found = jit_frame(entries, *addr);
+                    if found.symbol.is_some() {
+                        *frame = found;
+                        break;
+                    }
+                }
             }
             Site::Pseudo(name, offset) => {
                 *frame = Frame {
                     module: name.clone(),
                     offset: *offset,
-                    ..Default::default()
+                    symbol: (name == "[vdso]")
+                        .then(|| vdso_symbol(&symbolizer, *offset))
+                        .flatten(),
+                    kernel: false,
                 };
             }
             Site::Unmapped(addr) => frame.offset = *addr,
@@ -266,6 +292,18 @@ fn symbolize(sites: &BTreeMap<Site, u32>) -> Vec<Frame> {
         };
     }
     frames
+}
+
+/// The vDSO is one image per kernel, so an offset into any process's vDSO
+/// names the same function as that offset into tprof's own.
+fn vdso_symbol(symbolizer: &Symbolizer, offset: u64) -> Option<String> {
+    let own = procfs::exec_maps(std::process::id())?;
+    let vdso = own.iter().find(|m| m.path == "[vdso]")?;
+    let source = Source::Process(Process::new(Pid::Slf));
+    match symbolizer.symbolize_single(&source, Input::AbsAddr(vdso.start + offset)) {
+        Ok(Symbolized::Sym(sym)) => Some(sym.name.into_owned()),
+        _ => None,
+    }
 }
 
 /// Names for a batch of addresses of one source; None where unknown (the

@@ -30,6 +30,9 @@ pub const MAGIC: [u8; 8] = *b"TPROFREC";
 /// record kind, a changed ABI struct, a renamed JSON field. See the changelog
 /// in docs/recording-format.md.
 pub const FORMAT_VERSION: u32 = 2;
+/// Oldest version this reader still reads: version 2 only added the STACKS
+/// record, so a version 1 file reads as a recording without stacks.
+pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// Size of the preamble: magic, version, reserved u32.
 pub const PREAMBLE_LEN: usize = 16;
 /// Largest record payload a reader accepts; a larger length means corruption.

@@ -8,8 +8,8 @@ use anyhow::Context as _;
 use serde::de::DeserializeOwned;
 
 use super::{
-    FORMAT_VERSION, Footer, Header, LostCounts, MAGIC, MAX_RECORD_LEN, PREAMBLE_LEN, ProcessInfo,
-    StackTable, SystemSample, ThreadInfo, events, record,
+    FORMAT_VERSION, Footer, Header, LostCounts, MAGIC, MAX_RECORD_LEN, OLDEST_READABLE_VERSION,
+    PREAMBLE_LEN, ProcessInfo, StackTable, SystemSample, ThreadInfo, events, record,
 };
 use crate::recording::Event;
 
@@ -44,7 +44,7 @@ pub enum ReadError {
     #[error("not a tprof recording (bad magic bytes)")]
     NotARecording,
     #[error(
-        "recording format version {found} is not supported by this tprof (it reads version {FORMAT_VERSION}); use the tprof that made it"
+        "recording format version {found} is not supported by this tprof (it reads versions {OLDEST_READABLE_VERSION} to {FORMAT_VERSION}); use the tprof that made it"
     )]
     UnsupportedVersion { found: u32 },
     #[error("corrupt recording at byte {offset}: {what}")]
@@ -100,7 +100,7 @@ fn check_preamble(bytes: &[u8]) -> Result<(), ReadError> {
         return Err(ReadError::NotARecording);
     }
     let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
+    if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(ReadError::UnsupportedVersion { found: version });
     }
     Ok(())
@@ -193,6 +193,9 @@ mod tests {
             parse(&bytes),
             Err(ReadError::UnsupportedVersion { found: 99 })
         ));
+        let mut bytes = sample();
+        bytes[8] = 1; // version 1: the same records, no STACKS
+        assert!(parse(&bytes).unwrap().stacks.is_none());
         assert!(matches!(
             parse(b"hello world, not a recording"),
             Err(ReadError::NotARecording)

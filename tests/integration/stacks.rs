@@ -103,6 +103,21 @@ fn sleep_time_and_exited_worker() {
     assert_svg(&svg);
 }
 
+/// Code in anonymous memory is named from the /tmp/perf-<pid>.map file the
+/// JIT wrote, read after the process exited.
+#[test]
+fn jit_frames_named_from_perf_map() {
+    require_root();
+    let traced = trace_workload_with("jit_spin", &[], &["0.5"]);
+    let done = truth(&traced, "done");
+    let _ = std::fs::remove_file(done["map"].as_str().unwrap());
+    let lines = flamegraph_folded(&traced.recording, &["--kind", "cpu"]);
+    let jitted = weight_where(&lines, |s| s.ends_with(";jit_spin_loop"));
+    let total: u64 = lines.iter().map(|(_, c)| c).sum();
+    eprintln!("{jitted} of {total} samples in jit_spin_loop");
+    assert!(jitted * 10 >= total * 8, "JIT frames unnamed: {lines:#?}");
+}
+
 /// `--diff BEFORE AFTER` draws inferno's differential graph.
 #[test]
 fn differential_flamegraph() {

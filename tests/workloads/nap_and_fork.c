@@ -1,7 +1,7 @@
 /*
  * nap_and_fork SECONDS: a thread "napper" sleeps SECONDS in nap(); meanwhile
  * the main thread forks a process whose thread "worker" burns 0.3 s of CPU
- * in worker_burn() and exits, long before the napper wakes. The main
+ * time in worker_burn() and exits, long before the napper wakes. The main
  * thread reaps the worker and joins the napper. Prints
  * {"role":"napper","pid","tid","slept_ns"} (measured with CLOCK_MONOTONIC
  * around the sleep) and {"role":"worker","pid","tid"}.
@@ -31,10 +31,19 @@ static void *napper(void *arg)
 	return NULL;
 }
 
+static inline double thread_cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Burns `seconds` of the thread's own CPU time, so it is sampled as often
+ * however busy the machine is. */
 __attribute__((noipa)) static void worker_burn(double seconds)
 {
-	double end = now_s() + seconds;
-	while (now_s() < end)
+	double end = thread_cpu_s() + seconds;
+	while (thread_cpu_s() < end)
 		for (int i = 0; i < 100000; i++)
 			sink += (unsigned long)i * 2654435761u;
 }

@@ -94,7 +94,8 @@ pub struct FlamegraphArgs {
     /// cpu: on-CPU samples; offcpu: time off CPU by reason; wall: both, in time.
     #[arg(long, value_enum, default_value_t = FlameKind::Cpu)]
     pub kind: FlameKind,
-    /// Write the SVG here [default: PATH.KIND.svg].
+    /// Write the SVG here [default: PATH.KIND.svg; with --diff:
+    /// AFTER.KIND.diff.svg].
     #[arg(short, long, value_name = "FILE.svg")]
     pub output: Option<PathBuf>,
     /// Print folded stacks (`frame;frame count`) to stdout instead of an SVG.

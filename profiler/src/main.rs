@@ -68,7 +68,12 @@ fn flamegraph(args: &cli::FlamegraphArgs) -> Result<()> {
             .write_all(flame::folded_text(&lines).as_bytes())?;
         return Ok(());
     }
-    let default_out = svg_path(&args.path, kind);
+    // record already wrote REC.cpu.svg and REC.wall.svg: a diff gets a name
+    // of its own.
+    let default_out = match &args.after {
+        Some(after) => svg_path(after, kind, ".diff"),
+        None => svg_path(&args.path, kind, ""),
+    };
     let out = args.output.clone().unwrap_or(default_out);
     let file = capture::output::create(&out, args.force)?;
     match &args.after {
@@ -124,7 +129,7 @@ fn record_flamegraphs(recording: &Path, force: bool) -> Result<()> {
             );
             continue;
         }
-        let out = svg_path(recording, kind);
+        let out = svg_path(recording, kind, "");
         let file = capture::output::create(&out, force)?;
         render::flamegraph::svg(&lines, kind, &title(kind, recording), file)
             .with_context(|| format!("writing {} failed", out.display()))?;
@@ -137,10 +142,10 @@ fn record_flamegraphs(recording: &Path, force: bool) -> Result<()> {
     Ok(())
 }
 
-/// `REC.KIND.svg` next to the recording `REC`.
-fn svg_path(recording: &Path, kind: FlameKind) -> PathBuf {
+/// `REC.KIND[SUFFIX].svg` next to the recording `REC`.
+fn svg_path(recording: &Path, kind: FlameKind, suffix: &str) -> PathBuf {
     let mut name = recording.as_os_str().to_owned();
-    name.push(format!(".{}.svg", kind.name()));
+    name.push(format!(".{}{suffix}.svg", kind.name()));
     PathBuf::from(name)
 }
 

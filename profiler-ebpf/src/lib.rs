@@ -40,6 +40,99 @@ pub mod kind {
 /// because `TRACKED_TIDS` or `TRACKED_TGIDS` was full". Slots 1..COUNT are
 /// "ring buffer full" drops of that event kind.
 pub const LOST_TRACK_FULL: u32 = 0;
+/// `LOST` slots for stack sampling. They sit well above the per-kind slots
+/// so new event kinds can grow [`kind::COUNT`] without moving them.
+pub mod lost_stack {
+    /// bpf_get_stackid found its hash bucket taken by another stack (-EEXIST).
+    pub const COLLISION: u32 = 24;
+    /// bpf_get_stackid failed otherwise (-ENOMEM, -EFAULT): no stack.
+    pub const FAILED: u32 = 25;
+    /// `STACK_COUNTS` was full: a sample or off-CPU interval was dropped.
+    pub const AGGREGATE_FULL: u32 = 26;
+    /// `OFFCPU_START` could not hold a switch-out: its off-CPU time is lost.
+    pub const OFFCPU_FULL: u32 = 27;
+}
+/// Size of the `LOST` array.
+pub const LOST_SLOTS: u32 = 32;
+
+/// Distinct stacks the `STACKS` map holds (user and kernel stacks share it).
+pub const MAX_STACKS: u32 = 16_384;
+/// Distinct (thread, stacks, kind) keys `STACK_COUNTS` holds.
+pub const MAX_STACK_KEYS: u32 = 32_768;
+/// bpf_get_stackid flag: the user-space stack instead of the kernel's.
+pub const BPF_F_USER_STACK: u64 = 1 << 8;
+
+/// [`StackKey::kind`]: what a stack's weight measures. `ON_CPU` counts
+/// cpu-clock samples; the others are off-CPU nanoseconds, by why the thread
+/// left the CPU. Plain u32 constants rather than a Rust enum, because a
+/// kernel value outside a Rust enum's variants would be undefined behaviour.
+pub mod stack_kind {
+    pub const ON_CPU: u32 = 0;
+    /// Preempted or yielded: still runnable, waiting for a CPU.
+    pub const RUNNABLE: u32 = 1;
+    /// Uninterruptible sleep (D), usually disk IO.
+    pub const DISK_WAIT: u32 = 2;
+    /// Interruptible sleep (S): futex, poll, pipe, nanosleep, …
+    pub const SLEEP: u32 = 3;
+    /// Stopped, traced, idle or parked.
+    pub const OTHER: u32 = 4;
+    /// Reserved for the block IO tracker: blocked on a block request.
+    pub const BLOCK_IO: u32 = 5;
+    /// Reserved for the futex tracker: blocked in futex_wait.
+    pub const FUTEX: u32 = 6;
+}
+
+/// The off-CPU reason of a sched_switch `prev_state`, or `None` for a task
+/// that is exiting (it never comes back, so it has no off-CPU time).
+pub const fn offcpu_reason(prev_state: u64) -> Option<u32> {
+    if prev_state == 0 || prev_state & PREV_STATE_PREEMPTED != 0 {
+        Some(stack_kind::RUNNABLE)
+    } else if prev_state & PREV_STATE_DEAD != 0 {
+        None
+    } else if prev_state & PREV_STATE_UNINTERRUPTIBLE != 0 {
+        Some(stack_kind::DISK_WAIT)
+    } else if prev_state & PREV_STATE_INTERRUPTIBLE != 0 {
+        Some(stack_kind::SLEEP)
+    } else {
+        Some(stack_kind::OTHER)
+    }
+}
+
+/// Key of the in-kernel stack aggregate `STACK_COUNTS` (value: u64 samples
+/// for [`stack_kind::ON_CPU`], else nanoseconds). A stack id is negative
+/// when that stack could not be taken. 24 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StackKey {
+    pub tgid: u32,
+    pub tid: u32,
+    pub user_stack_id: i32,
+    pub kernel_stack_id: i32,
+    /// One of [`stack_kind`].
+    pub kind: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<StackKey>() == 24);
+
+/// Kernel-only: a tracked thread's switch-out, kept until it runs again.
+/// 24 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffCpuStart {
+    /// CLOCK_MONOTONIC ns of the switch-out.
+    pub ts_ns: u64,
+    pub user_stack_id: i32,
+    pub kernel_stack_id: i32,
+    /// One of [`stack_kind`] (never `ON_CPU`).
+    pub reason: u32,
+    /// The thread's tgid.
+    pub tgid: u32,
+}
+const _: () = assert!(size_of::<OffCpuStart>() == 24);
+
+/// Default on-CPU sampling frequency: 99 Hz, not 100, so sampling does not
+/// run in lockstep with timer-driven work.
+pub const DEFAULT_SAMPLE_HZ: u64 = 99;
 
 /// `clone_flags` bit that makes the new task a thread of its parent's process.
 pub const CLONE_THREAD: u64 = 0x0001_0000;
@@ -343,4 +436,6 @@ mod pod {
     //! aya reads these types from maps and writes them as globals.
     use super::*;
     unsafe impl aya::Pod for TracepointOffsets {}
+    unsafe impl aya::Pod for StackKey {}
+    unsafe impl aya::Pod for OffCpuStart {}
 }

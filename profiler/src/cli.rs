@@ -6,7 +6,8 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
 
-use crate::capture::{RecordOptions, gpu::GpuOptions, output};
+use profiler::analysis::flame;
+use profiler::capture::{RecordOptions, gpu::GpuOptions, output};
 
 /// Read when `--nvml-lib` is not given (sudo drops it unless kept with
 /// `sudo --preserve-env=TPROF_NVML_LIB`).
@@ -23,7 +24,9 @@ reports where the time went.",
     after_help = "Examples:\n  \
 sudo tprof record -p 12345 -d 30s      attach to a running job and its DataLoader workers\n  \
 sudo tprof record -- python train.py   launch a job and trace it from its first instruction\n  \
-tprof report tprof-20261202-153000.tprof --json"
+tprof report tprof-20261202-153000.tprof --json\n  \
+tprof flamegraph rec.tprof --kind offcpu -o offcpu.svg\n  \
+tprof flamegraph --diff before.tprof after.tprof -o diff.svg"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -36,6 +39,8 @@ pub enum Command {
     Record(RecordArgs),
     /// Print the report of a recording.
     Report(ReportArgs),
+    /// Draw a flamegraph SVG (or print folded stacks) of a recording.
+    Flamegraph(FlamegraphArgs),
 }
 
 #[derive(Args, Debug)]
@@ -67,6 +72,16 @@ pub struct RecordArgs {
     /// (utilization where the driver has no sample buffer, memory used).
     #[arg(long, value_name = "HZ", default_value_t = 20.0, value_parser = parse_hz)]
     pub gpu_hz: f64,
+    /// On-CPU stack sampling frequency in Hz (cpu-clock).
+    #[arg(long, value_name = "HZ", default_value_t = profiler_ebpf::DEFAULT_SAMPLE_HZ,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub hz: u64,
+    /// Record no stacks: no sampling, no off-CPU stacks, no flamegraphs.
+    #[arg(long)]
+    pub no_stacks: bool,
+    /// Do not write the cpu and wall flamegraphs next to the recording.
+    #[arg(long)]
+    pub no_flamegraphs: bool,
     /// The command to launch and trace (after --).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -79,6 +94,64 @@ pub struct ReportArgs {
     /// Print the report as JSON (the contract in docs/json.md).
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FlamegraphArgs {
+    /// A recording made by `tprof record` (with --diff: the BEFORE one).
+    pub path: PathBuf,
+    /// With --diff: the AFTER recording, compared against PATH.
+    #[arg(value_name = "AFTER", requires = "diff")]
+    pub after: Option<PathBuf>,
+    /// Differential flamegraph of PATH (before) and AFTER: red grew, blue shrank.
+    #[arg(long, requires = "after")]
+    pub diff: bool,
+    /// cpu: on-CPU samples; offcpu: time off CPU by reason; wall: both, in time.
+    #[arg(long, value_enum, default_value_t = FlameKind::Cpu)]
+    pub kind: FlameKind,
+    /// Write the SVG here [default: PATH.KIND.svg; with --diff:
+    /// AFTER.KIND.diff.svg].
+    #[arg(short, long, value_name = "FILE.svg")]
+    pub output: Option<PathBuf>,
+    /// Print folded stacks (`frame;frame count`) to stdout instead of an SVG.
+    #[arg(long, conflicts_with_all = ["output", "diff"])]
+    pub folded: bool,
+    /// Only these processes (repeatable).
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Only these threads (repeatable).
+    #[arg(long = "tid", value_name = "TID")]
+    pub tids: Vec<u32>,
+    /// Overwrite the SVG if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Which flamegraph: clap's face of [`profiler::analysis::flame::FlameKind`].
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlameKind {
+    Cpu,
+    Offcpu,
+    Wall,
+}
+
+impl From<FlameKind> for flame::FlameKind {
+    fn from(kind: FlameKind) -> flame::FlameKind {
+        match kind {
+            FlameKind::Cpu => flame::FlameKind::Cpu,
+            FlameKind::Offcpu => flame::FlameKind::OffCpu,
+            FlameKind::Wall => flame::FlameKind::Wall,
+        }
+    }
+}
+
+impl FlamegraphArgs {
+    pub fn filter(&self) -> flame::Filter {
+        flame::Filter {
+            pids: self.pids.clone(),
+            tids: self.tids.clone(),
+        }
+    }
 }
 
 impl RecordArgs {
@@ -105,6 +178,7 @@ impl RecordArgs {
                     .or_else(|| std::env::var_os(NVML_LIB_ENV).map(PathBuf::from)),
                 hz: self.gpu_hz,
             },
+            sample_hz: (!self.no_stacks).then_some(self.hz),
         })
     }
 }
@@ -173,6 +247,9 @@ mod tests {
             nvml_lib: None,
             no_gpu: false,
             gpu_hz: 20.0,
+            hz: 99,
+            no_stacks: false,
+            no_flamegraphs: false,
             command,
         };
         assert!(args(vec![], vec![]).to_options().is_err());

@@ -3,13 +3,21 @@
 
 use std::{
     io::{self, Write as _},
-    path::Path,
+    path::{Path, PathBuf},
     process::ExitCode,
 };
 
-use anyhow::Result;
+use anyhow::{Context as _, Result, bail};
 use clap::Parser as _;
-use profiler::{analysis, capture, model::Model, recording, render};
+use profiler::{
+    analysis::{
+        self,
+        flame::{self, Filter, FlameKind},
+    },
+    capture,
+    model::Model,
+    recording, render,
+};
 
 mod cli;
 
@@ -30,13 +38,124 @@ fn run(cli: cli::Cli) -> Result<()> {
         cli::Command::Record(args) => {
             let options = args.to_options()?;
             let outcome = capture::record(&options)?;
+            // The recording is safe on disk by now: a flamegraph that cannot
+            // be written is a warning, not a failed recording.
+            if options.sample_hz.is_some()
+                && !args.no_flamegraphs
+                && let Err(err) = record_flamegraphs(&outcome.path, options.force)
+            {
+                eprintln!("tprof: warning: {err:#}");
+            }
             if !args.no_report {
                 report(&outcome.path, false)?;
             }
             Ok(())
         }
         cli::Command::Report(args) => report(&args.path, args.json),
+        cli::Command::Flamegraph(args) => flamegraph(&args),
     }
+}
+
+/// `tprof flamegraph`: one recording's SVG or folded stacks, or the
+/// differential SVG of two.
+fn flamegraph(args: &cli::FlamegraphArgs) -> Result<()> {
+    let kind = FlameKind::from(args.kind);
+    let filter = args.filter();
+    let lines = folded(&args.path, kind, &filter)?;
+    if args.folded {
+        io::stdout()
+            .lock()
+            .write_all(flame::folded_text(&lines).as_bytes())?;
+        return Ok(());
+    }
+    // record already wrote REC.cpu.svg and REC.wall.svg: a diff gets a name
+    // of its own.
+    let default_out = match &args.after {
+        Some(after) => svg_path(after, kind, ".diff"),
+        None => svg_path(&args.path, kind, ""),
+    };
+    let out = args.output.clone().unwrap_or(default_out);
+    let file = capture::output::create(&out, args.force)?;
+    match &args.after {
+        Some(after) => {
+            let after_lines = folded(after, kind, &filter)?;
+            let title = format!(
+                "tprof {} flamegraph: {} → {}",
+                kind.name(),
+                args.path.display(),
+                after.display()
+            );
+            render::flamegraph::diff_svg(&lines, &after_lines, kind, &title, file)
+        }
+        None => render::flamegraph::svg(&lines, kind, &title(kind, &args.path), file),
+    }
+    .with_context(|| format!("writing {} failed", out.display()))?;
+    eprintln!("tprof: wrote {}", out.display());
+    Ok(())
+}
+
+/// The folded stacks of a recording; an error when there are none.
+fn folded(path: &Path, kind: FlameKind, filter: &Filter) -> Result<Vec<(String, u64)>> {
+    let rec = recording::read(path)?;
+    if rec.stacks.is_none() {
+        bail!(
+            "{} has no stacks (recorded with --no-stacks, or cut short before the end)",
+            path.display()
+        );
+    }
+    let lines = flame::fold(&Model::build(&rec), kind, filter);
+    if lines.is_empty() {
+        bail!(
+            "{} has no {} stacks for the chosen processes and threads",
+            path.display(),
+            kind.name()
+        );
+    }
+    Ok(lines)
+}
+
+/// `tprof record`'s flamegraphs: cpu and wall, next to the recording. A
+/// job that never ran while sampled has no cpu graph; that is a note, not a
+/// failure of the recording.
+fn record_flamegraphs(recording: &Path, force: bool) -> Result<()> {
+    let model = Model::build(&recording::read(recording)?);
+    for kind in [FlameKind::Cpu, FlameKind::Wall] {
+        let lines = flame::fold(&model, kind, &Filter::default());
+        if lines.is_empty() {
+            eprintln!(
+                "tprof: no {} stacks were sampled; no {} flamegraph",
+                kind.name(),
+                kind.name()
+            );
+            continue;
+        }
+        let out = svg_path(recording, kind, "");
+        let file = capture::output::create(&out, force)?;
+        render::flamegraph::svg(&lines, kind, &title(kind, recording), file)
+            .with_context(|| format!("writing {} failed", out.display()))?;
+        eprintln!(
+            "tprof: {} flamegraph written to {}",
+            kind.name(),
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+/// `REC.KIND[SUFFIX].svg` next to the recording `REC`.
+fn svg_path(recording: &Path, kind: FlameKind, suffix: &str) -> PathBuf {
+    let mut name = recording.as_os_str().to_owned();
+    name.push(format!(".{}{suffix}.svg", kind.name()));
+    PathBuf::from(name)
+}
+
+fn title(kind: FlameKind, recording: &Path) -> String {
+    let what = match kind {
+        FlameKind::Cpu => "on-CPU samples",
+        FlameKind::OffCpu => "off-CPU time by reason",
+        FlameKind::Wall => "wall-clock time (on- and off-CPU)",
+    };
+    format!("tprof: {what} — {}", recording.display())
 }
 
 /// recording → model → analysis → render: the one path every output takes.

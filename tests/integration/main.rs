@@ -21,3 +21,6 @@ mod detach;
 mod waits;
 // GPU sampling through NVML, against a fake libnvidia-ml.so.
 mod gpu;
+// Stacks and flamegraphs: on-CPU shares, off-CPU time by reason, exited
+// workers symbolized, SVGs well-formed.
+mod stacks;

@@ -91,13 +91,18 @@ pub struct Traced {
 /// Builds workload `name`, runs `tprof record -- name ARGS...` with the
 /// workload writing its ground truth to a file, and reads the report.
 pub fn trace_workload(name: &str, args: &[&str]) -> Traced {
+    trace_workload_with(name, &[], args)
+}
+
+/// [`trace_workload`] with extra `tprof record` options (`--hz 199`).
+pub fn trace_workload_with(name: &str, record_args: &[&str], args: &[&str]) -> Traced {
     let dir = tempfile::tempdir().expect("create temp dir");
     let recording = dir.path().join("recording.tprof");
     let truth_file = dir.path().join("truth.jsonl");
     let binary = build_workload(name);
     let mut cmd: Vec<&str> = vec![binary.to_str().expect("utf-8 path")];
     cmd.extend_from_slice(args);
-    let mut command = record_command(&recording, &[], &cmd);
+    let mut command = record_command(&recording, record_args, &cmd);
     command.env("TPROF_TRUTH_FILE", &truth_file);
     let record = Running::spawn(&mut command).wait(RECORD_TIMEOUT);
     assert!(record.status.success(), "tprof record failed: {record:#?}");
@@ -110,6 +115,35 @@ pub fn trace_workload(name: &str, args: &[&str]) -> Traced {
         recording,
         dir,
     }
+}
+
+/// `tprof flamegraph PATH --folded EXTRA...`, which must succeed: the
+/// folded stacks as (stack, count) pairs.
+pub fn flamegraph_folded(path: &Path, extra_args: &[&str]) -> Vec<(String, u64)> {
+    let out = tprof()
+        .arg("flamegraph")
+        .arg(path)
+        .arg("--folded")
+        .args(extra_args)
+        .output()
+        .expect("run tprof flamegraph");
+    assert!(
+        out.status.success(),
+        "tprof flamegraph --folded failed: {}",
+        crate::show(&out)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| {
+            let (stack, count) = line
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("folded line without a count: {line:?}"));
+            let count = count
+                .parse()
+                .unwrap_or_else(|_| panic!("folded line with a bad count: {line:?}"));
+            (stack.to_string(), count)
+        })
+        .collect()
 }
 
 /// Every loaded BPF program as (id, name). bpftool takes full names from

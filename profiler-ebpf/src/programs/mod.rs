@@ -4,16 +4,17 @@
 mod block;
 mod futex;
 mod sched;
+mod stacks;
 mod task;
 
 use aya_ebpf::{
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
 };
 use profiler_ebpf::{
-    EventHeader, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, RING_BUFFER_BYTES, TracepointOffsets,
-    WakerInfo, kind,
+    EventHeader, LOST_SLOTS, MAX_STACK_KEYS, MAX_STACKS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS,
+    OffCpuStart, RING_BUFFER_BYTES, StackKey, TracepointOffsets, WakerInfo,
 };
 
 /// bpf_ringbuf_submit flag: do not wake the consumer.
@@ -39,9 +40,27 @@ static TRACKED_TIDS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TRACKED_T
 static WAKERS: LruHashMap<u32, WakerInfo> = LruHashMap::with_max_entries(4096, 0);
 
 /// Drop counters: slot 0 = tracked maps full, slot k = ring buffer full for
-/// event kind k. Per CPU so counting never contends.
+/// event kind k, and the `lost_stack` slots. Per CPU so counting never
+/// contends.
 #[map]
-static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(kind::COUNT, 0);
+static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_SLOTS, 0);
+
+/// User and kernel stacks by id (bpf_get_stackid), shared by on- and
+/// off-CPU sampling.
+#[map]
+static STACKS: StackTrace = StackTrace::with_max_entries(MAX_STACKS, 0);
+
+/// The stack aggregate: samples (on-CPU) or nanoseconds (off-CPU) per
+/// thread, stack pair and kind. Per CPU so the hot paths need no atomics.
+#[map]
+static STACK_COUNTS: PerCpuHashMap<StackKey, u64> =
+    PerCpuHashMap::with_max_entries(MAX_STACK_KEYS, 0);
+
+/// Tracked threads that are off CPU: when and where they left. LRU because a
+/// thread that exits while off CPU never switches in to remove its entry.
+#[map]
+static OFFCPU_START: LruHashMap<u32, OffCpuStart> =
+    LruHashMap::with_max_entries(MAX_TRACKED_TIDS, 0);
 
 /// Tracepoint field offsets, overridden by userspace at load time from the
 /// running kernel's tracefs format files. The defaults are 6.x's layout.
@@ -75,6 +94,16 @@ static OFFSETS: TracepointOffsets = TracepointOffsets {
     futex_ret: 16,
     _pad: [0; 6],
 };
+
+/// Non-zero when stacks are sampled (`tprof record --no-stacks` clears it,
+/// sparing every switch of a tracked thread two stack walks).
+#[unsafe(no_mangle)]
+static SAMPLE_STACKS: u32 = 1;
+
+#[inline(always)]
+fn stacks_enabled() -> bool {
+    unsafe { core::ptr::read_volatile(&SAMPLE_STACKS) != 0 }
+}
 
 /// The offsets as userspace set them. Volatile so the compiler cannot fold
 /// the defaults into the code.

@@ -1,14 +1,16 @@
 //! Scheduler tracepoints: context switches and wakeups of tracked threads.
 //! These are the hottest programs (every context switch on the machine runs
 //! `tprof_switch`), so they do two map lookups and nothing else when neither
-//! task is tracked.
+//! task is tracked. For tracked tasks the switch also feeds off-CPU stack
+//! sampling (see `stacks`): two stack walks at switch-out, one map update at
+//! switch-in.
 
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
 };
 use profiler_ebpf::{SwitchEvent, WAKE_NEW_TASK, WakerInfo, WakeupEvent, kind};
 
-use super::{WAKERS, emit, header, offsets, tracked_tgid};
+use super::{WAKERS, emit, header, offsets, stacks, stacks_enabled, tracked_tgid};
 
 #[tracepoint]
 pub fn tprof_switch(ctx: TracePointContext) -> u32 {
@@ -26,6 +28,14 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
         return Ok(());
     }
     let prev_state = unsafe { ctx.read_at::<i64>(off.switch_prev_state as usize)? } as u64;
+    if stacks_enabled() {
+        if prev_tracked {
+            stacks::switch_out(ctx, prev_tid, prev_state);
+        }
+        if next_tgid != 0 {
+            stacks::switch_in(next_tid);
+        }
+    }
     emit(
         kind::SWITCH,
         SwitchEvent {

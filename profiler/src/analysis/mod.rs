@@ -2,10 +2,11 @@
 //! picture. Pure functions; the renderers only format what is computed here.
 
 mod devices;
+pub mod flame;
 mod futexes;
+pub mod gpu;
 
 use std::collections::HashMap;
-pub mod gpu;
 
 use serde::Serialize;
 

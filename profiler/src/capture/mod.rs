@@ -12,6 +12,7 @@ mod launch;
 pub mod output;
 pub mod procfs;
 mod programs;
+mod symbols;
 pub mod tracefs;
 
 use std::{
@@ -32,6 +33,7 @@ use crate::recording::{
 };
 use gpu::{GpuOptions, GpuSampler};
 use programs::KernelPrograms;
+use symbols::AddressSpaces;
 
 /// How often the ring buffer is drained and the file flushed. Polling on a
 /// timer instead of waking per event keeps tprof's cost flat under load (the
@@ -39,7 +41,8 @@ use programs::KernelPrograms;
 const DRAIN_EVERY: Duration = Duration::from_millis(50);
 /// How often /proc/stat is sampled (every other drain).
 const SAMPLE_EVERY_TICKS: u32 = 2;
-/// How often the status line and the lost counts are refreshed.
+/// How often the status line and the lost counts are refreshed, and the
+/// /proc/<pid>/maps snapshots of live processes (for dlopen'd libraries).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
 
 /// What `tprof record` was asked to do, validated.
@@ -53,6 +56,8 @@ pub struct RecordOptions {
     pub output: PathBuf,
     pub force: bool,
     pub gpu: GpuOptions,
+    /// On-CPU sampling frequency; None: no stacks at all (--no-stacks).
+    pub sample_hz: Option<u64>,
 }
 
 /// Why recording stopped.
@@ -103,7 +108,7 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     tracefs::ensure_mounted()?;
     let offsets = tracefs::tracepoint_offsets()?;
     let file = output::create(&opts.output, opts.force)?;
-    let mut programs = KernelPrograms::load(&offsets)?;
+    let mut programs = KernelPrograms::load(&offsets, opts.sample_hz.is_some())?;
     let held = if opts.command.is_empty() {
         None
     } else {
@@ -113,6 +118,9 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     let gpu = gpu::start(&opts.gpu);
     let start = anchor();
     programs.attach()?;
+    if let Some(hz) = opts.sample_hz {
+        programs.attach_sampler(hz)?;
+    }
     let writer = Writer::new(BufWriter::with_capacity(1 << 20, file))?;
     let mut session = Session::new(programs, writer, opts, gpu);
     match &held {
@@ -126,8 +134,12 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     let result = session.run(&mut signals, opts.duration).await;
     let outcome = session.finish(result);
     if let Ok(outcome) = &outcome {
+        let stacks_lost = match outcome.lost.stack_lost() {
+            0 => String::new(),
+            n => format!(", {n} stacks lost"),
+        };
         eprintln!(
-            "tprof: stopped ({}), {} events, {} lost, written to {}",
+            "tprof: stopped ({}), {} events, {} lost{stacks_lost}, written to {}",
             outcome.stop_reason.as_str(),
             outcome.events,
             outcome.lost.total(),
@@ -218,6 +230,9 @@ struct Session {
     child: Option<u32>,
     /// Processes with a /proc snapshot in the recording.
     known: HashSet<u32>,
+    /// Their executable mappings, for symbolizing stacks at the end.
+    spaces: AddressSpaces,
+    sample_hz: Option<u64>,
     events: u64,
     lost: LostCounts,
     started: Instant,
@@ -243,6 +258,8 @@ impl Session {
             roots: Vec::new(),
             child: None,
             known: HashSet::new(),
+            spaces: AddressSpaces::default(),
+            sample_hz: opts.sample_hz,
             events: 0,
             lost: LostCounts::default(),
             started: Instant::now(),
@@ -364,6 +381,7 @@ impl Session {
             seen_ns: monotonic_ns(),
         };
         self.writer.write_json(record::PROCESS, &info)?;
+        self.spaces.snapshot(pid);
         Ok(())
     }
 
@@ -420,6 +438,7 @@ impl Session {
             // Once a second: one record per series per second keeps the
             // file small; a killed recording loses at most that second.
             self.drain_gpu()?;
+            self.refresh_maps();
             self.status_line();
         }
         self.writer
@@ -435,7 +454,10 @@ impl Session {
         while let Some(item) = self.programs.events.next() {
             let bytes: &[u8] = &item;
             self.events += 1;
-            if let Some(pid) = process_change(bytes) {
+            if let Some((pid, parent)) = process_change(bytes) {
+                if let Some(parent) = parent {
+                    self.spaces.set_parent(pid, parent);
+                }
                 new_processes.push(pid);
             }
             self.writer
@@ -466,6 +488,29 @@ impl Session {
             self.writer.write_json(record::LOST, &lost)?;
             self.lost = lost;
         }
+        Ok(())
+    }
+
+    /// Re-reads the maps of live processes, so libraries loaded since the
+    /// last snapshot resolve even if the process exits before the end.
+    fn refresh_maps(&mut self) {
+        if self.sample_hz.is_none() {
+            return;
+        }
+        for &pid in &self.known {
+            self.spaces.snapshot(pid);
+        }
+    }
+
+    /// Reads the kernel's stack aggregate, symbolizes it and writes the
+    /// STACKS record.
+    fn write_stacks(&mut self) -> Result<()> {
+        let Some(hz) = self.sample_hz else {
+            return Ok(());
+        };
+        let raw = self.programs.read_stacks()?;
+        let table = symbols::build_table(&raw, &self.spaces, hz, monotonic_ns());
+        self.writer.write_json(record::STACKS, &table)?;
         Ok(())
     }
 
@@ -509,7 +554,8 @@ impl Session {
         if let Some(gpu) = &mut self.gpu {
             gpu.stop();
         }
-        self.drain_gpu().context(kept)?;
+        self.drain_gpu().context(kept.clone())?;
+        self.write_stacks().context(kept)?;
         self.lost = self.programs.lost_counts()?;
         self.writer.write_json(record::LOST, &self.lost)?;
         let footer = Footer {
@@ -535,8 +581,9 @@ impl Session {
     }
 }
 
-/// The pid of a process that a raw event says was created or exec'd.
-fn process_change(bytes: &[u8]) -> Option<u32> {
+/// The pid of a process that a raw event says was created (with its parent)
+/// or exec'd.
+fn process_change(bytes: &[u8]) -> Option<(u32, Option<u32>)> {
     let kind = u16::from_le_bytes(bytes.get(8..10)?.try_into().ok()?);
     if kind != kind::FORK && kind != kind::EXEC {
         return None;
@@ -546,8 +593,8 @@ fn process_change(bytes: &[u8]) -> Option<u32> {
             parent_tgid,
             child_tgid,
             ..
-        } if child_tgid != parent_tgid => Some(child_tgid),
-        Event::Exec { tgid, .. } => Some(tgid),
+        } if child_tgid != parent_tgid => Some((child_tgid, Some(parent_tgid))),
+        Event::Exec { tgid, .. } => Some((tgid, None)),
         _ => None,
     }
 }

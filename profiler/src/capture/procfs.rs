@@ -158,9 +158,54 @@ pub fn block_devices() -> std::collections::BTreeMap<u32, String> {
     out
 }
 
+/// An executable mapping of /proc/<pid>/maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    /// The file, "[vdso]"-style pseudo name, or "" for anonymous memory
+    /// (JIT code).
+    pub path: String,
+}
+
+/// The executable mappings of a process, or None when it is gone.
+pub fn exec_maps(pid: u32) -> Option<Vec<Mapping>> {
+    Some(parse_exec_maps(
+        &fs::read_to_string(format!("/proc/{pid}/maps")).ok()?,
+    ))
+}
+
+/// Parses the executable mappings out of a /proc/<pid>/maps text.
+pub fn parse_exec_maps(text: &str) -> Vec<Mapping> {
+    text.lines().filter_map(parse_maps_line).collect()
+}
+
+fn parse_maps_line(line: &str) -> Option<Mapping> {
+    // start-end perms offset dev inode [path, which may contain spaces]
+    let mut fields = line.splitn(6, ' ');
+    let (start, end) = fields.next()?.split_once('-')?;
+    if !fields.next()?.contains('x') {
+        return None;
+    }
+    let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+    let path = fields.nth(2).unwrap_or_default().trim_start().to_string();
+    Some(Mapping {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        offset,
+        path,
+    })
+}
+
 /// Online CPUs.
 pub fn online_cpus() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
+
+pub fn exists_task(pid: u32, tid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
 }
 
 pub fn exists(pid: u32) -> bool {
@@ -180,6 +225,29 @@ mod tests {
         assert!(!s.is_kernel_thread());
         let kthread = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0";
         assert!(parse_stat(kthread).unwrap().is_kernel_thread());
+    }
+
+    #[test]
+    fn parses_exec_maps() {
+        let text = "\
+5581a000-5581b000 r--p 00000000 fe:01 123 /usr/bin/my prog
+5581b000-5581c000 r-xp 00001000 fe:01 123 /usr/bin/my prog
+7f00a000-7f00b000 rwxp 00000000 00:00 0 
+7ffd1000-7ffd3000 r-xp 00000000 00:00 0                          [vdso]
+";
+        let maps = parse_exec_maps(text);
+        assert_eq!(maps.len(), 3);
+        assert_eq!(
+            maps[0],
+            Mapping {
+                start: 0x5581b000,
+                end: 0x5581c000,
+                offset: 0x1000,
+                path: "/usr/bin/my prog".into()
+            }
+        );
+        assert_eq!(maps[1].path, "");
+        assert_eq!(maps[2].path, "[vdso]");
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub use gpu::{Gpu, Gpus};
 pub use io::{FutexWait, IoOp, IoRequest};
 pub use threads::{BlockReason, Interval, SwitchOut, Thread, ThreadState};
 
-use crate::recording::{Event, LostCounts, Origin, Recording, SystemSample};
+use crate::recording::{Event, LostCounts, Origin, Recording, StackTable, SystemSample};
 
 /// A tracked process.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,6 +71,8 @@ pub struct Model {
     pub stop_reason: Option<String>,
     pub targets: Vec<u32>,
     pub gpus: Gpus,
+    /// Sampled stacks, as recorded (frames already symbolized).
+    pub stacks: Option<StackTable>,
 }
 
 impl Model {
@@ -96,6 +98,7 @@ impl Model {
             targets: rec.header.targets.clone(),
             devices: rec.header.block_devices.clone(),
             gpus: gpu::build(rec),
+            stacks: rec.stacks.clone(),
             ..Default::default()
         };
         for event in events {

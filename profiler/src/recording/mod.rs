@@ -14,12 +14,14 @@
 
 pub mod events;
 pub mod reader;
+pub mod stacks;
 pub mod writer;
 
 use serde::{Deserialize, Serialize};
 
 pub use events::Event;
 pub use reader::{Recording, read};
+pub use stacks::{Frame, StackKind, StackSample, StackTable};
 pub use writer::Writer;
 
 /// First bytes of every recording.
@@ -27,7 +29,10 @@ pub const MAGIC: [u8; 8] = *b"TPROFREC";
 /// Bump on any change a reader of the previous version would misread: a new
 /// record kind, a changed ABI struct, a renamed JSON field. See the changelog
 /// in docs/recording-format.md.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// Oldest version this reader still reads: version 2 only added the STACKS
+/// record, so a version 1 file reads as a recording without stacks.
+pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// Size of the preamble: magic, version, reserved u32.
 pub const PREAMBLE_LEN: usize = 16;
 /// Largest record payload a reader accepts; a larger length means corruption.
@@ -49,6 +54,8 @@ pub mod record {
     /// A batch of one GPU series' samples ([`super::GpuSeries`]), already
     /// on CLOCK_MONOTONIC. A series spans many records; readers concatenate.
     pub const GPU_SAMPLES: u32 = 9;
+    /// [`super::StackTable`], written once when recording ends (since v2).
+    pub const STACKS: u32 = 10;
 }
 
 /// A pair of clock readings taken together, to convert between CLOCK_MONOTONIC
@@ -153,14 +160,35 @@ pub struct LostCounts {
     /// running on the same CPU (bpf_prog_info.recursion_misses).
     #[serde(default)]
     pub recursion_misses: u64,
+    /// Stacks not taken because their stack-map bucket held another stack.
+    #[serde(default)]
+    pub stack_collisions: u64,
+    /// Stacks not taken for another reason (stack map out of memory).
+    #[serde(default)]
+    pub stack_failed: u64,
+    /// Samples or off-CPU intervals dropped because the aggregate was full.
+    #[serde(default)]
+    pub stack_aggregate_full: u64,
+    /// Off-CPU intervals lost because the switch-out map was full.
+    #[serde(default)]
+    pub offcpu_full: u64,
 }
 
 impl LostCounts {
+    /// Events lost: these make thread times approximate. Stack losses are
+    /// counted apart ([`LostCounts::stack_lost`]): they only thin the
+    /// flamegraphs.
     pub fn total(&self) -> u64 {
         self.ring_buffer_full.values().sum::<u64>()
             + self.tracking_full
             + self.undecodable
             + self.recursion_misses
+    }
+
+    /// Stacks, samples and off-CPU intervals lost by stack sampling (a lost
+    /// stack still counts its sample, under a "[user stack lost]" frame).
+    pub fn stack_lost(&self) -> u64 {
+        self.stack_collisions + self.stack_failed + self.stack_aggregate_full + self.offcpu_full
     }
 }
 

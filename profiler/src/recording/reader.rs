@@ -9,7 +9,8 @@ use serde::de::DeserializeOwned;
 
 use super::{
     FORMAT_VERSION, Footer, GpuInfo, GpuSeries, Header, LostCounts, MAGIC, MAX_RECORD_LEN,
-    PREAMBLE_LEN, ProcessInfo, SystemSample, ThreadInfo, events, record,
+    OLDEST_READABLE_VERSION, PREAMBLE_LEN, ProcessInfo, StackTable, SystemSample, ThreadInfo,
+    events, record,
 };
 use crate::recording::Event;
 
@@ -27,6 +28,8 @@ pub struct Recording {
     pub gpu: Option<GpuInfo>,
     /// GPU sample batches in file order.
     pub gpu_series: Vec<GpuSeries>,
+    /// Sampled stacks; absent when recorded with --no-stacks or cut short.
+    pub stacks: Option<StackTable>,
     /// Present when recording ended normally.
     pub footer: Option<Footer>,
     /// The file ends inside a record: the recording was killed mid-write.
@@ -46,7 +49,7 @@ pub enum ReadError {
     #[error("not a tprof recording (bad magic bytes)")]
     NotARecording,
     #[error(
-        "recording format version {found} is not supported by this tprof (it reads version {FORMAT_VERSION}); use the tprof that made it"
+        "recording format version {found} is not supported by this tprof (it reads versions {OLDEST_READABLE_VERSION} to {FORMAT_VERSION}); use the tprof that made it"
     )]
     UnsupportedVersion { found: u32 },
     #[error("corrupt recording at byte {offset}: {what}")]
@@ -85,6 +88,7 @@ pub fn parse(bytes: &[u8]) -> Result<Recording, ReadError> {
             record::LOST => rec.lost = json(payload).map_err(corrupt)?,
             record::GPU_INFO => rec.gpu = Some(json(payload).map_err(corrupt)?),
             record::GPU_SAMPLES => rec.gpu_series.push(json(payload).map_err(corrupt)?),
+            record::STACKS => rec.stacks = Some(json(payload).map_err(corrupt)?),
             record::FOOTER => rec.footer = Some(json::<Footer>(payload).map_err(corrupt)?),
             record::EVENTS => events::decode_all(payload, &mut rec.events)
                 .map_err(|e| corrupt(format!("bad event: {e}")))?,
@@ -103,7 +107,7 @@ fn check_preamble(bytes: &[u8]) -> Result<(), ReadError> {
         return Err(ReadError::NotARecording);
     }
     let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
+    if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(ReadError::UnsupportedVersion { found: version });
     }
     Ok(())
@@ -214,6 +218,9 @@ mod tests {
             parse(&bytes),
             Err(ReadError::UnsupportedVersion { found: 99 })
         ));
+        let mut bytes = sample();
+        bytes[8] = 1; // version 1: the same records, no STACKS
+        assert!(parse(&bytes).unwrap().stacks.is_none());
         assert!(matches!(
             parse(b"hello world, not a recording"),
             Err(ReadError::NotARecording)

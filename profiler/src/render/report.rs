@@ -54,6 +54,18 @@ fn header(out: &mut String, s: &Summary) {
             s.lost.recursion_misses
         );
     }
+    if s.lost.stack_lost() > 0 {
+        let _ = writeln!(
+            out,
+            "warning: stack sampling lost {} stack(s) to stack-map collisions, {} to other \
+             stack errors, {} sample(s) to a full aggregate and {} off-CPU interval(s); \
+             flamegraphs are thinner there",
+            s.lost.stack_collisions,
+            s.lost.stack_failed,
+            s.lost.stack_aggregate_full,
+            s.lost.offcpu_full
+        );
+    }
     if s.cut_short {
         let _ = writeln!(
             out,

@@ -1,0 +1,125 @@
+//! Stack sampling: on-CPU samples from the cpu-clock perf event, and the
+//! off-CPU half, which `sched::try_switch` drives. Both aggregate in the
+//! kernel into `STACK_COUNTS`, so a stack costs one map update rather than
+//! a ring-buffer record; userspace reads the totals when recording ends.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::perf_event,
+    programs::{PerfEventContext, tracing::StackIdContext},
+};
+use profiler_ebpf::{
+    BPF_F_USER_STACK, OffCpuStart, StackKey, lost_stack, offcpu_reason, stack_kind,
+};
+
+use super::{OFFCPU_START, STACK_COUNTS, STACKS, count_lost, tracked_tgid};
+
+/// bpf_map_update_elem flag: only create, never overwrite.
+const BPF_NOEXIST: u64 = 1;
+const EEXIST: i32 = 17;
+const EFAULT: i32 = 14;
+
+/// One cpu-clock tick on some CPU: count the stacks of the thread it
+/// interrupted, if that thread is tracked.
+#[perf_event]
+pub fn tprof_sample(ctx: PerfEventContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    // tid 0 is the idle task; tracked_tgid filters everything else untracked.
+    if tid != 0 && tracked_tgid(tid).is_some() {
+        let (user_stack_id, kernel_stack_id) = stack_ids(&ctx);
+        let key = StackKey {
+            tgid: (pid_tgid >> 32) as u32,
+            tid,
+            user_stack_id,
+            kernel_stack_id,
+            kind: stack_kind::ON_CPU,
+            _pad: 0,
+        };
+        add_weight(&key, 1);
+    }
+    0
+}
+
+/// (user, kernel) stack ids of the current task; -1 for a missing one.
+#[inline(always)]
+pub fn stack_ids<C: StackIdContext>(ctx: &C) -> (i32, i32) {
+    (stack_id(ctx, BPF_F_USER_STACK), stack_id(ctx, 0))
+}
+
+#[inline(always)]
+fn stack_id<C: StackIdContext>(ctx: &C, flags: u64) -> i32 {
+    match ctx.get_stackid(&STACKS, flags) {
+        Ok(id) => id as i32,
+        // No kernel frames: the sample interrupted user code. Not a loss.
+        Err(e) if e == -EFAULT => -1,
+        Err(e) => {
+            count_lost(if e == -EEXIST {
+                lost_stack::COLLISION
+            } else {
+                lost_stack::FAILED
+            });
+            -1
+        }
+    }
+}
+
+/// Adds `weight` to `key`'s total on this CPU (userspace sums the CPUs, so
+/// no atomics are needed).
+#[inline(always)]
+fn add_weight(key: &StackKey, weight: u64) {
+    if let Some(total) = STACK_COUNTS.get_ptr_mut(key) {
+        unsafe { *total += weight };
+        return;
+    }
+    match STACK_COUNTS.insert(key, weight, BPF_NOEXIST) {
+        Ok(()) => {}
+        // Another CPU created the key in between; this CPU's slot is ours.
+        Err(e) if e == -EEXIST => {
+            if let Some(total) = STACK_COUNTS.get_ptr_mut(key) {
+                unsafe { *total += weight };
+            }
+        }
+        Err(_) => count_lost(lost_stack::AGGREGATE_FULL),
+    }
+}
+
+/// sched_switch, prev side: a tracked thread leaves the CPU. Runs in prev's
+/// context, so the stacks taken here are where it stopped.
+#[inline(always)]
+pub fn switch_out<C: StackIdContext>(ctx: &C, tid: u32, prev_state: u64) {
+    let Some(reason) = offcpu_reason(prev_state) else {
+        return; // exiting: it will not come back
+    };
+    let (user_stack_id, kernel_stack_id) = stack_ids(ctx);
+    let start = OffCpuStart {
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        user_stack_id,
+        kernel_stack_id,
+        reason,
+        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
+    };
+    if OFFCPU_START.insert(&tid, &start, 0).is_err() {
+        count_lost(lost_stack::OFFCPU_FULL);
+    }
+}
+
+/// sched_switch, next side: a tracked thread runs again; the time since its
+/// switch-out goes to the stack it left from.
+#[inline(always)]
+pub fn switch_in(tid: u32) {
+    let Some(start) = (unsafe { OFFCPU_START.get(&tid) }).copied() else {
+        return; // off CPU since before the recording
+    };
+    let _ = OFFCPU_START.remove(&tid);
+    let now = unsafe { bpf_ktime_get_ns() };
+    let key = StackKey {
+        tgid: start.tgid,
+        tid,
+        user_stack_id: start.user_stack_id,
+        kernel_stack_id: start.kernel_stack_id,
+        kind: start.reason,
+        _pad: 0,
+    };
+    add_weight(&key, now.saturating_sub(start.ts_ns));
+}

@@ -1,0 +1,146 @@
+//! Flamegraph SVGs through inferno, from the folded stacks of
+//! [`analysis::flame`](crate::analysis::flame).
+
+use std::io::{self, Write};
+
+use inferno::differential;
+use inferno::flamegraph::{
+    self, Options,
+    color::{BasicPalette, Color, MultiPalette, Palette, PaletteMap},
+};
+
+use crate::analysis::flame::{FlameKind, folded_text, reason_label};
+use crate::recording::StackKind;
+
+/// Off-CPU reason leaves in the wall graph: one blue, so waiting stands
+/// apart from running at a glance.
+const WAIT_BLUE: Color = Color {
+    r: 80,
+    g: 120,
+    b: 230,
+};
+
+/// Kernel frames of the off-CPU graph: violet against its blues (inferno
+/// shows "_[k]" frames without the suffix, so color is what marks them).
+const KERNEL_VIOLET: Color = Color {
+    r: 170,
+    g: 110,
+    b: 220,
+};
+
+/// Draws `lines` as an SVG. Fails when there is nothing to draw.
+pub fn svg(
+    lines: &[(String, u64)],
+    kind: FlameKind,
+    title: &str,
+    out: impl Write,
+) -> io::Result<()> {
+    let mut palette_map = fixed_colors(kind, lines);
+    let mut options = options(kind, title);
+    options.palette_map = Some(&mut palette_map);
+    let text = folded_text(lines);
+    flamegraph::from_lines(&mut options, text.lines(), out)
+}
+
+/// Draws the differential flamegraph of two folded profiles: frames are
+/// sized by `after` and colored red where they grew, blue where they shrank.
+pub fn diff_svg(
+    before: &[(String, u64)],
+    after: &[(String, u64)],
+    kind: FlameKind,
+    title: &str,
+    out: impl Write,
+) -> io::Result<()> {
+    let mut merged = Vec::new();
+    let opts = differential::Options {
+        // Compare shapes, not totals: the two recordings may differ in length.
+        normalize: true,
+        ..Default::default()
+    };
+    differential::from_readers(
+        opts,
+        folded_text(before).as_bytes(),
+        folded_text(after).as_bytes(),
+        &mut merged,
+    )?;
+    let merged = String::from_utf8(merged).map_err(io::Error::other)?;
+    let mut options = options(kind, title);
+    flamegraph::from_lines(&mut options, merged.lines(), out)
+}
+
+fn options(kind: FlameKind, title: &str) -> Options<'static> {
+    let mut options = Options::default();
+    options.title = title.to_string();
+    options.count_name = kind.unit().replace("us", "µs");
+    // On-CPU: warm colors, kernel frames ("_[k]") orange. Off-CPU: blues.
+    options.colors = match kind {
+        FlameKind::Cpu | FlameKind::Wall => Palette::Multi(MultiPalette::Java),
+        FlameKind::OffCpu => Palette::Basic(BasicPalette::Blue),
+    };
+    // Same input, same picture: colors from names, not a random generator.
+    options.hash = true;
+    options.deterministic = true;
+    options
+}
+
+/// Colors decided by meaning rather than by the palette: off-CPU reason
+/// leaves (wall graph) and kernel frames (off-CPU graph, where the blue
+/// palette would not set them apart).
+fn fixed_colors(kind: FlameKind, lines: &[(String, u64)]) -> PaletteMap {
+    let mut map = PaletteMap::default();
+    if kind == FlameKind::OffCpu {
+        let frames = lines.iter().flat_map(|(stack, _)| stack.split(';'));
+        for frame in frames.filter(|f| f.ends_with("_[k]")) {
+            map.insert(frame, KERNEL_VIOLET);
+        }
+        return map;
+    }
+    if kind != FlameKind::Wall {
+        return map;
+    }
+    for kind in [
+        StackKind::Runnable,
+        StackKind::DiskWait,
+        StackKind::Sleep,
+        StackKind::Other,
+        StackKind::BlockIo,
+        StackKind::Futex,
+    ] {
+        if let Some(label) = reason_label(kind) {
+            map.insert(label, WAIT_BLUE);
+        }
+    }
+    map
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_an_svg_with_every_frame() {
+        let lines = vec![
+            ("app;main;burn_a".to_string(), 3),
+            ("app;main;nanosleep_[k];[sleep]".to_string(), 1),
+        ];
+        let mut out = Vec::new();
+        svg(&lines, FlameKind::Wall, "t", &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("<?xml"));
+        // inferno draws "x_[k]" as "x", colored as a kernel frame.
+        for name in ["burn_a", "nanosleep", "[sleep]"] {
+            assert!(text.contains(name), "{name} missing");
+        }
+        assert!(svg(&[], FlameKind::Cpu, "t", Vec::new()).is_err());
+    }
+
+    #[test]
+    fn draws_a_differential_svg() {
+        let before = vec![("a;b".to_string(), 10)];
+        let after = vec![("a;b".to_string(), 5), ("a;c".to_string(), 5)];
+        let mut out = Vec::new();
+        diff_svg(&before, &after, FlameKind::Cpu, "d", &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("<title>c ("), "{text}");
+    }
+}

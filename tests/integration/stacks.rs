@@ -1,0 +1,181 @@
+//! Stacks and flamegraphs: tprof's on-CPU samples and off-CPU times against
+//! workloads whose split is known by construction, symbols for a worker
+//! that exited before the recording ended, and well-formed SVGs.
+
+use std::path::Path;
+
+use serde_json::Value;
+use tprof_tests::{
+    Traced, close_to, flamegraph_folded, require_root, show, tprof, trace_workload_with,
+};
+
+/// burn_a burns three times burn_b's CPU time, so their on-CPU samples
+/// split 3:1; tprof must agree within 5 points.
+#[test]
+fn cpu_samples_split_3_to_1() {
+    require_root();
+    let traced = trace_workload_with("two_functions", &["--hz", "199"], &["2"]);
+    let lines = flamegraph_folded(&traced.recording, &["--kind", "cpu"]);
+    let in_a = weight_where(&lines, |s| has_frame(s, "burn_a"));
+    let in_b = weight_where(&lines, |s| has_frame(s, "burn_b"));
+    let total = in_a + in_b;
+    assert!(
+        total > 200,
+        "too few samples in burn_a/burn_b ({total}): {lines:#?}"
+    );
+    let share_a = in_a as f64 / total as f64;
+    let done = truth(&traced, "done");
+    let (a_ns, b_ns) = (
+        done["a_ns"].as_f64().unwrap(),
+        done["b_ns"].as_f64().unwrap(),
+    );
+    let truth_a = a_ns / (a_ns + b_ns);
+    eprintln!(
+        "burn_a {in_a}, burn_b {in_b} samples: share of burn_a {share_a:.3} \
+         (measured CPU time: {truth_a:.3})"
+    );
+    for expected in [0.75, truth_a] {
+        assert!(
+            (share_a - expected).abs() <= 0.05,
+            "burn_a's share {share_a:.3} is not {expected:.3} ± 0.05: {lines:#?}"
+        );
+    }
+    // Rooted in the process, then the thread. (gcc gives the leaf burn_a no
+    // frame of its own, so the frame-pointer walk skips its caller, main.)
+    assert!(
+        lines
+            .iter()
+            .all(|(s, _)| s.starts_with("two_functions;two_functions;")),
+        "{lines:#?}"
+    );
+    for kind in ["cpu", "wall"] {
+        assert_svg(&svg_beside(&traced, kind));
+    }
+}
+
+/// The napper's off-CPU time in its sleep stack matches the sleep it
+/// measured; the worker that exited 0.7 s before the end still has names.
+#[test]
+fn sleep_time_and_exited_worker() {
+    require_root();
+    let traced = trace_workload_with("nap_and_fork", &[], &["1"]);
+    let napper = truth(&traced, "napper");
+    let worker = truth(&traced, "worker");
+    let tid = napper["tid"].as_u64().unwrap().to_string();
+
+    let off = flamegraph_folded(&traced.recording, &["--kind", "offcpu", "--tid", &tid]);
+    let slept_us = weight_where(&off, |s| s.contains("nanosleep") && s.ends_with(";[sleep]"));
+    let truth_us = napper["slept_ns"].as_f64().unwrap() / 1e3;
+    eprintln!("napper off-CPU in nanosleep: {slept_us} µs, measured sleep {truth_us:.0} µs");
+    assert!(
+        close_to(slept_us as f64, truth_us, 0.05, 0.0),
+        "off-CPU sleep {slept_us} µs vs measured {truth_us:.0} µs: {off:#?}"
+    );
+    assert!(
+        off.iter()
+            .all(|(s, _)| s.starts_with("nap_and_fork;napper;")),
+        "--tid keeps only the napper: {off:#?}"
+    );
+
+    let pid = worker["pid"].as_u64().unwrap().to_string();
+    let cpu = flamegraph_folded(&traced.recording, &["--kind", "cpu", "--pid", &pid]);
+    let named = weight_where(&cpu, |s| has_frame(s, "worker_burn"));
+    let total: u64 = cpu.iter().map(|(_, c)| c).sum();
+    eprintln!("exited worker: {named} of {total} samples in worker_burn");
+    assert!(
+        named > 10 && named * 10 >= total * 9,
+        "worker samples unnamed: {cpu:#?}"
+    );
+    assert!(
+        cpu.iter()
+            .all(|(s, _)| s.starts_with("worker (child);worker;")),
+        "the worker is rooted under its role and thread: {cpu:#?}"
+    );
+
+    let svg = traced.dir.path().join("offcpu.svg");
+    let out = tprof()
+        .args(["flamegraph", "--kind", "offcpu", "-o"])
+        .arg(&svg)
+        .arg(&traced.recording)
+        .output()
+        .expect("run tprof flamegraph");
+    assert!(out.status.success(), "{}", show(&out));
+    assert_svg(&svg);
+}
+
+/// Code in anonymous memory is named from the /tmp/perf-<pid>.map file the
+/// JIT wrote, read after the process exited.
+#[test]
+fn jit_frames_named_from_perf_map() {
+    require_root();
+    let traced = trace_workload_with("jit_spin", &[], &["0.5"]);
+    let done = truth(&traced, "done");
+    let _ = std::fs::remove_file(done["map"].as_str().unwrap());
+    let lines = flamegraph_folded(&traced.recording, &["--kind", "cpu"]);
+    let jitted = weight_where(&lines, |s| s.ends_with(";jit_spin_loop"));
+    let total: u64 = lines.iter().map(|(_, c)| c).sum();
+    eprintln!("{jitted} of {total} samples in jit_spin_loop");
+    assert!(jitted * 10 >= total * 8, "JIT frames unnamed: {lines:#?}");
+}
+
+/// `--diff BEFORE AFTER` draws inferno's differential graph.
+#[test]
+fn differential_flamegraph() {
+    require_root();
+    let before = trace_workload_with("two_functions", &[], &["0.5"]);
+    let after = trace_workload_with("nap_and_fork", &[], &["0.6"]);
+    let svg = before.dir.path().join("diff.svg");
+    let out = tprof()
+        .args(["flamegraph", "--diff"])
+        .arg(&before.recording)
+        .arg(&after.recording)
+        .arg("-o")
+        .arg(&svg)
+        .output()
+        .expect("run tprof flamegraph --diff");
+    assert!(out.status.success(), "{}", show(&out));
+    assert_svg(&svg);
+}
+
+fn truth<'a>(traced: &'a Traced, role: &str) -> &'a Value {
+    traced
+        .truth
+        .iter()
+        .find(|t| t["role"] == role)
+        .unwrap_or_else(|| panic!("no {role} in the ground truth: {:#?}", traced.truth))
+}
+
+fn has_frame(stack: &str, frame: &str) -> bool {
+    stack.split(';').any(|f| f == frame)
+}
+
+fn weight_where(lines: &[(String, u64)], keep: impl Fn(&str) -> bool) -> u64 {
+    lines.iter().filter(|(s, _)| keep(s)).map(|(_, c)| c).sum()
+}
+
+/// `tprof record` writes REC.KIND.svg next to the recording REC.
+fn svg_beside(traced: &Traced, kind: &str) -> std::path::PathBuf {
+    let mut name = traced.recording.as_os_str().to_owned();
+    name.push(format!(".{kind}.svg"));
+    name.into()
+}
+
+/// Well-formed XML whose root is an <svg> element.
+fn assert_svg(path: &Path) {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let doc = roxmltree::Document::parse_with_options(
+        &text,
+        roxmltree::ParsingOptions {
+            allow_dtd: true,
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{} is not well-formed XML: {e}", path.display()));
+    assert_eq!(
+        doc.root_element().tag_name().name(),
+        "svg",
+        "{}",
+        path.display()
+    );
+}

@@ -5,6 +5,7 @@ mod devices;
 pub mod flame;
 mod futexes;
 pub mod gpu;
+pub mod timeline;
 
 use std::collections::HashMap;
 

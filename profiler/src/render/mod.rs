@@ -5,3 +5,4 @@
 pub mod flamegraph;
 pub mod json;
 pub mod report;
+pub mod timeline;

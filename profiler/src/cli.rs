@@ -1,7 +1,10 @@
 //! Command-line interface: clap definitions and argument validation. Turns
 //! what the user typed into the options each stage takes.
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
@@ -26,7 +29,9 @@ sudo tprof record -p 12345 -d 30s      attach to a running job and its DataLoade
 sudo tprof record -- python train.py   launch a job and trace it from its first instruction\n  \
 tprof report tprof-20261202-153000.tprof --json\n  \
 tprof flamegraph rec.tprof --kind offcpu -o offcpu.svg\n  \
-tprof flamegraph --diff before.tprof after.tprof -o diff.svg"
+tprof flamegraph --diff before.tprof after.tprof -o diff.svg\n  \
+tprof timeline rec.tprof -o rec.json    open in Perfetto UI (ui.perfetto.dev) or chrome://tracing\n  \
+tprof timeline rec.tprof -o rec.html    one page to open in any browser"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -41,6 +46,9 @@ pub enum Command {
     Report(ReportArgs),
     /// Draw a flamegraph SVG (or print folded stacks) of a recording.
     Flamegraph(FlamegraphArgs),
+    /// Write the timeline of a recording: trace event JSON for Perfetto UI
+    /// and chrome://tracing, or a self-contained HTML page.
+    Timeline(TimelineArgs),
 }
 
 #[derive(Args, Debug)]
@@ -82,6 +90,10 @@ pub struct RecordArgs {
     /// Do not write the cpu and wall flamegraphs next to the recording.
     #[arg(long)]
     pub no_flamegraphs: bool,
+    /// Do not write the timelines (.timeline.html and .timeline.json) next
+    /// to the recording.
+    #[arg(long)]
+    pub no_timeline: bool,
     /// The command to launch and trace (after --).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -125,6 +137,78 @@ pub struct FlamegraphArgs {
     /// Overwrite the SVG if it exists.
     #[arg(long)]
     pub force: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TimelineArgs {
+    /// A recording made by `tprof record`.
+    pub path: PathBuf,
+    /// Write the timeline here; the extension picks the format: .json for
+    /// Perfetto UI and chrome://tracing, .html for a page that opens in any
+    /// browser [default: PATH.timeline.html].
+    #[arg(short, long, value_name = "FILE.json|FILE.html")]
+    pub output: Option<PathBuf>,
+    /// Merge each thread's slices shorter than this with their neighbours
+    /// (e.g. 50us, 1ms); raised further when the timeline would be too
+    /// large for a viewer to open.
+    #[arg(long, value_name = "DURATION", default_value = "50us", value_parser = parse_duration)]
+    pub min_slice: Duration,
+    /// Overwrite the output if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// A timeline file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimelineFormat {
+    /// Chrome trace event JSON.
+    Json,
+    Html,
+}
+
+impl TimelineFormat {
+    /// The format a file name asks for.
+    pub fn of(path: &Path) -> Result<TimelineFormat> {
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        match ext.as_deref() {
+            Some("json") => Ok(TimelineFormat::Json),
+            Some("html" | "htm") => Ok(TimelineFormat::Html),
+            _ => bail!(
+                "cannot tell the timeline format of {}: name it FILE.json (Perfetto UI, \
+                 chrome://tracing) or FILE.html (any browser)",
+                path.display()
+            ),
+        }
+    }
+
+    pub fn extension(self) -> &'static str {
+        match self {
+            TimelineFormat::Json => "json",
+            TimelineFormat::Html => "html",
+        }
+    }
+}
+
+impl TimelineArgs {
+    /// Where to write, and in which format.
+    pub fn output_and_format(&self) -> Result<(PathBuf, TimelineFormat)> {
+        let out = self
+            .output
+            .clone()
+            .unwrap_or_else(|| timeline_path(&self.path, TimelineFormat::Html));
+        let format = TimelineFormat::of(&out)?;
+        Ok((out, format))
+    }
+}
+
+/// `REC.timeline.EXT` next to the recording `REC`.
+pub fn timeline_path(recording: &Path, format: TimelineFormat) -> PathBuf {
+    let mut name = recording.as_os_str().to_owned();
+    name.push(format!(".timeline.{}", format.extension()));
+    PathBuf::from(name)
 }
 
 /// Which flamegraph: clap's face of [`profiler::analysis::flame::FlameKind`].
@@ -195,7 +279,7 @@ fn parse_hz(text: &str) -> Result<f64, String> {
     Ok(hz)
 }
 
-/// `500ms`, `30s`, `2m`, `1h`, or a bare number of seconds (`1.5`).
+/// `50us`, `500ms`, `30s`, `2m`, `1h`, or a bare number of seconds (`1.5`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
@@ -208,11 +292,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let seconds = match unit {
         "" | "s" => value,
         "ms" => value / 1e3,
+        "us" | "µs" => value / 1e6,
         "m" | "min" => value * 60.0,
         "h" => value * 3600.0,
         _ => {
             return Err(format!(
-                "unknown unit `{unit}` in `{text}` (use ms, s, m or h)"
+                "unknown unit `{unit}` in `{text}` (use us, ms, s, m or h)"
             ));
         }
     };
@@ -230,6 +315,7 @@ mod tests {
     fn parses_durations() {
         assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("50us").unwrap(), Duration::from_micros(50));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("5 parsecs").is_err());
@@ -250,11 +336,26 @@ mod tests {
             hz: 99,
             no_stacks: false,
             no_flamegraphs: false,
+            no_timeline: false,
             command,
         };
         assert!(args(vec![], vec![]).to_options().is_err());
         assert!(args(vec![1], vec!["ls".into()]).to_options().is_err());
         assert!(args(vec![1], vec![]).to_options().is_ok());
+    }
+
+    #[test]
+    fn timeline_format_from_the_extension() {
+        let format = |p: &str| TimelineFormat::of(Path::new(p)).ok();
+        assert_eq!(format("a.json"), Some(TimelineFormat::Json));
+        assert_eq!(format("a.HTML"), Some(TimelineFormat::Html));
+        assert_eq!(format("a.htm"), Some(TimelineFormat::Html));
+        assert_eq!(format("a.svg"), None);
+        assert_eq!(format("a"), None);
+        assert_eq!(
+            timeline_path(Path::new("d/r.tprof"), TimelineFormat::Json),
+            PathBuf::from("d/r.tprof.timeline.json")
+        );
     }
 
     #[test]

@@ -16,7 +16,11 @@ use profiler::{
     },
     capture,
     model::Model,
-    recording, render,
+    recording,
+    render::{
+        self,
+        timeline::{Limits, TimelineInput},
+    },
 };
 
 mod cli;
@@ -38,13 +42,15 @@ fn run(cli: cli::Cli) -> Result<()> {
         cli::Command::Record(args) => {
             let options = args.to_options()?;
             let outcome = capture::record(&options)?;
-            // The recording is safe on disk by now: a flamegraph that cannot
-            // be written is a warning, not a failed recording.
-            if options.sample_hz.is_some()
-                && !args.no_flamegraphs
-                && let Err(err) = record_flamegraphs(&outcome.path, options.force)
-            {
-                eprintln!("tprof: warning: {err:#}");
+            // The recording is safe on disk by now: a flamegraph or timeline
+            // that cannot be written is a warning, not a failed recording.
+            let flamegraphs = options.sample_hz.is_some() && !args.no_flamegraphs;
+            if flamegraphs || !args.no_timeline {
+                let outputs =
+                    record_outputs(&outcome.path, flamegraphs, !args.no_timeline, options.force);
+                if let Err(err) = outputs {
+                    eprintln!("tprof: warning: {err:#}");
+                }
             }
             if !args.no_report {
                 report(&outcome.path, false)?;
@@ -53,7 +59,49 @@ fn run(cli: cli::Cli) -> Result<()> {
         }
         cli::Command::Report(args) => report(&args.path, args.json),
         cli::Command::Flamegraph(args) => flamegraph(&args),
+        cli::Command::Timeline(args) => timeline(&args),
     }
+}
+
+/// `tprof timeline`: the timeline of a recording as trace event JSON or
+/// an HTML page.
+fn timeline(args: &cli::TimelineArgs) -> Result<()> {
+    let (out, format) = args.output_and_format()?;
+    let model = Model::build(&recording::read(&args.path)?);
+    let limits = Limits {
+        min_slice_ns: args.min_slice.as_nanos().max(1) as u64,
+        ..Limits::default()
+    };
+    write_timeline(&model, &args.path, &out, format, limits, args.force)?;
+    eprintln!("tprof: wrote {}", out.display());
+    Ok(())
+}
+
+/// model → analysis (roles, steps, deliveries, stalls) → one timeline file.
+fn write_timeline(
+    model: &Model,
+    recording: &Path,
+    out: &Path,
+    format: cli::TimelineFormat,
+    limits: Limits,
+    force: bool,
+) -> Result<()> {
+    let facts = analysis::timeline::derive(model);
+    let input = TimelineInput {
+        model,
+        roles: &facts.roles,
+        steps: &facts.steps,
+        deliveries: &facts.deliveries,
+        stalls: &facts.stalls,
+        title: format!("tprof timeline — {}", recording.display()),
+        limits,
+    };
+    let file = io::BufWriter::new(capture::output::create(out, force)?);
+    match format {
+        cli::TimelineFormat::Json => render::timeline::chrome::write(&input, file),
+        cli::TimelineFormat::Html => render::timeline::html::write(&input, file),
+    }
+    .with_context(|| format!("writing {} failed", out.display()))
 }
 
 /// `tprof flamegraph`: one recording's SVG or folded stacks, or the
@@ -114,13 +162,33 @@ fn folded(path: &Path, kind: FlameKind, filter: &Filter) -> Result<Vec<(String, 
     Ok(lines)
 }
 
+/// What `tprof record` writes next to the recording: the flamegraphs and
+/// the timelines, from one reading of it. Each that fails is a warning and
+/// does not stop the others.
+fn record_outputs(recording: &Path, flamegraphs: bool, timelines: bool, force: bool) -> Result<()> {
+    let model = Model::build(&recording::read(recording)?);
+    if flamegraphs && let Err(err) = record_flamegraphs(&model, recording, force) {
+        eprintln!("tprof: warning: {err:#}");
+    }
+    if !timelines {
+        return Ok(());
+    }
+    for format in [cli::TimelineFormat::Html, cli::TimelineFormat::Json] {
+        let out = cli::timeline_path(recording, format);
+        match write_timeline(&model, recording, &out, format, Limits::default(), force) {
+            Ok(()) => eprintln!("tprof: timeline written to {}", out.display()),
+            Err(err) => eprintln!("tprof: warning: {err:#}"),
+        }
+    }
+    Ok(())
+}
+
 /// `tprof record`'s flamegraphs: cpu and wall, next to the recording. A
 /// job that never ran while sampled has no cpu graph; that is a note, not a
 /// failure of the recording.
-fn record_flamegraphs(recording: &Path, force: bool) -> Result<()> {
-    let model = Model::build(&recording::read(recording)?);
+fn record_flamegraphs(model: &Model, recording: &Path, force: bool) -> Result<()> {
     for kind in [FlameKind::Cpu, FlameKind::Wall] {
-        let lines = flame::fold(&model, kind, &Filter::default());
+        let lines = flame::fold(model, kind, &Filter::default());
         if lines.is_empty() {
             eprintln!(
                 "tprof: no {} stacks were sampled; no {} flamegraph",

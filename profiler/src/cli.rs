@@ -149,8 +149,8 @@ pub struct TimelineArgs {
     #[arg(short, long, value_name = "FILE.json|FILE.html")]
     pub output: Option<PathBuf>,
     /// Merge each thread's slices shorter than this with their neighbours
-    /// (e.g. 50us, 1ms); raised further when the timeline would be too
-    /// large for a viewer to open.
+    /// (e.g. 50us, 1ms; 1ns merges nothing); raised further when the
+    /// timeline would be too large for a viewer to open.
     #[arg(long, value_name = "DURATION", default_value = "50us", value_parser = parse_duration)]
     pub min_slice: Duration,
     /// Overwrite the output if it exists.
@@ -279,7 +279,7 @@ fn parse_hz(text: &str) -> Result<f64, String> {
     Ok(hz)
 }
 
-/// `50us`, `500ms`, `30s`, `2m`, `1h`, or a bare number of seconds (`1.5`).
+/// `10ns`, `50us`, `500ms`, `30s`, `2m`, `1h`, or a bare number of seconds (`1.5`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
@@ -293,11 +293,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "" | "s" => value,
         "ms" => value / 1e3,
         "us" | "µs" => value / 1e6,
+        "ns" => value / 1e9,
         "m" | "min" => value * 60.0,
         "h" => value * 3600.0,
         _ => {
             return Err(format!(
-                "unknown unit `{unit}` in `{text}` (use us, ms, s, m or h)"
+                "unknown unit `{unit}` in `{text}` (use ns, us, ms, s, m or h)"
             ));
         }
     };
@@ -316,6 +317,7 @@ mod tests {
         assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("50us").unwrap(), Duration::from_micros(50));
+        assert_eq!(parse_duration("1ns").unwrap(), Duration::from_nanos(1));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("5 parsecs").is_err());

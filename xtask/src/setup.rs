@@ -10,7 +10,7 @@ use crate::cmd::{self, command, probe, run as run_cmd};
 
 /// Debian packages: LLVM 22 for bpf-linker (same major as rustc's LLVM),
 /// sysstat/bpftool/libbpf-tools as test oracles and peers, gcc for the C
-/// workloads.
+/// workloads, chromium to load the HTML timeline headless.
 const APT_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",
@@ -19,6 +19,7 @@ const APT_PACKAGES: &[&str] = &[
     "bpftool",
     "libbpf-tools",
     "gcc",
+    "chromium",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const TRACEFS: &str = "/sys/kernel/tracing";

@@ -24,3 +24,6 @@ mod gpu;
 // Stacks and flamegraphs: on-CPU shares, off-CPU time by reason, exited
 // workers symbolized, SVGs well-formed.
 mod stacks;
+// Timelines: trace event JSON valid and true to the report, the HTML page
+// drawn by headless Chromium.
+mod timeline;

@@ -1,18 +1,20 @@
 //! Support for tprof's integration tests (tests/integration): finding and
 //! running the `tprof` binary, building the C workloads in tests/workloads
-//! and the fake NVML library in tests/fake_nvml,
-//! reading their ground truth, and decoding `tprof report --json`.
+//! and the fake NVML library in tests/fake_nvml, reading their ground truth,
+//! decoding `tprof report --json`, and loading pages in headless Chromium.
 //!
 //! The tests load real eBPF programs, so they need root; helpers panic with
 //! a clear message rather than returning errors, so a failure reads as the
 //! reason it failed.
 
+mod browser;
 mod fake_nvml;
 mod process;
 mod report;
 mod tprof;
 mod workload;
 
+pub use browser::{PageLoad, chromium_screenshot};
 pub use fake_nvml::{FakeNvml, recording_start_realtime_ns};
 pub use process::{Finished, Running, signal};
 pub use report::{Device, Futex, Gpu, GpuProcess, Process, Report, Thread, Waker};

@@ -259,7 +259,10 @@ impl Slice {
         parts.sort_by_key(|&(_, ns)| std::cmp::Reverse(ns));
         parts
             .iter()
-            .map(|(k, ns)| format!("{} {:.0}%", k.name(), 100.0 * *ns as f64 / total))
+            .map(|(k, ns)| match 100.0 * *ns as f64 / total {
+                pct if pct < 0.5 => format!("{} <1%", k.name()),
+                pct => format!("{} {pct:.0}%", k.name()),
+            })
             .collect::<Vec<_>>()
             .join(", ")
     }

@@ -21,7 +21,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::{Slice, TimelineInput, TrackRole, fit_slices, us};
+use super::{Slice, TimelineInput, TrackRole, bin_ns, fit_slices, spread, us};
 use crate::model::{Gpu, IoOp, IoRequest, Thread};
 use crate::recording::GpuMetric;
 
@@ -37,6 +37,9 @@ const DISK_PID: u32 = 2_010_000_000;
 const DISK_SLOT_TID: u32 = 2_020_000_000;
 /// Requests in flight beyond this many are only in the device's counter.
 const MAX_DISK_SLOTS: usize = 16;
+/// A device with more requests than this shows its mean number in flight
+/// per bin instead of each request (a busy disk does thousands a second).
+const MAX_DISK_REQUESTS: usize = 50_000;
 
 /// One trace event; absent fields are left out.
 #[derive(Serialize)]
@@ -391,50 +394,97 @@ fn disks<W: Write>(events: &mut Events<W>, input: &TimelineInput, rank: i64) -> 
             .unwrap_or_else(|| format!("{}:{}", dev >> 20, dev & 0xfffff));
         events.process_meta(pid, &format!("disk {name}"), rank + n as i64)?;
         ios.sort_by_key(|io| (io.start_ns, io.end_ns));
-        let mut slot_free_at: Vec<u64> = Vec::new();
-        for io in &ios {
-            let slot = match slot_free_at.iter().position(|&free| free <= io.start_ns) {
-                Some(slot) => slot,
-                None if slot_free_at.len() < MAX_DISK_SLOTS => {
-                    slot_free_at.push(0);
-                    let slot = slot_free_at.len() - 1;
-                    let tid = DISK_SLOT_TID + n as u32 * 100 + slot as u32;
-                    events.thread_meta(pid, tid, &format!("queue slot {slot}"), slot as i64)?;
-                    slot
-                }
-                None => continue,
-            };
-            slot_free_at[slot] = io.end_ns;
-            let tid = DISK_SLOT_TID + n as u32 * 100 + slot as u32;
-            let mut args = Map::new();
-            args.insert("bytes".into(), io.bytes.into());
-            args.insert("tid".into(), io.tid.into());
-            args.insert("pid".into(), io.tgid.into());
-            if io.error != 0 {
-                args.insert("error".into(), io.error.into());
+        if ios.len() > MAX_DISK_REQUESTS {
+            mean_in_flight(events, input, pid, &ios)?;
+        } else {
+            requests(events, pid, n as u32, &ios)?;
+        }
+    }
+    Ok(())
+}
+
+/// Each request in the first free queue slot, and the exact number in
+/// flight.
+fn requests<W: Write>(
+    events: &mut Events<W>,
+    pid: u32,
+    device: u32,
+    ios: &[&IoRequest],
+) -> io::Result<()> {
+    let slot_tid = |slot: usize| DISK_SLOT_TID + device * 100 + slot as u32;
+    let mut slot_free_at: Vec<u64> = Vec::new();
+    for io in ios {
+        let slot = match slot_free_at.iter().position(|&free| free <= io.start_ns) {
+            Some(slot) => slot,
+            None if slot_free_at.len() < MAX_DISK_SLOTS => {
+                slot_free_at.push(0);
+                let slot = slot_free_at.len() - 1;
+                events.thread_meta(
+                    pid,
+                    slot_tid(slot),
+                    &format!("queue slot {slot}"),
+                    slot as i64,
+                )?;
+                slot
             }
-            events.slice(
-                pid,
-                tid,
-                "io",
-                op_name(io.op),
-                io.start_ns,
-                io.end_ns,
-                Some(Value::Object(args)),
-            )?;
+            None => continue,
+        };
+        slot_free_at[slot] = io.end_ns;
+        let mut args = Map::new();
+        args.insert("bytes".into(), io.bytes.into());
+        args.insert("tid".into(), io.tid.into());
+        args.insert("pid".into(), io.tgid.into());
+        if io.error != 0 {
+            args.insert("error".into(), io.error.into());
         }
-        // In flight: +1 at each start, -1 at each end, one sample per
-        // distinct time.
-        let mut changes: BTreeMap<u64, i64> = BTreeMap::new();
-        for io in &ios {
-            *changes.entry(io.start_ns).or_default() += 1;
-            *changes.entry(io.end_ns).or_default() -= 1;
-        }
-        let mut in_flight = 0;
-        for (ts, delta) in changes {
-            in_flight += delta;
-            events.counter(pid, "in flight", ts, json!({ "requests": in_flight }))?;
-        }
+        events.slice(
+            pid,
+            slot_tid(slot),
+            "io",
+            op_name(io.op),
+            io.start_ns,
+            io.end_ns,
+            Some(Value::Object(args)),
+        )?;
+    }
+    // +1 at each start, -1 at each end, one sample per distinct time.
+    let mut changes: BTreeMap<u64, i64> = BTreeMap::new();
+    for io in ios {
+        *changes.entry(io.start_ns).or_default() += 1;
+        *changes.entry(io.end_ns).or_default() -= 1;
+    }
+    let mut in_flight = 0;
+    for (ts, delta) in changes {
+        in_flight += delta;
+        events.counter(pid, "in flight", ts, json!({ "requests": in_flight }))?;
+    }
+    Ok(())
+}
+
+/// The mean number of requests in flight per bin (iostat's aqu-sz).
+fn mean_in_flight<W: Write>(
+    events: &mut Events<W>,
+    input: &TimelineInput,
+    pid: u32,
+    ios: &[&IoRequest],
+) -> io::Result<()> {
+    let model = input.model;
+    let bin_ns = bin_ns(model.duration_ns());
+    let mut bins = vec![0u64; model.duration_ns().div_ceil(bin_ns).max(1) as usize];
+    for io in ios {
+        spread(
+            &mut bins,
+            io.start_ns,
+            io.end_ns,
+            model.window_start_ns,
+            bin_ns,
+        );
+    }
+    let name = format!("in flight (mean per {} ms)", bin_ns / 1_000_000);
+    for (i, ns) in bins.into_iter().enumerate() {
+        let ts = model.window_start_ns + i as u64 * bin_ns;
+        let mean = (ns as f64 / bin_ns as f64 * 100.0).round() / 100.0;
+        events.counter(pid, &name, ts, json!({ "requests": mean }))?;
     }
     Ok(())
 }
@@ -739,6 +789,30 @@ mod tests {
         assert_eq!(stalls.len(), 1);
         assert_eq!(stalls[0]["name"], "waiting for pt_data_worker 2");
         assert_eq!(stalls[0]["dur"], 500.0);
+    }
+
+    #[test]
+    fn a_busy_disk_shows_its_mean_queue_instead_of_each_request() {
+        let mut model = model();
+        let io = model.ios[0];
+        // 2 ms window, 1 ms bins: requests back to back in the first half,
+        // two at a time.
+        model.ios = (0..MAX_DISK_REQUESTS as u64 + 2)
+            .map(|i| IoRequest {
+                start_ns: 1_000_000 + (i / 2) * 19,
+                end_ns: 1_000_000 + (i / 2 + 1) * 19,
+                ..io
+            })
+            .collect();
+        let trace = render(&model, &[], &[]);
+        assert!(!events(&trace).iter().any(|e| e["cat"] == "io"));
+        let means: Vec<f64> = events(&trace)
+            .iter()
+            .filter(|e| e["name"] == "in flight (mean per 1 ms)")
+            .map(|e| e["args"]["requests"].as_f64().unwrap())
+            .collect();
+        // 25001 pairs × 19 ns = 475 µs of two in flight: a mean of 0.95.
+        assert_eq!(means, vec![0.95, 0.0]);
     }
 
     #[test]

@@ -14,16 +14,15 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::{SliceKind, TimelineInput, TrackRole, chrome::period_starts, fit_slices};
+use super::{
+    SliceKind, TimelineInput, TrackRole, bin_ns, chrome::period_starts, fit_slices, spread,
+};
 use crate::model::{IoRequest, Thread, ThreadState};
 use crate::recording::GpuMetric;
 
 const TEMPLATE: &str = include_str!("timeline.html");
 const SCRIPT: &str = include_str!("timeline.js");
 
-/// Counter lanes have at most this many bins over the window (and bins of
-/// at least 1 ms).
-const MAX_BINS: u64 = 10_000;
 /// Deliveries beyond this many are left out of the page (the JSON has all).
 const MAX_DELIVERIES: usize = 50_000;
 /// Stalls the page annotates.
@@ -235,12 +234,6 @@ fn page<'a>(input: &'a TimelineInput) -> Page<'a> {
     }
 }
 
-/// Bins of whole ms, at most [`MAX_BINS`] over the window.
-fn bin_ns(duration_ns: u64) -> u64 {
-    let ms = duration_ns.div_ceil(MAX_BINS * 1_000_000).max(1);
-    ms * 1_000_000
-}
-
 fn gpu_lanes(input: &TimelineInput, us: &dyn Fn(u64) -> u64) -> Vec<Lane> {
     let gpus = &input.model.gpus;
     if gpus.devices.is_empty() {
@@ -330,22 +323,6 @@ fn peak_threads(threads: &[&Thread]) -> usize {
         peak = peak.max(now);
     }
     peak.max(1) as usize
-}
-
-/// Adds the time of [start, end) to the bins it overlaps.
-fn spread(bins: &mut [u64], start: u64, end: u64, origin: u64, bin_ns: u64) {
-    let (start, end) = (start.saturating_sub(origin), end.saturating_sub(origin));
-    let mut t = start;
-    while t < end {
-        let bin = (t / bin_ns) as usize;
-        let Some(slot) = bins.get_mut(bin) else {
-            return;
-        };
-        let bin_end = (bin as u64 + 1) * bin_ns;
-        let upto = end.min(bin_end);
-        *slot += upto - t;
-        t = upto;
-    }
 }
 
 /// Each device's %util per bin: the share of the bin with a request in

@@ -348,6 +348,32 @@ fn next_step(ns: u64) -> u64 {
     }
 }
 
+/// Counters drawn per bin have at most this many bins over the window (and
+/// bins of at least 1 ms).
+const MAX_BINS: u64 = 10_000;
+
+/// Bins of whole ms, at most [`MAX_BINS`] over the window.
+pub(super) fn bin_ns(duration_ns: u64) -> u64 {
+    let ms = duration_ns.div_ceil(MAX_BINS * 1_000_000).max(1);
+    ms * 1_000_000
+}
+
+/// Adds the time of [start, end) to the bins it overlaps.
+pub(super) fn spread(bins: &mut [u64], start: u64, end: u64, origin: u64, bin_ns: u64) {
+    let (start, end) = (start.saturating_sub(origin), end.saturating_sub(origin));
+    let mut t = start;
+    while t < end {
+        let bin = (t / bin_ns) as usize;
+        let Some(slot) = bins.get_mut(bin) else {
+            return;
+        };
+        let bin_end = (bin as u64 + 1) * bin_ns;
+        let upto = end.min(bin_end);
+        *slot += upto - t;
+        t = upto;
+    }
+}
+
 /// ns since the window start as µs (Chrome's trace unit), to the ns.
 fn us(ns: u64, origin: u64) -> f64 {
     ns.saturating_sub(origin) as f64 / 1e3

@@ -25,8 +25,12 @@ for (const lane of lanes) {
 const laneOfTid = {};
 lanes.forEach((lane, i) => { if (lane.kind === "states") laneOfTid[lane.tid] = i; });
 
+// The canvas fills the window and stays at its top while the page scrolls
+// through the lanes (a spacer as tall as all lanes); yOff is how far.
+const wrap = document.getElementById("lanes");
+wrap.style.height = height + "px";
 let view = { t0: 0, t1: Math.max(D.duration_us, 1) };
-let width = 0;
+let width = 0, viewH = 0, yOff = 0;
 const plotW = () => Math.max(width - LABEL_W - 10, 10);
 const xOf = (t) => LABEL_W + ((t - view.t0) / (view.t1 - view.t0)) * plotW();
 const tOf = (x) => view.t0 + ((x - LABEL_W) / plotW()) * (view.t1 - view.t0);
@@ -49,24 +53,40 @@ function firstEndingAfter(a, stride, t, endOf) {
   return lo * stride;
 }
 
-function drawAxis() {
-  ctx.fillStyle = "#f8f9fa";
-  ctx.fillRect(0, 0, width, AXIS_H);
-  const span = view.t1 - view.t0;
-  const raw = span / (plotW() / 100);
+function axisTicks() {
+  const raw = (view.t1 - view.t0) / (plotW() / 100);
   const pow = Math.pow(10, Math.floor(Math.log10(raw)));
   const step = [1, 2, 5, 10].map((m) => m * pow).find((s) => s >= raw);
-  ctx.fillStyle = "#495057";
+  const ticks = [];
+  for (let t = Math.ceil(view.t0 / step) * step; t <= view.t1; t += step) ticks.push(t);
+  return ticks;
+}
+
+function drawGrid(ticks) {
   ctx.strokeStyle = "#e9ecef";
+  ctx.beginPath();
+  for (const t of ticks) {
+    const x = Math.round(xOf(t)) + 0.5;
+    ctx.moveTo(x, AXIS_H);
+    ctx.lineTo(x, viewH);
+  }
+  ctx.stroke();
+}
+
+function drawAxis(ticks) {
+  ctx.fillStyle = "#f8f9fa";
+  ctx.fillRect(0, 0, width, AXIS_H);
+  ctx.fillStyle = "#495057";
+  ctx.strokeStyle = "#adb5bd";
   ctx.font = "11px system-ui, sans-serif";
-  for (let t = Math.ceil(view.t0 / step) * step; t <= view.t1; t += step) {
-    const x = xOf(t);
-    ctx.beginPath();
-    ctx.moveTo(x + 0.5, AXIS_H - 6);
-    ctx.lineTo(x + 0.5, height);
-    ctx.stroke();
+  ctx.beginPath();
+  for (const t of ticks) {
+    const x = Math.round(xOf(t)) + 0.5;
+    ctx.moveTo(x, AXIS_H - 6);
+    ctx.lineTo(x, AXIS_H);
     ctx.fillText(fmtTime(t), x + 3, 14);
   }
+  ctx.stroke();
 }
 
 function drawStates(lane) {
@@ -209,35 +229,56 @@ function drawDeliveries() {
 
 function drawLabels() {
   ctx.fillStyle = "#fff";
-  ctx.fillRect(0, AXIS_H, LABEL_W - 4, height);
+  ctx.fillRect(0, AXIS_H + yOff, LABEL_W - 4, viewH);
+  ctx.font = "11px system-ui, sans-serif";
   for (const lane of lanes) {
     if (lane.kind === "group") {
       ctx.fillStyle = "#f1f3f5";
-      ctx.fillRect(0, lane.y, width, lane.h);
-      ctx.fillStyle = "#212529";
-      ctx.font = "bold 12px system-ui, sans-serif";
-      ctx.fillText(lane.label, 6, lane.y + 13);
+      ctx.fillRect(0, lane.y, LABEL_W - 4, lane.h);
       continue;
     }
-    ctx.font = "11px system-ui, sans-serif";
     ctx.fillStyle = "#212529";
     const label = lane.label.length > 34 ? lane.label.slice(0, 33) + "…" : lane.label;
     ctx.fillText(label, 14, lane.y + Math.min(lane.h, 16) - 4);
-    if (lane.kind === "note") {
+  }
+}
+
+// Process headers and notes run across the whole width.
+function drawHeaders() {
+  for (const lane of lanes) {
+    if (lane.kind === "group") {
+      ctx.fillStyle = "#212529";
+      ctx.font = "bold 12px system-ui, sans-serif";
+      ctx.fillText(lane.label, 6, lane.y + 13);
+    } else if (lane.kind === "note") {
       ctx.fillStyle = "#868e96";
+      ctx.font = "11px system-ui, sans-serif";
       ctx.fillText(lane.text, LABEL_W + 4, lane.y + 13);
     }
   }
 }
 
 function draw() {
-  ctx.clearRect(0, 0, width, height);
-  drawAxis();
+  yOff = Math.min(Math.max(window.scrollY - wrap.offsetTop, 0), Math.max(height - viewH, 0));
+  ctx.clearRect(0, 0, width, viewH);
+  const ticks = axisTicks();
   ctx.save();
   ctx.beginPath();
-  ctx.rect(LABEL_W, AXIS_H, plotW(), height);
+  ctx.rect(0, AXIS_H, width, viewH - AXIS_H);
   ctx.clip();
   for (const lane of lanes) {
+    if (lane.kind === "group") {
+      ctx.fillStyle = "#f1f3f5";
+      ctx.fillRect(0, lane.y - yOff, width, lane.h);
+    }
+  }
+  drawGrid(ticks);
+  ctx.beginPath();
+  ctx.rect(LABEL_W, AXIS_H, plotW(), viewH - AXIS_H);
+  ctx.clip();
+  ctx.translate(0, -yOff);
+  for (const lane of lanes) {
+    if (lane.y + lane.h < yOff || lane.y > yOff + viewH) continue;
     if (lane.kind === "states") drawStates(lane);
     else if (lane.kind === "counter") drawCounter(lane);
     else if (lane.kind === "level") drawLevel(lane);
@@ -247,16 +288,38 @@ function draw() {
   for (const lane of lanes) if (lane.kind === "stalls") drawStalls(lane);
   drawDeliveries();
   ctx.restore();
+  ctx.save();
+  ctx.beginPath();
+  ctx.rect(0, AXIS_H, LABEL_W, viewH - AXIS_H);
+  ctx.clip();
+  ctx.translate(0, -yOff);
   drawLabels();
+  ctx.restore();
+  ctx.save();
+  ctx.beginPath();
+  ctx.rect(0, AXIS_H, width, viewH - AXIS_H);
+  ctx.clip();
+  ctx.translate(0, -yOff);
+  drawHeaders();
+  ctx.restore();
+  drawAxis(ticks);
+}
+
+let drawPending = false;
+function redraw() {
+  if (drawPending) return;
+  drawPending = true;
+  requestAnimationFrame(() => { drawPending = false; draw(); });
 }
 
 function resize() {
   width = document.documentElement.clientWidth;
+  viewH = Math.min(height, window.innerHeight);
   const dpr = window.devicePixelRatio || 1;
   canvas.width = width * dpr;
-  canvas.height = height * dpr;
+  canvas.height = viewH * dpr;
   canvas.style.width = width + "px";
-  canvas.style.height = height + "px";
+  canvas.style.height = viewH + "px";
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
   draw();
 }
@@ -266,7 +329,7 @@ function setView(t0, t1) {
   const span = Math.min(Math.max(t1 - t0, 10), full);
   t0 = Math.min(Math.max(t0, 0), full - span);
   view = { t0, t1: t0 + span };
-  draw();
+  redraw();
 }
 
 // ---- hover ----
@@ -328,7 +391,7 @@ canvas.addEventListener("mousemove", (e) => {
     const dt = ((e.clientX - drag.x) / plotW()) * (drag.t1 - drag.t0);
     setView(drag.t0 - dt, drag.t1 - dt);
   }
-  const lane = laneAt(y);
+  const lane = y >= AXIS_H ? laneAt(y + yOff) : null;
   const text = lane && x >= LABEL_W ? describe(lane, tOf(x)) : lane ? lane.label + (lane.sub ? "\n" + lane.sub : "") : null;
   if (!text) { tip.style.display = "none"; return; }
   tip.textContent = (x >= LABEL_W ? "@ " + fmtTime(tOf(x)) + "\n" : "") + text;
@@ -337,15 +400,18 @@ canvas.addEventListener("mousemove", (e) => {
   tip.style.top = e.clientY + 14 + "px";
 });
 canvas.addEventListener("mouseleave", () => { tip.style.display = "none"; });
+// The wheel zooms over the lanes and scrolls the page over their names.
 canvas.addEventListener("wheel", (e) => {
-  e.preventDefault();
   const rect = canvas.getBoundingClientRect();
+  if (e.clientX - rect.left < LABEL_W) return;
+  e.preventDefault();
   const t = tOf(e.clientX - rect.left);
   const f = Math.exp(e.deltaY * 0.002);
   setView(t - (t - view.t0) * f, t + (view.t1 - t) * f);
 }, { passive: false });
 canvas.addEventListener("dblclick", () => setView(0, D.duration_us));
 window.addEventListener("resize", resize);
+window.addEventListener("scroll", redraw);
 
 // ---- header, legend, stall list ----
 

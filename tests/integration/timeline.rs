@@ -237,6 +237,33 @@ fn json_has_a_track_per_thread() {
     assert!(out.status.success(), "{}", show(&out));
     let trace = read_trace(&unmerged);
     assert_eq!(trace.min_slice_us, 0.001);
+    check_thread_states(&traced, &trace);
+
+    // The default output is the page record already wrote: not clobbered
+    // without --force. An unknown extension names the ones there are.
+    for (args, says) in [
+        (&[][..], "already exists"),
+        (&["-o", "timeline.svg"], "FILE.json"),
+    ] {
+        let out = tprof()
+            .arg("timeline")
+            .arg(&traced.recording)
+            .args(args)
+            .current_dir(traced.dir.path())
+            .output()
+            .expect("run tprof timeline");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{}", show(&out));
+        assert!(
+            stderr.starts_with("error: ") && stderr.lines().count() == 1 && stderr.contains(says),
+            "{}",
+            show(&out)
+        );
+    }
+}
+
+/// Each thread's time in each state, in the timeline and in the report.
+fn check_thread_states(traced: &Traced, trace: &Trace) {
     for ((_, tid), track) in &trace.tracks {
         let Some(thread) = traced.report.threads.iter().find(|t| t.tid == *tid as i64) else {
             continue; // steps, stalls, disk queue slots

@@ -24,3 +24,5 @@ mod gpu;
 // Stacks and flamegraphs: on-CPU shares, off-CPU time by reason, exited
 // workers symbolized, SVGs well-formed.
 mod stacks;
+// Roles, steps and stall attribution on a synthetic data-loading pipeline.
+mod steps;

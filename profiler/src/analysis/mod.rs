@@ -5,6 +5,8 @@ mod devices;
 pub mod flame;
 mod futexes;
 pub mod gpu;
+pub mod roles;
+pub mod steps;
 
 use std::collections::HashMap;
 
@@ -107,6 +109,8 @@ pub struct MachineStats {
 /// Everything the report shows.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
+    /// CLOCK_MONOTONIC ns of the window's start, for relative times.
+    pub window_start_ns: u64,
     pub duration_s: f64,
     pub cores: u32,
     pub events: u64,
@@ -127,6 +131,8 @@ pub struct Summary {
     pub gpus: Vec<gpu::GpuStats>,
     /// Why there is no GPU data; None when there is.
     pub gpu_status: Option<String>,
+    pub roles: roles::Roles,
+    pub steps: steps::StepStats,
 }
 
 pub fn summarize(model: &Model) -> Summary {
@@ -145,6 +151,8 @@ pub fn summarize(model: &Model) -> Summary {
             .then(a.tid.cmp(&b.tid))
     });
     let duration_s = model.duration_ns() as f64 / NS;
+    let roles = roles::classify(model);
+    let gpus = gpu::stats(model);
     let per_s = |total: f64| {
         if duration_s > 0.0 {
             total / duration_s
@@ -153,6 +161,7 @@ pub fn summarize(model: &Model) -> Summary {
         }
     };
     Summary {
+        window_start_ns: model.window_start_ns,
         duration_s,
         cores: model.cores,
         events: model.events,
@@ -167,9 +176,19 @@ pub fn summarize(model: &Model) -> Summary {
         threads,
         devices: device_stats(model),
         futexes: futex_stats(model),
-        gpus: gpu::stats(model),
+        steps: steps::steps(model, &roles, &gpu_idle_ns(model, &gpus)),
+        roles,
+        gpus,
         gpu_status: model.gpus.status.clone(),
     }
+}
+
+/// Every GPU's idle intervals, in CLOCK_MONOTONIC nanoseconds.
+fn gpu_idle_ns(model: &Model, gpus: &[gpu::GpuStats]) -> Vec<(u64, u64)> {
+    let at = |s: f64| model.window_start_ns + (s * NS) as u64;
+    gpus.iter()
+        .flat_map(|g| g.idle_intervals.iter().map(|&(a, b)| (at(a), at(b))))
+        .collect()
 }
 
 /// (read, write) bytes each tracked thread submitted.

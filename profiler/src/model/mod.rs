@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 
 pub use gpu::{Gpu, Gpus};
 pub use io::{FutexWait, IoOp, IoRequest};
-pub use threads::{BlockReason, Interval, SwitchOut, Thread, ThreadState};
+pub use threads::{BlockReason, Breakdown, Interval, SwitchOut, Thread, ThreadState};
 
 use crate::recording::{Event, LostCounts, Origin, Recording, StackTable, SystemSample};
 

@@ -17,6 +17,7 @@ pub fn render(s: &Summary) -> String {
     let mut out = String::new();
     header(&mut out, s);
     headline(&mut out, s);
+    steps(&mut out, s);
     processes(&mut out, s);
     threads(&mut out, s);
     devices(&mut out, s);
@@ -96,6 +97,67 @@ fn headline(out: &mut String, s: &Summary) {
             out,
             "CPU contention: the job's threads spent {:.1} CPU-seconds per second waiting for a CPU.",
             s.job_runnable
+        );
+    }
+}
+
+/// Batches, data waits, and what the workers were doing meanwhile.
+fn steps(out: &mut String, s: &Summary) {
+    let st = &s.steps;
+    let Some(trainer) = st.trainer_tid else {
+        return;
+    };
+    if st.count == 0 {
+        let _ = writeln!(
+            out,
+            "\nSteps: no batch deliveries seen: the trainer (tid {trainer}) was never woken by a \
+             data worker while it waited (data was always ready, or the job has no loader processes)."
+        );
+        return;
+    }
+    let ms = |secs: f64| secs * 1e3;
+    let _ = writeln!(
+        out,
+        "\nSteps: {} batches the trainer (tid {trainer}) waited for; step time p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms.",
+        st.count,
+        ms(st.p50_s),
+        ms(st.p90_s),
+        ms(st.p99_s)
+    );
+    let b = &st.blame;
+    let pct = |x: f64| 100.0 * x;
+    let top: Vec<String> = st
+        .worker_top_functions
+        .iter()
+        .map(|(f, share)| format!("{f} {:.0}%", pct(*share)))
+        .collect();
+    let on_cpu_detail = if top.is_empty() {
+        String::new()
+    } else {
+        format!(" (in {})", top.join(", "))
+    };
+    let _ = writeln!(
+        out,
+        "The trainer waited {:.0}% of its time for data. During those waits the delivering workers were \
+         {:.0}% waiting for a CPU, {:.0}% on-CPU{on_cpu_detail}, {:.0}% in block IO, {:.0}% in futex waits, \
+         {:.0}% in other sleep.",
+        pct(st.data_wait_frac),
+        pct(b.runnable),
+        pct(b.on_cpu),
+        pct(b.io),
+        pct(b.futex),
+        pct(b.sleep)
+    );
+    if let Some(g) = &st.gpu_idle {
+        let _ = writeln!(
+            out,
+            "While the GPUs idled ({:.2} s): the trainer waited for data {:.2} s, ran {:.2} s, \
+             waited for a CPU {:.2} s, was blocked otherwise {:.2} s.",
+            g.gpu_idle_s,
+            g.trainer_data_wait_s,
+            g.trainer_on_cpu_s,
+            g.trainer_runnable_s,
+            g.trainer_other_blocked_s
         );
     }
 }

@@ -26,3 +26,6 @@ mod gpu;
 mod stacks;
 // Roles, steps and stall attribution on a synthetic data-loading pipeline.
 mod steps;
+// The ranked verdict on scenario pipelines, one cause each, and none on a
+// healthy one.
+mod diagnosis;

@@ -20,6 +20,21 @@ pub struct Report {
     /// tid (as a string) → role.
     pub roles: std::collections::BTreeMap<String, String>,
     pub steps: Steps,
+    pub findings: Vec<Finding>,
+    pub cores_effective: f64,
+    pub cores_source: String,
+}
+
+/// One ranked cause, with its evidence and fix.
+#[derive(Debug, Deserialize)]
+pub struct Finding {
+    pub id: String,
+    pub title: String,
+    pub severity: String,
+    pub explains_frac: f64,
+    pub evidence: Vec<String>,
+    pub fix: String,
+    pub expect: String,
 }
 
 /// Batches the trainer waited for, and who it waited on.
@@ -62,6 +77,11 @@ impl Blame {
 }
 
 impl Report {
+    /// Ids of the findings, ranked.
+    pub fn finding_ids(&self) -> Vec<&str> {
+        self.findings.iter().map(|f| f.id.as_str()).collect()
+    }
+
     pub fn role(&self, tid: i64) -> &str {
         self.roles
             .get(&tid.to_string())

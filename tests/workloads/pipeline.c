@@ -11,6 +11,10 @@
  * its own data pipe.
  *
  * usage: pipeline WORKERS BATCHES WORK TRAIN_MS cpu|sleep|io [FILE]
+ * With PIPELINE_POOL=N in the environment, each worker splits a cpu batch
+ * between itself and N pool threads ("omp_worker") that meet at a barrier,
+ * like an OpenMP parallel region. CPU work is measured in thread CPU time,
+ * so a batch costs the same CPU however contended the cores are.
  *
  * Ground truth, from the trainer: the batch count, its time blocked in
  * read() waiting for batches, and its life from main() to exit.
@@ -20,6 +24,7 @@
 #include "truth.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sys/wait.h>
 
 #define MAX_WORKERS 64
@@ -34,6 +39,66 @@ struct batch {
 static int workers, batches, train_ms, io_mode, sleep_mode;
 static double work;
 static const char *file;
+
+static double thread_cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Spins until this thread has used `ms` of CPU time. */
+static void burn_cpu(double ms)
+{
+	volatile unsigned long sink = 0;
+	double end = thread_cpu_s() + ms / 1000.0;
+	do {
+		for (int i = 0; i < 1000; i++)
+			sink += (unsigned long)i * 2654435761u;
+	} while (thread_cpu_s() < end);
+}
+
+/* A worker's pool: POOL threads and the worker's main thread share each
+ * batch's CPU work between two barrier waits. */
+static pthread_barrier_t pool_start, pool_done;
+static int pool_size;
+
+static void *pool_thread(void *arg)
+{
+	(void)arg;
+	set_thread_name("omp_worker");
+	for (;;) {
+		pthread_barrier_wait(&pool_start);
+		burn_cpu(work / (pool_size + 1));
+		pthread_barrier_wait(&pool_done);
+	}
+	return NULL;
+}
+
+static void start_pool(void)
+{
+	const char *env = getenv("PIPELINE_POOL");
+	pool_size = env ? atoi(env) : 0;
+	if (pool_size <= 0)
+		return;
+	pthread_barrier_init(&pool_start, NULL, (unsigned)pool_size + 1);
+	pthread_barrier_init(&pool_done, NULL, (unsigned)pool_size + 1);
+	for (int i = 0; i < pool_size; i++) {
+		pthread_t t;
+		pthread_create(&t, NULL, pool_thread, NULL);
+	}
+}
+
+static void decode_cpu(void)
+{
+	if (pool_size <= 0) {
+		burn_cpu(work);
+		return;
+	}
+	pthread_barrier_wait(&pool_start);
+	burn_cpu(work / (pool_size + 1));
+	pthread_barrier_wait(&pool_done);
+}
 
 static void read_full(int fd, void *buf, size_t len)
 {
@@ -56,7 +121,7 @@ static void make_batch(int fd, void *buf, size_t chunk, off_t *off, off_t size)
 		return;
 	}
 	if (!io_mode) {
-		spin_for(work / 1000.0);
+		decode_cpu();
 		return;
 	}
 	if (*off + (off_t)chunk > size)
@@ -81,6 +146,8 @@ static void worker(int id, int credits, int data)
 			exit(4);
 		size = lseek(fd, 0, SEEK_END);
 	} else {
+		if (!sleep_mode)
+			start_pool();
 		sleep_for(work / 1000.0 * id / workers);
 	}
 	struct batch b = {.worker = id};
@@ -145,7 +212,7 @@ int main(int argc, char **argv)
 			write_all(credit[b.worker], "c", 1);
 			asked++;
 		}
-		spin_for(train_ms / 1000.0);
+		burn_cpu(train_ms);
 	}
 	for (int w = 0; w < workers; w++)
 		close(credit[w]);

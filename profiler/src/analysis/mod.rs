@@ -2,6 +2,7 @@
 //! picture. Pure functions; the renderers only format what is computed here.
 
 mod devices;
+pub mod diagnosis;
 pub mod flame;
 mod futexes;
 pub mod gpu;
@@ -113,6 +114,12 @@ pub struct Summary {
     pub window_start_ns: u64,
     pub duration_s: f64,
     pub cores: u32,
+    /// The CPUs the job could use: the tightest of the machine, its cpuset
+    /// and its cgroup quota; `cores_source` says which.
+    pub cores_effective: f64,
+    pub cores_source: &'static str,
+    /// Ranked causes, largest share of the trainer's time first.
+    pub findings: Vec<diagnosis::Finding>,
     pub events: u64,
     pub lost_events: u64,
     pub lost: crate::recording::LostCounts,
@@ -160,10 +167,16 @@ pub fn summarize(model: &Model) -> Summary {
             0.0
         }
     };
-    Summary {
+    let (cores_effective, cores_source) = model
+        .cpu_limit
+        .map_or((f64::from(model.cores), "machine"), |l| l.effective());
+    let mut summary = Summary {
         window_start_ns: model.window_start_ns,
         duration_s,
         cores: model.cores,
+        cores_effective,
+        cores_source,
+        findings: Vec::new(),
         events: model.events,
         lost_events: model.lost.total(),
         lost: model.lost.clone(),
@@ -180,7 +193,9 @@ pub fn summarize(model: &Model) -> Summary {
         roles,
         gpus,
         gpu_status: model.gpus.status.clone(),
-    }
+    };
+    summary.findings = diagnosis::diagnose(&summary);
+    summary
 }
 
 /// Every GPU's idle intervals, in CLOCK_MONOTONIC nanoseconds.

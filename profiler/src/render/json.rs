@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::analysis::{
     DeviceUser, IoStat, Summary, Waker,
+    diagnosis::Finding,
     gpu::GpuStats,
     steps::{Blame, GpuIdleAlignment},
 };
@@ -19,8 +20,12 @@ pub const JSON_VERSION: u32 = 1;
 #[derive(Serialize)]
 struct Report<'a> {
     json_version: u32,
+    /// Ranked causes, largest `explains_frac` first.
+    findings: &'a [Finding],
     duration_s: f64,
     cores: u32,
+    cores_effective: f64,
+    cores_source: &'a str,
     events: u64,
     lost_events: u64,
     lost: &'a crate::recording::LostCounts,
@@ -140,6 +145,9 @@ pub fn render(summary: &Summary) -> String {
     let ppids: BTreeMap<u32, u32> = summary.processes.iter().map(|p| (p.pid, p.ppid)).collect();
     let report = Report {
         json_version: JSON_VERSION,
+        findings: &summary.findings,
+        cores_effective: summary.cores_effective,
+        cores_source: summary.cores_source,
         duration_s: summary.duration_s,
         cores: summary.cores,
         events: summary.events,

@@ -16,6 +16,7 @@ const MAX_IDLE_ROWS: usize = 5;
 pub fn render(s: &Summary) -> String {
     let mut out = String::new();
     header(&mut out, s);
+    verdict(&mut out, s);
     headline(&mut out, s);
     steps(&mut out, s);
     processes(&mut out, s);
@@ -98,6 +99,53 @@ fn headline(out: &mut String, s: &Summary) {
             "CPU contention: the job's threads spent {:.1} CPU-seconds per second waiting for a CPU.",
             s.job_runnable
         );
+    }
+}
+
+/// The findings, ranked: what to fix first, with its evidence.
+fn verdict(out: &mut String, s: &Summary) {
+    let _ = writeln!(
+        out,
+        "Cores: {:.1} usable ({}; the machine has {}).",
+        s.cores_effective, s.cores_source, s.cores
+    );
+    if s.findings.is_empty() {
+        let _ = writeln!(out, "\nVerdict: {}", no_finding(s));
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nVerdict (most of the trainer's time explained first)"
+    );
+    for (i, f) in s.findings.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  {}. [{:?}] {} (explains {:.0}% of the trainer's time)",
+            i + 1,
+            f.severity,
+            f.title,
+            100.0 * f.explains_frac
+        );
+        for e in &f.evidence {
+            let _ = writeln!(out, "       - {e}");
+        }
+        let _ = writeln!(out, "     Fix: {}", f.fix);
+        let _ = writeln!(out, "     Expect: {}", f.expect);
+    }
+}
+
+fn no_finding(s: &Summary) -> String {
+    match s.steps.trainer_tid {
+        None => "nothing to diagnose: no trainer thread was found.".into(),
+        Some(_) if s.steps.data_wait_frac < crate::analysis::diagnosis::STARVED => format!(
+            "no input-pipeline bottleneck: the trainer waited only {:.0}% of its time for data.",
+            100.0 * s.steps.data_wait_frac
+        ),
+        Some(_) => format!(
+            "the trainer waited {:.0}% of its time for data, but no rule matched the workers' \
+             state (see the blame below and the off-CPU flamegraph).",
+            100.0 * s.steps.data_wait_frac
+        ),
     }
 }
 

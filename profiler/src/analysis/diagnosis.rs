@@ -2,9 +2,11 @@
 //! and say which fix to try first and what it should change. Ranked by how
 //! much of the trainer's time each explains.
 //!
-//! Every input-pipeline finding needs the trainer to be starved first (it
-//! waits for data at least [`STARVED`] of its time): a pipeline that keeps
-//! up gets none of them, however busy its workers look. docs/diagnosis.md
+//! Every input-pipeline finding needs the trainer to be held up first: it
+//! waits for data at least [`STARVED`] of its time, or (for the CPU
+//! oversubscription findings) it waits for a CPU at least [`TRAINER_QUEUED`]
+//! of its time behind the job's own threads. A pipeline that keeps up gets
+//! none of them, however busy its workers look. docs/diagnosis.md
 //! explains each rule, its thresholds and its blind spots.
 
 use serde::Serialize;
@@ -25,9 +27,11 @@ const SATURATED_UTIL_PCT: f64 = 85.0;
 const LEADING: f64 = 0.35;
 /// Mean GPU utilization that counts as GPU-bound.
 const GPU_BUSY_PCT: f64 = 80.0;
-/// Trainer share of its life on a CPU or waiting for one that makes it
-/// CPU-bound.
-const TRAINER_BUSY: f64 = 0.70;
+/// Trainer share of its life on a CPU that makes it CPU-bound.
+const TRAINER_BUSY: f64 = 0.60;
+/// Trainer share of its life waiting for a CPU that counts as held up by
+/// the job's other threads.
+const TRAINER_QUEUED: f64 = 0.25;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -168,6 +172,30 @@ impl Facts<'_> {
         self.steps.count > 0 && self.steps.data_wait_frac >= STARVED
     }
 
+    /// Share of its life the trainer waited for a CPU.
+    fn trainer_queued(&self) -> f64 {
+        self.trainer
+            .filter(|t| t.lifetime_s > 0.0)
+            .map_or(0.0, |t| t.runnable_s / t.lifetime_s)
+    }
+
+    /// The trainer's CPU queueing blamed on a group of threads, in
+    /// proportion to the group's share of the job's runnable time.
+    fn queued_behind(&self, group: &Group) -> f64 {
+        let job_runnable = self.s.job_runnable * self.s.duration_s;
+        if job_runnable <= 0.0 {
+            return 0.0;
+        }
+        self.trainer_queued() * (group.runnable_s / job_runnable).min(1.0)
+    }
+
+    fn queued_text(&self) -> String {
+        format!(
+            "the trainer itself waited for a CPU {:.0}% of its time",
+            100.0 * self.trainer_queued()
+        )
+    }
+
     /// The job's CPU demand (threads running or waiting for a CPU) per core.
     fn demand_per_core(&self) -> f64 {
         (self.s.job_on_cpu + self.s.job_runnable) / self.cores.max(1.0)
@@ -188,14 +216,20 @@ impl Facts<'_> {
 fn too_many_workers(f: &Facts) -> Option<Finding> {
     let runnable_share = f.workers.share(f.workers.runnable_s);
     let blame = f.steps.blame.runnable;
-    if !f.starved()
+    let starves_trainer = f.starved() && blame >= LEADING;
+    let queues_trainer = f.trainer_queued() >= TRAINER_QUEUED;
+    if !(starves_trainer || queues_trainer)
         || f.demand_per_core() < OVERSUBSCRIBED
         || runnable_share < CONTENDED
-        || blame < LEADING
     {
         return None;
     }
-    let explains = f.steps.data_wait_frac * blame;
+    let data_part = if f.starved() {
+        f.steps.data_wait_frac * blame
+    } else {
+        0.0
+    };
+    let explains = data_part + f.queued_behind(&f.workers);
     let suggestion = suggested_workers(f);
     Some(Finding {
         id: "too_many_workers",
@@ -213,6 +247,7 @@ fn too_many_workers(f: &Facts) -> Option<Finding> {
                 "during those waits the delivering worker was waiting for a CPU {:.0}% of the time",
                 100.0 * blame
             ),
+            f.queued_text(),
             format!(
                 "the job's threads wanted {:.1} CPUs per usable core ({:.1} running + {:.1} runnable on {})",
                 f.demand_per_core(),
@@ -253,15 +288,21 @@ fn thread_oversubscription(f: &Facts) -> Option<Finding> {
     let threads = pool_threads + f.workers.threads;
     let contended = f.pools.share(f.pools.runnable_s + f.pools.futex_s);
     let blame = f.steps.blame.futex + f.steps.blame.runnable;
-    if !f.starved()
+    let starves_trainer = f.starved() && blame >= LEADING;
+    let queues_trainer = f.trainer_queued() >= TRAINER_QUEUED;
+    if !(starves_trainer || queues_trainer)
         || pool_threads == 0
         || (threads as f64) < 2.0 * f.cores
         || contended < 0.4
-        || blame < LEADING
     {
         return None;
     }
-    let explains = f.steps.data_wait_frac * blame;
+    let data_part = if f.starved() {
+        f.steps.data_wait_frac * blame
+    } else {
+        0.0
+    };
+    let explains = data_part + f.queued_behind(&f.pools);
     let largest = f.pool_sizes.iter().map(|(_, n)| *n).max().unwrap_or(0);
     Some(Finding {
         id: "thread_oversubscription",
@@ -284,6 +325,7 @@ fn thread_oversubscription(f: &Facts) -> Option<Finding> {
                 100.0 * f.steps.blame.futex,
                 100.0 * f.steps.blame.runnable
             ),
+            f.queued_text(),
         ],
         fix: "Set OMP_NUM_THREADS=1 and MKL_NUM_THREADS=1 in the environment before the libraries load, \
               call cv2.setNumThreads(0) and torch.set_num_threads(1) in the DataLoader's worker_init_fn. \
@@ -382,9 +424,8 @@ fn decode_bound(f: &Facts) -> Option<Finding> {
 
 fn trainer_cpu_bound(f: &Facts) -> Option<Finding> {
     let t = f.trainer?;
-    // Runnable counts too: a trainer waiting for a CPU wants to compute.
     let busy = if t.lifetime_s > 0.0 {
-        (t.on_cpu_s + t.runnable_s) / t.lifetime_s
+        t.on_cpu_s / t.lifetime_s
     } else {
         0.0
     };
@@ -394,7 +435,7 @@ fn trainer_cpu_bound(f: &Facts) -> Option<Finding> {
     Some(Finding {
         id: "trainer_cpu_bound",
         title: format!(
-            "The trainer itself is CPU-bound (tid {} on a CPU or waiting for one {:.0}% of its time)",
+            "The trainer itself is CPU-bound (tid {} on a CPU {:.0}% of its time)",
             t.tid,
             100.0 * busy
         ),

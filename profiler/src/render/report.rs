@@ -166,8 +166,9 @@ fn steps(out: &mut String, s: &Summary) {
     let ms = |secs: f64| secs * 1e3;
     let _ = writeln!(
         out,
-        "\nSteps: {} batches the trainer (tid {trainer}) waited for; step time p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms.",
+        "\nSteps: {} batch{} the trainer (tid {trainer}) waited for; step time p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms.",
         st.count,
+        if st.count == 1 { "" } else { "es" },
         ms(st.p50_s),
         ms(st.p90_s),
         ms(st.p99_s)

@@ -78,7 +78,7 @@ pub mod stack_kind {
     pub const OTHER: u32 = 4;
     /// Reserved for the block IO tracker: blocked on a block request.
     pub const BLOCK_IO: u32 = 5;
-    /// Reserved for the futex tracker: blocked in futex_wait.
+    /// Interruptible sleep inside a futex wait (lock, condition, barrier).
     pub const FUTEX: u32 = 6;
 }
 

@@ -24,6 +24,11 @@ mod gpu;
 // Stacks and flamegraphs: on-CPU shares, off-CPU time by reason, exited
 // workers symbolized, SVGs well-formed.
 mod stacks;
+// Roles, steps and stall attribution on a synthetic data-loading pipeline.
+mod steps;
+// The ranked verdict on scenario pipelines, one cause each, and none on a
+// healthy one.
+mod diagnosis;
 // Timelines: trace event JSON valid and true to the report, the HTML page
 // drawn by headless Chromium.
 mod timeline;

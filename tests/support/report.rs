@@ -17,6 +17,76 @@ pub struct Report {
     pub gpus: Vec<Gpu>,
     /// Why there is no GPU data; None when there is.
     pub gpu_status: Option<String>,
+    /// tid (as a string) → role.
+    pub roles: std::collections::BTreeMap<String, String>,
+    pub steps: Steps,
+    pub findings: Vec<Finding>,
+    pub cores_effective: f64,
+    pub cores_source: String,
+}
+
+/// One ranked cause, with its evidence and fix.
+#[derive(Debug, Deserialize)]
+pub struct Finding {
+    pub id: String,
+    pub title: String,
+    pub severity: String,
+    pub explains_frac: f64,
+    pub evidence: Vec<String>,
+    pub fix: String,
+    pub expect: String,
+}
+
+/// Batches the trainer waited for, and who it waited on.
+#[derive(Debug, Deserialize)]
+pub struct Steps {
+    pub trainer_tid: Option<i64>,
+    pub count: u64,
+    pub p50_s: f64,
+    pub p90_s: f64,
+    pub p99_s: f64,
+    pub data_wait_frac: f64,
+    pub blame: Blame,
+}
+
+/// Shares of the delivering workers' time during data waits.
+#[derive(Debug, Deserialize)]
+pub struct Blame {
+    pub on_cpu: f64,
+    pub runnable: f64,
+    pub io: f64,
+    pub futex: f64,
+    pub sleep: f64,
+}
+
+impl Blame {
+    /// The cause with the largest share.
+    pub fn leading(&self) -> &'static str {
+        [
+            ("on_cpu", self.on_cpu),
+            ("runnable", self.runnable),
+            ("io", self.io),
+            ("futex", self.futex),
+            ("sleep", self.sleep),
+        ]
+        .into_iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(name, _)| name)
+        .unwrap_or("none")
+    }
+}
+
+impl Report {
+    /// Ids of the findings, ranked.
+    pub fn finding_ids(&self) -> Vec<&str> {
+        self.findings.iter().map(|f| f.id.as_str()).collect()
+    }
+
+    pub fn role(&self, tid: i64) -> &str {
+        self.roles
+            .get(&tid.to_string())
+            .map_or("missing", String::as_str)
+    }
 }
 
 /// A block device in iostat -x terms over the recording window.

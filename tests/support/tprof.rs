@@ -96,6 +96,16 @@ pub fn trace_workload(name: &str, args: &[&str]) -> Traced {
 
 /// [`trace_workload`] with extra `tprof record` options (`--hz 199`).
 pub fn trace_workload_with(name: &str, record_args: &[&str], args: &[&str]) -> Traced {
+    trace_workload_env(name, record_args, &[], args)
+}
+
+/// [`trace_workload_with`] with environment variables for the workload.
+pub fn trace_workload_env(
+    name: &str,
+    record_args: &[&str],
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Traced {
     let dir = tempfile::tempdir().expect("create temp dir");
     let recording = dir.path().join("recording.tprof");
     let truth_file = dir.path().join("truth.jsonl");
@@ -104,6 +114,7 @@ pub fn trace_workload_with(name: &str, record_args: &[&str], args: &[&str]) -> T
     cmd.extend_from_slice(args);
     let mut command = record_command(&recording, record_args, &cmd);
     command.env("TPROF_TRUTH_FILE", &truth_file);
+    command.envs(env.iter().copied());
     let record = Running::spawn(&mut command).wait(RECORD_TIMEOUT);
     assert!(record.status.success(), "tprof record failed: {record:#?}");
     let report = Report::from_json(report_json(&recording));

@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     about = "tprof's developer tasks",
-    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo"
+    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo\n  sudo cargo xtask demo --healthy"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -27,8 +27,10 @@ enum Task {
     /// Lint, build, and run every test, including the root-only
     /// integration tests that load the eBPF programs.
     Test(test::Args),
-    /// Build tprof in release mode and record the bundled demo workload.
-    Demo,
+    /// Build tprof in release mode, record the bundled demo training
+    /// pipeline (CPU-oversubscribed and data-starved; --healthy for a
+    /// pipeline that keeps up) and show where the outputs are.
+    Demo(demo::Args),
 }
 
 fn main() {
@@ -36,7 +38,7 @@ fn main() {
     let result = match cli.task {
         Task::Setup => setup::run(),
         Task::Test(args) => test::run(&args),
-        Task::Demo => demo::run(),
+        Task::Demo(args) => demo::run(&args),
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

@@ -21,6 +21,13 @@ use super::{emit, header, is_tracked_process, offsets};
 #[map]
 static FUTEX_WAITS: LruHashMap<u32, FutexEnter> = LruHashMap::with_max_entries(16384, 0);
 
+/// True while `tid` is inside a futex wait: its off-CPU stacks are futex
+/// waits, not plain sleep.
+#[inline(always)]
+pub(super) fn in_futex_wait(tid: u32) -> bool {
+    unsafe { FUTEX_WAITS.get(&tid) }.is_some()
+}
+
 fn is_wait(op: u32) -> bool {
     matches!(
         op & FUTEX_CMD_MASK,

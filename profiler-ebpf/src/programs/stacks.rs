@@ -91,6 +91,11 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, tid: u32, prev_state: u64) {
     let Some(reason) = offcpu_reason(prev_state) else {
         return; // exiting: it will not come back
     };
+    let reason = if reason == stack_kind::SLEEP && super::futex::in_futex_wait(tid) {
+        stack_kind::FUTEX
+    } else {
+        reason
+    };
     let (user_stack_id, kernel_stack_id) = stack_ids(ctx);
     let start = OffCpuStart {
         ts_ns: unsafe { bpf_ktime_get_ns() },

@@ -2,9 +2,12 @@
 //! picture. Pure functions; the renderers only format what is computed here.
 
 mod devices;
+pub mod diagnosis;
 pub mod flame;
 mod futexes;
 pub mod gpu;
+pub mod roles;
+pub mod steps;
 pub mod timeline;
 
 use std::collections::HashMap;
@@ -108,8 +111,16 @@ pub struct MachineStats {
 /// Everything the report shows.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
+    /// CLOCK_MONOTONIC ns of the window's start, for relative times.
+    pub window_start_ns: u64,
     pub duration_s: f64,
     pub cores: u32,
+    /// The CPUs the job could use: the tightest of the machine, its cpuset
+    /// and its cgroup quota; `cores_source` says which.
+    pub cores_effective: f64,
+    pub cores_source: &'static str,
+    /// Ranked causes, largest share of the trainer's time first.
+    pub findings: Vec<diagnosis::Finding>,
     pub events: u64,
     pub lost_events: u64,
     pub lost: crate::recording::LostCounts,
@@ -128,6 +139,8 @@ pub struct Summary {
     pub gpus: Vec<gpu::GpuStats>,
     /// Why there is no GPU data; None when there is.
     pub gpu_status: Option<String>,
+    pub roles: roles::Roles,
+    pub steps: steps::StepStats,
 }
 
 pub fn summarize(model: &Model) -> Summary {
@@ -146,6 +159,8 @@ pub fn summarize(model: &Model) -> Summary {
             .then(a.tid.cmp(&b.tid))
     });
     let duration_s = model.duration_ns() as f64 / NS;
+    let roles = roles::classify(model);
+    let gpus = gpu::stats(model);
     let per_s = |total: f64| {
         if duration_s > 0.0 {
             total / duration_s
@@ -153,9 +168,16 @@ pub fn summarize(model: &Model) -> Summary {
             0.0
         }
     };
-    Summary {
+    let (cores_effective, cores_source) = model
+        .cpu_limit
+        .map_or((f64::from(model.cores), "machine"), |l| l.effective());
+    let mut summary = Summary {
+        window_start_ns: model.window_start_ns,
         duration_s,
         cores: model.cores,
+        cores_effective,
+        cores_source,
+        findings: Vec::new(),
         events: model.events,
         lost_events: model.lost.total(),
         lost: model.lost.clone(),
@@ -168,9 +190,21 @@ pub fn summarize(model: &Model) -> Summary {
         threads,
         devices: device_stats(model),
         futexes: futex_stats(model),
-        gpus: gpu::stats(model),
+        steps: steps::steps(model, &roles, &gpu_idle_ns(model, &gpus)),
+        roles,
+        gpus,
         gpu_status: model.gpus.status.clone(),
-    }
+    };
+    summary.findings = diagnosis::diagnose(&summary);
+    summary
+}
+
+/// Every GPU's idle intervals, in CLOCK_MONOTONIC nanoseconds.
+fn gpu_idle_ns(model: &Model, gpus: &[gpu::GpuStats]) -> Vec<(u64, u64)> {
+    let at = |s: f64| model.window_start_ns + (s * NS) as u64;
+    gpus.iter()
+        .flat_map(|g| g.idle_intervals.iter().map(|&(a, b)| (at(a), at(b))))
+        .collect()
 }
 
 /// (read, write) bytes each tracked thread submitted.

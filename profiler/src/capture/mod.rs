@@ -9,6 +9,7 @@
 
 pub mod gpu;
 mod launch;
+pub mod limits;
 pub mod output;
 pub mod procfs;
 mod programs;
@@ -282,6 +283,7 @@ impl Session {
             targets: self.roots.clone(),
             command,
             block_devices: procfs::block_devices(),
+            cpu_limit: self.roots.first().map(|&pid| limits::cpu_limit(pid)),
         };
         self.writer.write_json(record::HEADER, &header)?;
         self.writer.write_json(record::GPU_INFO, &self.gpu_info)?;

@@ -201,7 +201,11 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
 
 /// Online CPUs.
 pub fn online_cpus() -> u32 {
-    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+    // Not available_parallelism: that follows tprof's own affinity and
+    // cgroup, and the job's limits are recorded apart (capture::limits).
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 { n as u32 } else { 1 }
 }
 
 pub fn exists_task(pid: u32, tid: u32) -> bool {

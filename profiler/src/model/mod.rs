@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 
 pub use gpu::{Gpu, Gpus};
 pub use io::{FutexWait, IoOp, IoRequest};
-pub use threads::{BlockReason, Interval, SwitchOut, Thread, ThreadState};
+pub use threads::{BlockReason, Breakdown, Interval, SwitchOut, Thread, ThreadState};
 
 use crate::recording::{Event, LostCounts, Origin, Recording, StackTable, SystemSample};
 
@@ -73,6 +73,8 @@ pub struct Model {
     pub gpus: Gpus,
     /// Sampled stacks, as recorded (frames already symbolized).
     pub stacks: Option<StackTable>,
+    /// The CPUs the job could use (cpuset, cgroup quota), when recorded.
+    pub cpu_limit: Option<crate::recording::CpuLimit>,
 }
 
 impl Model {
@@ -96,6 +98,7 @@ impl Model {
             cut_short: rec.cut_short(),
             stop_reason: rec.footer.as_ref().map(|f| f.stop_reason.clone()),
             targets: rec.header.targets.clone(),
+            cpu_limit: rec.header.cpu_limit,
             devices: rec.header.block_devices.clone(),
             gpus: gpu::build(rec),
             stacks: rec.stacks.clone(),

@@ -95,6 +95,46 @@ impl Interval {
     }
 }
 
+/// Where a thread's time went within some window, by state (blocked time
+/// by reason). The five fields sum to the part of the window it was alive.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Breakdown {
+    pub on_cpu: u64,
+    pub runnable: u64,
+    pub io: u64,
+    pub futex: u64,
+    pub sleep: u64,
+}
+
+impl Breakdown {
+    pub fn total(&self) -> u64 {
+        self.on_cpu + self.runnable + self.io + self.futex + self.sleep
+    }
+
+    pub fn blocked(&self) -> u64 {
+        self.io + self.futex + self.sleep
+    }
+
+    pub fn add(&mut self, other: &Breakdown) {
+        self.on_cpu += other.on_cpu;
+        self.runnable += other.runnable;
+        self.io += other.io;
+        self.futex += other.futex;
+        self.sleep += other.sleep;
+    }
+
+    fn add_interval(&mut self, iv: &Interval, len: u64) {
+        let slot = match (iv.state, iv.reason) {
+            (ThreadState::Running, _) => &mut self.on_cpu,
+            (ThreadState::Runnable, _) => &mut self.runnable,
+            (_, Some(BlockReason::Io)) => &mut self.io,
+            (_, Some(BlockReason::Futex)) => &mut self.futex,
+            _ => &mut self.sleep,
+        };
+        *slot += len;
+    }
+}
+
 /// One thread's life in the window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Thread {
@@ -127,6 +167,26 @@ impl Thread {
             .filter(|i| i.state == state)
             .map(Interval::duration_ns)
             .sum()
+    }
+
+    /// Where the time in [start_ns, end_ns) went.
+    pub fn breakdown(&self, start_ns: u64, end_ns: u64) -> Breakdown {
+        let mut out = Breakdown::default();
+        let first = self.intervals.partition_point(|i| i.end_ns <= start_ns);
+        for iv in self.intervals[first..]
+            .iter()
+            .take_while(|i| i.start_ns < end_ns)
+        {
+            let len = iv.end_ns.min(end_ns) - iv.start_ns.max(start_ns);
+            out.add_interval(iv, len);
+        }
+        out
+    }
+
+    /// The interval covering `ts`, if the thread was alive then.
+    pub fn interval_at(&self, ts: u64) -> Option<&Interval> {
+        let i = self.intervals.partition_point(|iv| iv.end_ns <= ts);
+        self.intervals.get(i).filter(|iv| iv.start_ns <= ts)
     }
 
     /// Total time blocked for `reason`.

@@ -93,6 +93,34 @@ pub struct Header {
     /// Block devices of the machine: kernel dev_t (major << 20 | minor) → name.
     #[serde(default)]
     pub block_devices: std::collections::BTreeMap<u32, String>,
+    /// The CPUs the first target may use, at the start.
+    #[serde(default)]
+    pub cpu_limit: Option<CpuLimit>,
+}
+
+/// The CPUs a job may use: the machine's, its cpuset's, its cgroup quota's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuLimit {
+    /// Online CPUs of the machine.
+    pub online: u32,
+    /// CPUs in the job's affinity mask (cpuset), if known.
+    pub cpuset: Option<u32>,
+    /// The tightest cgroup CPU quota on its cgroup path, in CPUs.
+    pub quota: Option<f64>,
+}
+
+impl CpuLimit {
+    /// The CPUs the job can use, and which limit decides it.
+    pub fn effective(&self) -> (f64, &'static str) {
+        let mut cores = (f64::from(self.online), "machine");
+        if let Some(set) = self.cpuset.filter(|&n| n > 0 && n < self.online) {
+            cores = (f64::from(set), "cpuset");
+        }
+        if let Some(q) = self.quota.filter(|&q| q < cores.0) {
+            cores = (q, "cgroup CPU quota");
+        }
+        cores
+    }
 }
 
 /// How a process came to be tracked.

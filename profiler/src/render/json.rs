@@ -7,7 +7,12 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::analysis::{DeviceUser, IoStat, Summary, Waker, gpu::GpuStats};
+use crate::analysis::{
+    DeviceUser, IoStat, Summary, Waker,
+    diagnosis::Finding,
+    gpu::GpuStats,
+    steps::{Blame, GpuIdleAlignment},
+};
 
 /// Version of the JSON contract (not of the recording format).
 pub const JSON_VERSION: u32 = 1;
@@ -15,8 +20,12 @@ pub const JSON_VERSION: u32 = 1;
 #[derive(Serialize)]
 struct Report<'a> {
     json_version: u32,
+    /// Ranked causes, largest `explains_frac` first.
+    findings: &'a [Finding],
     duration_s: f64,
     cores: u32,
+    cores_effective: f64,
+    cores_source: &'a str,
     events: u64,
     lost_events: u64,
     lost: &'a crate::recording::LostCounts,
@@ -30,6 +39,9 @@ struct Report<'a> {
     threads: Vec<Thread<'a>>,
     devices: Vec<Device<'a>>,
     futexes: Vec<Futex<'a>>,
+    /// tid (as a string key) → trainer | pin_memory | data_worker | pool | other.
+    roles: BTreeMap<String, &'static str>,
+    steps: Steps<'a>,
     gpus: Vec<Gpu<'a>>,
     /// Why there is no GPU data; null when there is.
     gpu_status: Option<&'a str>,
@@ -133,6 +145,9 @@ pub fn render(summary: &Summary) -> String {
     let ppids: BTreeMap<u32, u32> = summary.processes.iter().map(|p| (p.pid, p.ppid)).collect();
     let report = Report {
         json_version: JSON_VERSION,
+        findings: &summary.findings,
+        cores_effective: summary.cores_effective,
+        cores_source: summary.cores_source,
         duration_s: summary.duration_s,
         cores: summary.cores,
         events: summary.events,
@@ -209,12 +224,83 @@ pub fn render(summary: &Summary) -> String {
                 unwoken: f.unwoken,
             })
             .collect(),
+        roles: summary
+            .roles
+            .by_tid
+            .iter()
+            .map(|(tid, role)| (tid.to_string(), role.name()))
+            .collect(),
+        steps: steps(summary),
         gpus: summary.gpus.iter().map(gpu).collect(),
         gpu_status: summary.gpu_status.as_deref(),
     };
     let mut out = serde_json::to_string_pretty(&report).expect("plain data serializes");
     out.push('\n');
     out
+}
+
+/// Batches the trainer waited for, and who it waited on.
+#[derive(Serialize)]
+struct Steps<'a> {
+    trainer_tid: Option<u32>,
+    count: usize,
+    p50_s: f64,
+    p90_s: f64,
+    p99_s: f64,
+    data_wait_frac: f64,
+    data_wait_s: f64,
+    blame: &'a Blame,
+    worker_top_functions: Vec<TopFunction<'a>>,
+    gpu_idle: Option<&'a GpuIdleAlignment>,
+    items: Vec<StepItem>,
+}
+
+#[derive(Serialize)]
+struct TopFunction<'a> {
+    function: &'a str,
+    share: f64,
+}
+
+#[derive(Serialize)]
+struct StepItem {
+    start_s: f64,
+    end_s: f64,
+    data_wait_s: f64,
+    worker_pid: u32,
+}
+
+fn steps(summary: &Summary) -> Steps<'_> {
+    let s = &summary.steps;
+    let rel = |ns: u64| ns.saturating_sub(summary.window_start_ns) as f64 / 1e9;
+    Steps {
+        trainer_tid: s.trainer_tid,
+        count: s.count,
+        p50_s: s.p50_s,
+        p90_s: s.p90_s,
+        p99_s: s.p99_s,
+        data_wait_frac: s.data_wait_frac,
+        data_wait_s: s.data_wait_s,
+        blame: &s.blame,
+        worker_top_functions: s
+            .worker_top_functions
+            .iter()
+            .map(|(function, share)| TopFunction {
+                function,
+                share: *share,
+            })
+            .collect(),
+        gpu_idle: s.gpu_idle.as_ref(),
+        items: s
+            .steps
+            .iter()
+            .map(|st| StepItem {
+                start_s: rel(st.start_ns),
+                end_s: rel(st.end_ns),
+                data_wait_s: st.data_wait_ns as f64 / 1e9,
+                worker_pid: st.worker_pid,
+            })
+            .collect(),
+    }
 }
 
 fn gpu(g: &GpuStats) -> Gpu<'_> {

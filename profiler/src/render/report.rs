@@ -16,7 +16,9 @@ const MAX_IDLE_ROWS: usize = 5;
 pub fn render(s: &Summary) -> String {
     let mut out = String::new();
     header(&mut out, s);
+    verdict(&mut out, s);
     headline(&mut out, s);
+    steps(&mut out, s);
     processes(&mut out, s);
     threads(&mut out, s);
     devices(&mut out, s);
@@ -96,6 +98,115 @@ fn headline(out: &mut String, s: &Summary) {
             out,
             "CPU contention: the job's threads spent {:.1} CPU-seconds per second waiting for a CPU.",
             s.job_runnable
+        );
+    }
+}
+
+/// The findings, ranked: what to fix first, with its evidence.
+fn verdict(out: &mut String, s: &Summary) {
+    let _ = writeln!(
+        out,
+        "Cores: {:.1} usable ({}; the machine has {}).",
+        s.cores_effective, s.cores_source, s.cores
+    );
+    if s.findings.is_empty() {
+        let _ = writeln!(out, "\nVerdict: {}", no_finding(s));
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nVerdict (most of the trainer's time explained first)"
+    );
+    for (i, f) in s.findings.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  {}. [{:?}] {} (explains {:.0}% of the trainer's time)",
+            i + 1,
+            f.severity,
+            f.title,
+            100.0 * f.explains_frac
+        );
+        for e in &f.evidence {
+            let _ = writeln!(out, "       - {e}");
+        }
+        let _ = writeln!(out, "     Fix: {}", f.fix);
+        let _ = writeln!(out, "     Expect: {}", f.expect);
+    }
+}
+
+fn no_finding(s: &Summary) -> String {
+    match s.steps.trainer_tid {
+        None => "nothing to diagnose: no trainer thread was found.".into(),
+        Some(_) if s.steps.data_wait_frac < crate::analysis::diagnosis::STARVED => format!(
+            "no input-pipeline bottleneck: the trainer waited only {:.0}% of its time for data.",
+            100.0 * s.steps.data_wait_frac
+        ),
+        Some(_) => format!(
+            "the trainer waited {:.0}% of its time for data, but no rule matched the workers' \
+             state (see the blame below and the off-CPU flamegraph).",
+            100.0 * s.steps.data_wait_frac
+        ),
+    }
+}
+
+/// Batches, data waits, and what the workers were doing meanwhile.
+fn steps(out: &mut String, s: &Summary) {
+    let st = &s.steps;
+    let Some(trainer) = st.trainer_tid else {
+        return;
+    };
+    if st.count == 0 {
+        let _ = writeln!(
+            out,
+            "\nSteps: no batch deliveries seen: the trainer (tid {trainer}) was never woken by a \
+             data worker while it waited (data was always ready, or the job has no loader processes)."
+        );
+        return;
+    }
+    let ms = |secs: f64| secs * 1e3;
+    let _ = writeln!(
+        out,
+        "\nSteps: {} batch{} the trainer (tid {trainer}) waited for; step time p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms.",
+        st.count,
+        if st.count == 1 { "" } else { "es" },
+        ms(st.p50_s),
+        ms(st.p90_s),
+        ms(st.p99_s)
+    );
+    let b = &st.blame;
+    let pct = |x: f64| 100.0 * x;
+    let top: Vec<String> = st
+        .worker_top_functions
+        .iter()
+        .map(|(f, share)| format!("{f} {:.0}%", pct(*share)))
+        .collect();
+    let on_cpu_detail = if top.is_empty() {
+        String::new()
+    } else {
+        format!(" (in {})", top.join(", "))
+    };
+    let _ = writeln!(
+        out,
+        "The trainer waited {:.0}% of its time for data. During those waits the delivering workers were \
+         {:.0}% waiting for a CPU, {:.0}% on-CPU{on_cpu_detail}, {:.0}% in block IO, {:.0}% in futex waits, \
+         {:.0}% in other sleep.",
+        pct(st.data_wait_frac),
+        pct(b.runnable),
+        pct(b.on_cpu),
+        pct(b.io),
+        pct(b.futex),
+        pct(b.sleep)
+    );
+    if let Some(g) = &st.gpu_idle {
+        let _ = writeln!(
+            out,
+            "While the GPUs idled ({:.2} s): the trainer waited for data {:.2} s, ran {:.2} s, \
+             waited for a CPU {:.2} s, was blocked otherwise {:.2} s.",
+            g.gpu_idle_s,
+            g.trainer_data_wait_s,
+            g.trainer_on_cpu_s,
+            g.trainer_runnable_s,
+            g.trainer_other_blocked_s
         );
     }
 }

@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::Parser as _;
 use profiler::{
     analysis::{
-        self,
+        self, Summary,
         flame::{self, Filter, FlameKind},
     },
     capture,
@@ -68,11 +68,14 @@ fn run(cli: cli::Cli) -> Result<()> {
 fn timeline(args: &cli::TimelineArgs) -> Result<()> {
     let (out, format) = args.output_and_format()?;
     let model = Model::build(&recording::read(&args.path)?);
+    let summary = analysis::summarize(&model);
     let limits = Limits {
         min_slice_ns: args.min_slice.as_nanos().max(1) as u64,
         ..Limits::default()
     };
-    write_timeline(&model, &args.path, &out, format, limits, args.force)?;
+    write_timeline(
+        &model, &summary, &args.path, &out, format, limits, args.force,
+    )?;
     eprintln!("tprof: wrote {}", out.display());
     Ok(())
 }
@@ -80,16 +83,17 @@ fn timeline(args: &cli::TimelineArgs) -> Result<()> {
 /// model → analysis (roles, steps, deliveries, stalls) → one timeline file.
 fn write_timeline(
     model: &Model,
+    summary: &Summary,
     recording: &Path,
     out: &Path,
     format: cli::TimelineFormat,
     limits: Limits,
     force: bool,
 ) -> Result<()> {
-    let facts = analysis::timeline::derive(model);
+    let facts = analysis::timeline::derive(model, summary);
     let input = TimelineInput {
         model,
-        roles: &facts.roles,
+        roles: &summary.roles,
         steps: &facts.steps,
         deliveries: &facts.deliveries,
         stalls: &facts.stalls,
@@ -173,9 +177,11 @@ fn record_outputs(recording: &Path, flamegraphs: bool, timelines: bool, force: b
     if !timelines {
         return Ok(());
     }
+    let summary = analysis::summarize(&model);
     for format in [cli::TimelineFormat::Html, cli::TimelineFormat::Json] {
         let out = cli::timeline_path(recording, format);
-        match write_timeline(&model, recording, &out, format, Limits::default(), force) {
+        let limits = Limits::default();
+        match write_timeline(&model, &summary, recording, &out, format, limits, force) {
             Ok(()) => eprintln!("tprof: timeline written to {}", out.display()),
             Err(err) => eprintln!("tprof: warning: {err:#}"),
         }

@@ -21,7 +21,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::{Slice, TimelineInput, TrackRole, bin_ns, fit_slices, spread, us};
+use super::{Role, Slice, TimelineInput, bin_ns, fit_slices, spread, us};
 use crate::model::{Gpu, IoOp, IoRequest, Thread};
 use crate::recording::GpuMetric;
 
@@ -223,11 +223,11 @@ fn thread_track<W: Write>(
     slices: &[Slice],
 ) -> io::Result<()> {
     let sort = match input.role(thread.tid) {
-        TrackRole::Trainer => 0,
-        TrackRole::PinMemory => 1,
-        TrackRole::DataWorker => 2,
-        TrackRole::Other => 10,
-        TrackRole::Pool => 20,
+        Role::Trainer => 0,
+        Role::PinMemory => 1,
+        Role::DataWorker => 2,
+        Role::Other => 10,
+        Role::Pool => 20,
     };
     let label = input.thread_label(thread);
     events.thread_meta(thread.pid, thread.tid, &label, sort)?;
@@ -504,7 +504,7 @@ mod tests {
     use std::collections::{BTreeMap, HashSet};
 
     use super::super::tests::{iv, process, thread};
-    use super::super::{Delivery, Limits, Stall, TimelineStep};
+    use super::super::{Delivery, Limits, Roles, Stall, TimelineStep};
     use super::*;
     use crate::model::{Gpus, Model, ThreadState::*};
 
@@ -578,12 +578,11 @@ mod tests {
         }
     }
 
-    fn roles() -> HashMap<u32, TrackRole> {
-        HashMap::from([
-            (1, TrackRole::Trainer),
-            (2, TrackRole::DataWorker),
-            (3, TrackRole::Pool),
-        ])
+    fn roles() -> Roles {
+        Roles {
+            by_tid: BTreeMap::from([(1, Role::Trainer), (2, Role::DataWorker), (3, Role::Pool)]),
+            trainer: Some(1),
+        }
     }
 
     fn render(model: &Model, steps: &[TimelineStep], stalls: &[Stall]) -> Value {
@@ -652,7 +651,8 @@ mod tests {
         let process =
             |pid| meta(&trace, "process_name", pid, None).unwrap()["args"]["name"].clone();
         assert_eq!(process(1), "trainer: python");
-        assert_eq!(process(2), "data worker: python");
+        // Named after its main thread, as renamed after the fork.
+        assert_eq!(process(2), "data worker: pt_data_worker");
         assert_eq!(process(u64::from(GPU_PID)), "GPU 0 Fake");
         assert_eq!(process(u64::from(DISK_PID)), "disk vda");
         // The trainer's process sorts before the worker's, GPUs before both.

@@ -15,7 +15,8 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::{
-    SliceKind, TimelineInput, TrackRole, bin_ns, chrome::period_starts, fit_slices, spread,
+    Role, SliceKind, TimelineInput, bin_ns, chrome::period_starts, fit_slices, folded, role_label,
+    spread,
 };
 use crate::model::{IoRequest, Thread, ThreadState};
 use crate::recording::GpuMetric;
@@ -133,7 +134,7 @@ fn page<'a>(input: &'a TimelineInput) -> Page<'a> {
     let lane_threads: Vec<&Thread> = order
         .iter()
         .flat_map(|&pid| input.threads_of(pid))
-        .filter(|t| !input.role(t.tid).folded())
+        .filter(|t| !folded(input.role(t.tid)))
         .collect();
     let (min_slice_ns, slices) = fit_slices(&lane_threads, input.limits);
     let slices_of: HashMap<(u32, u64), &Vec<super::Slice>> = lane_threads
@@ -149,7 +150,7 @@ fn page<'a>(input: &'a TimelineInput) -> Page<'a> {
             label: format!("{} (pid {pid})", input.process_label(pid)),
         });
         let threads = input.threads_of(pid);
-        for thread in threads.iter().filter(|t| !input.role(t.tid).folded()) {
+        for thread in threads.iter().filter(|t| !folded(input.role(t.tid))) {
             if input.steps.iter().any(|s| s.tid == thread.tid) {
                 lanes.push(Lane::Steps {
                     label: "steps".into(),
@@ -169,7 +170,7 @@ fn page<'a>(input: &'a TimelineInput) -> Page<'a> {
             }
             lanes.push(Lane::States {
                 label: input.thread_label(thread),
-                sub: format!("tid {}, {}", thread.tid, input.role(thread.tid).name()),
+                sub: format!("tid {}, {}", thread.tid, role_label(input.role(thread.tid))),
                 tid: thread.tid,
                 s,
             });
@@ -180,12 +181,12 @@ fn page<'a>(input: &'a TimelineInput) -> Page<'a> {
                 });
             }
         }
-        let folded: Vec<&Thread> = threads
+        let pooled: Vec<&Thread> = threads
             .into_iter()
-            .filter(|t| input.role(t.tid).folded())
+            .filter(|t| folded(input.role(t.tid)))
             .collect();
-        if !folded.is_empty() {
-            lanes.push(pool_lane(input, &folded, bin_ns));
+        if !pooled.is_empty() {
+            lanes.push(pool_lane(input, &pooled, bin_ns));
         }
     }
     lanes.extend(disk_lanes(input, bin_ns));
@@ -282,8 +283,8 @@ fn pool_lane(input: &TimelineInput, threads: &[&Thread], bin_ns: u64) -> Lane {
             .map(|v| ((v * 100 + bin_ns / 2) / bin_ns) as u32)
             .collect()
     };
-    let roles: Vec<TrackRole> = threads.iter().map(|t| input.role(t.tid)).collect();
-    let what = if roles.iter().all(|&r| r == TrackRole::Pool) {
+    let roles: Vec<Role> = threads.iter().map(|t| input.role(t.tid)).collect();
+    let what = if roles.iter().all(|&r| r == Role::Pool) {
         "pool threads"
     } else {
         "other threads"
@@ -394,7 +395,7 @@ mod tests {
     use serde_json::Value;
 
     use super::super::tests::{iv, process, thread};
-    use super::super::{Delivery, Limits, Stall};
+    use super::super::{Delivery, Limits, Roles, Stall};
     use super::*;
     use crate::model::{Model, ThreadState::*};
 
@@ -437,12 +438,15 @@ mod tests {
     }
 
     fn render(model: &Model, title: &str) -> String {
-        let roles = HashMap::from([
-            (1, TrackRole::Trainer),
-            (2, TrackRole::DataWorker),
-            (3, TrackRole::Pool),
-            (4, TrackRole::Pool),
-        ]);
+        let roles = Roles {
+            by_tid: BTreeMap::from([
+                (1, Role::Trainer),
+                (2, Role::DataWorker),
+                (3, Role::Pool),
+                (4, Role::Pool),
+            ]),
+            trainer: Some(1),
+        };
         let stalls = [Stall {
             tid: 1,
             start_ns: 0,
@@ -503,7 +507,7 @@ mod tests {
                 ("group", "trainer: python (pid 1)"),
                 ("states", "python (trainer)"),
                 ("stalls", "stalls"),
-                ("group", "data worker: python (pid 2)"),
+                ("group", "data worker: pt_data_worker (pid 2)"),
                 ("states", "pt_data_worker"),
                 ("counter", "2 pool threads"),
             ]

@@ -18,10 +18,26 @@
 pub mod chrome;
 pub mod html;
 
-use std::collections::HashMap;
-
-pub use crate::analysis::timeline::{Delivery, Stall, TimelineStep, TrackRole};
+pub use crate::analysis::roles::{Role, Roles};
+pub use crate::analysis::timeline::{Delivery, Stall, TimelineStep, process_name};
 use crate::model::{BlockReason, Interval, Model, Thread, ThreadState};
+
+/// A role as the timeline names it.
+pub fn role_label(role: Role) -> &'static str {
+    match role {
+        Role::Trainer => "trainer",
+        Role::DataWorker => "data worker",
+        Role::PinMemory => "pin memory",
+        Role::Pool => "pool",
+        Role::Other => "other",
+    }
+}
+
+/// Threads the HTML page folds into their process' busy/runnable counts
+/// instead of giving each a lane.
+pub fn folded(role: Role) -> bool {
+    matches!(role, Role::Pool | Role::Other)
+}
 
 /// How small a timeline must stay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,8 +63,8 @@ impl Default for Limits {
 /// Everything a timeline shows.
 pub struct TimelineInput<'a> {
     pub model: &'a Model,
-    /// By tid; a thread missing here is [`TrackRole::Other`].
-    pub roles: &'a HashMap<u32, TrackRole>,
+    /// A thread missing here is [`Role::Other`].
+    pub roles: &'a Roles,
     pub steps: &'a [TimelineStep],
     pub deliveries: &'a [Delivery],
     /// Worst first; the HTML annotates the first few.
@@ -58,43 +74,36 @@ pub struct TimelineInput<'a> {
 }
 
 impl TimelineInput<'_> {
-    pub fn role(&self, tid: u32) -> TrackRole {
-        self.roles.get(&tid).copied().unwrap_or(TrackRole::Other)
+    pub fn role(&self, tid: u32) -> Role {
+        self.roles.of(tid)
     }
 
     /// A process' role: its main thread's, else that of any thread with a
     /// role of its own.
-    fn process_role(&self, pid: u32) -> TrackRole {
+    fn process_role(&self, pid: u32) -> Role {
         match self.role(pid) {
-            TrackRole::Pool | TrackRole::Other => self
+            Role::Pool | Role::Other => self
                 .model
                 .threads
                 .iter()
                 .filter(|t| t.pid == pid)
                 .map(|t| self.role(t.tid))
-                .find(|r| !r.folded())
-                .unwrap_or(TrackRole::Other),
+                .find(|&r| !folded(r))
+                .unwrap_or(Role::Other),
             role => role,
         }
     }
 
-    /// `role: comm` of a process, or its comm alone.
+    /// `role: name` of a process, or its name alone; the name is its main
+    /// thread's latest (a forked worker keeps its parent's name until its
+    /// main thread renames itself, as /proc shows it).
     pub fn process_label(&self, pid: u32) -> String {
-        let comm = self
-            .model
-            .processes
-            .get(&pid)
-            .map(|p| p.comm.as_str())
-            .or_else(|| {
-                let main = self.model.threads.iter().find(|t| t.tid == pid);
-                main.map(|t| t.comm.as_str())
-            })
-            .unwrap_or("?");
+        let name = process_name(self.model, pid);
         match self.process_role(pid) {
-            TrackRole::Other | TrackRole::Pool => comm.to_string(),
+            Role::Other | Role::Pool => name.to_string(),
             // The pin thread lives in the trainer's process.
-            TrackRole::PinMemory => format!("trainer: {comm}"),
-            role => format!("{}: {comm}", role.name()),
+            Role::PinMemory => format!("trainer: {name}"),
+            role => format!("{}: {name}", role_label(role)),
         }
     }
 
@@ -107,15 +116,15 @@ impl TimelineInput<'_> {
             &thread.comm
         };
         let says_it = match role {
-            TrackRole::Trainer => comm.contains("train"),
-            TrackRole::DataWorker => comm.starts_with("pt_data_worker"),
-            TrackRole::PinMemory => comm.starts_with("pt_data_pin"),
-            TrackRole::Pool | TrackRole::Other => true,
+            Role::Trainer => comm.contains("train"),
+            Role::DataWorker => comm.starts_with("pt_data_worker"),
+            Role::PinMemory => comm.starts_with("pt_data_pin"),
+            Role::Pool | Role::Other => true,
         };
         if says_it {
             comm.to_string()
         } else {
-            format!("{comm} ({})", role.name())
+            format!("{comm} ({})", role_label(role))
         }
     }
 
@@ -127,8 +136,8 @@ impl TimelineInput<'_> {
         pids.sort_unstable();
         pids.dedup();
         let rank = |pid: u32| match self.process_role(pid) {
-            TrackRole::Trainer | TrackRole::PinMemory => 0,
-            TrackRole::DataWorker => 1,
+            Role::Trainer | Role::PinMemory => 0,
+            Role::DataWorker => 1,
             _ => 2,
         };
         pids.sort_by_key(|&pid| (rank(pid), self.model.depth(pid), pid));
@@ -140,11 +149,11 @@ impl TimelineInput<'_> {
         let mut threads: Vec<&Thread> =
             self.model.threads.iter().filter(|t| t.pid == pid).collect();
         let rank = |t: &Thread| match self.role(t.tid) {
-            TrackRole::Trainer => 0,
-            TrackRole::PinMemory => 1,
-            TrackRole::DataWorker => 2,
-            TrackRole::Other => 3,
-            TrackRole::Pool => 4,
+            Role::Trainer => 0,
+            Role::PinMemory => 1,
+            Role::DataWorker => 2,
+            Role::Other => 3,
+            Role::Pool => 4,
         };
         threads.sort_by_key(|t| (rank(t), t.start_ns, t.tid));
         threads

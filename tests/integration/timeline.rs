@@ -1,6 +1,6 @@
-//! Timelines: `tprof record` of the demo pipeline (a trainer process and
-//! four worker processes of one `pt_data_worker` and three `omp_worker`
-//! threads each, by construction) writes REC.timeline.json and
+//! Timelines: `tprof record` of the data-loading pipeline (a trainer
+//! process and four worker processes of one `pt_data_worker` and three
+//! `omp_worker` threads each, by construction) writes REC.timeline.json and
 //! REC.timeline.html. The JSON must be a valid trace event file with a
 //! track per thread whose state slices add up to what the report says; the
 //! page must load in headless Chromium without a console error and draw.
@@ -9,10 +9,21 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use tprof_tests::{Traced, chromium_screenshot, require_root, show, tprof, trace_workload};
+use tprof_tests::{Traced, chromium_screenshot, require_root, show, tprof, trace_workload_env};
 
 const WORKERS: usize = 4;
 const POOL: usize = 3;
+
+/// Four CPU-bound workers with three pool threads each on two cores: 80
+/// batches of 20 ms of CPU, 2 ms of training each.
+fn trace_pipeline() -> Traced {
+    trace_workload_env(
+        "pipeline",
+        &[],
+        &[("PIPELINE_POOL", "3")],
+        &["4", "80", "20", "2", "cpu"],
+    )
+}
 
 /// One thread's track in a trace: its name and its complete slices as
 /// (name, ts µs, dur µs).
@@ -174,14 +185,15 @@ fn time_in(track: &Track, states: &[&str]) -> f64 {
     us / 1e6
 }
 
-/// Every thread of the demo has a named track in its process, with state
-/// slices that cover its life without gaps; flows go from a worker to the
-/// trainer. Unmerged (`--min-slice 1ns`), the time in each state is the
+/// Every thread of the pipeline has a named track in its process, with
+/// state slices that cover its life without gaps; flows go from a worker to
+/// the trainer, one per batch the report says it waited for, with a step
+/// between each two. Unmerged (`--min-slice 1ns`), the time in each state is the
 /// report's to the µs.
 #[test]
 fn json_has_a_track_per_thread() {
     require_root();
-    let traced = trace_workload("demo_pipeline", &[]);
+    let traced = trace_pipeline();
     let trace = read_trace(&beside(&traced, "json"));
 
     let trainers = tracks_named(&trace, "trainer");
@@ -217,14 +229,24 @@ fn json_has_a_track_per_thread() {
     }
     assert_eq!(trace.min_slice_us, 50.0);
 
-    // The trainer reads batches from pipes the workers fill: it waits on
+    // The trainer reads batches from a pipe the workers fill: it waits on
     // them, and each wait ends with a worker's wakeup.
-    assert!(!trace.flows.is_empty(), "no deliveries");
+    let waited = traced.report.steps.count as usize;
+    assert!(waited > 0, "the trainer never waited for a batch");
+    assert_eq!(trace.flows.len(), waited, "a delivery per batch waited for");
     let worker_tids: Vec<u64> = workers.iter().map(|w| w.1).collect();
     for (start, end) in trace.flows.values() {
         assert!(worker_tids.contains(&start.1), "delivery from {start:?}");
         assert_eq!((end.0, end.1), (trainer_pid, trainer_tid));
     }
+    let steps = tracks_named(&trace, "steps");
+    assert_eq!(steps.len(), 1, "one steps track");
+    assert_eq!(steps[0].0, trainer_pid, "in the trainer's process");
+    assert_eq!(
+        steps[0].2.slices.len(),
+        waited - 1,
+        "a step between deliveries"
+    );
 
     let unmerged = traced.dir.path().join("unmerged.json");
     let out = tprof()
@@ -290,7 +312,7 @@ fn check_thread_states(traced: &Traced, trace: &Trace) {
 #[test]
 fn html_draws_in_headless_chromium() {
     require_root();
-    let traced = trace_workload("demo_pipeline", &[]);
+    let traced = trace_pipeline();
     let page = beside(&traced, "html");
     let html = std::fs::read_to_string(&page).expect("record writes REC.timeline.html");
     let lanes = embedded_data(&html)["lanes"]

@@ -144,16 +144,14 @@ impl<W: Write> Events<W> {
         )
     }
 
-    /// A complete slice.
-    #[allow(clippy::too_many_arguments)]
+    /// A complete slice over `span` (start, end ns).
     fn slice(
         &mut self,
         pid: u32,
         tid: u32,
         cat: &'static str,
         name: &str,
-        start_ns: u64,
-        end_ns: u64,
+        (start_ns, end_ns): (u64, u64),
         args: Option<Value>,
     ) -> io::Result<()> {
         let mut e = Event::new("X", pid).tid(tid).name(name);
@@ -238,8 +236,7 @@ fn thread_track<W: Write>(
             thread.tid,
             "state",
             slice.kind().name(),
-            slice.start_ns,
-            slice.end_ns,
+            (slice.start_ns, slice.end_ns),
             args,
         )?;
     }
@@ -264,8 +261,7 @@ fn steps_and_stalls<W: Write>(events: &mut Events<W>, input: &TimelineInput) -> 
             tid,
             "step",
             &step.label,
-            step.start_ns,
-            step.end_ns,
+            (step.start_ns, step.end_ns),
             Some(args),
         )?;
     }
@@ -297,8 +293,7 @@ fn steps_and_stalls<W: Write>(events: &mut Events<W>, input: &TimelineInput) -> 
             tid,
             "stall",
             &stall.annotation,
-            stall.start_ns,
-            stall.end_ns,
+            (stall.start_ns, stall.end_ns),
             Some(args),
         )?;
     }
@@ -442,8 +437,7 @@ fn requests<W: Write>(
             slot_tid(slot),
             "io",
             op_name(io.op),
-            io.start_ns,
-            io.end_ns,
+            (io.start_ns, io.end_ns),
             Some(Value::Object(args)),
         )?;
     }

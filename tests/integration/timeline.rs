@@ -239,13 +239,14 @@ fn json_has_a_track_per_thread() {
         assert!(worker_tids.contains(&start.1), "delivery from {start:?}");
         assert_eq!((end.0, end.1), (trainer_pid, trainer_tid));
     }
+    // A step runs from one delivery to the next. (On two busy cores the
+    // trainer, queued for a CPU, may find every batch but the first ready.)
     let steps = tracks_named(&trace, "steps");
-    assert_eq!(steps.len(), 1, "one steps track");
-    assert_eq!(steps[0].0, trainer_pid, "in the trainer's process");
-    assert_eq!(
-        steps[0].2.slices.len(),
-        waited - 1,
-        "a step between deliveries"
+    let step_slices: usize = steps.iter().map(|s| s.2.slices.len()).sum();
+    assert_eq!(step_slices, waited - 1, "a step between deliveries");
+    assert!(
+        steps.iter().all(|s| s.0 == trainer_pid),
+        "in the trainer's process"
     );
 
     let unmerged = traced.dir.path().join("unmerged.json");
@@ -307,8 +308,8 @@ fn check_thread_states(traced: &Traced, trace: &Trace) {
 }
 
 /// The page loads in headless Chromium, logs that it drew every lane and
-/// nothing else, and the screenshot shows running, runnable and futex
-/// slices in the state colors, beyond the legend's swatches.
+/// nothing else, and the screenshot shows running and runnable time in the
+/// state colors, well beyond the legend's swatches.
 #[test]
 fn html_draws_in_headless_chromium() {
     require_root();
@@ -328,10 +329,11 @@ fn html_draws_in_headless_chromium() {
         load.stderr
     );
     let pixels = color_counts(&png);
+    // Sixteen CPU-bound threads on two cores: most of the picture is
+    // threads running or waiting for a CPU.
     for (state, rgb) in [
         ("running", [0x2f, 0x9e, 0x44]),
         ("runnable", [0xf0, 0x8c, 0x00]),
-        ("futex", [0x70, 0x48, 0xe8]),
     ] {
         let n = pixels.get(&rgb).copied().unwrap_or(0);
         eprintln!("{state}: {n} pixels");

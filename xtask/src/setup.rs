@@ -19,6 +19,8 @@ const APT_PACKAGES: &[&str] = &[
     "bpftool",
     "libbpf-tools",
     "gcc",
+    // `perf sched record`, compared against in `cargo xtask bench`.
+    "linux-perf",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const TRACEFS: &str = "/sys/kernel/tracing";

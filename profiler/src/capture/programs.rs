@@ -59,7 +59,6 @@ const fn optional(
 const TRACEPOINTS: &[Attachment] = &[
     tp("tprof_switch", "sched", "sched_switch"),
     tp("tprof_waking", "sched", "sched_waking"),
-    tp("tprof_wakeup", "sched", "sched_wakeup"),
     tp("tprof_wakeup_new", "sched", "sched_wakeup_new"),
     tp("tprof_newtask", "task", "task_newtask"),
     tp("tprof_exec", "sched", "sched_process_exec"),

@@ -1,12 +1,13 @@
 //! Capture: everything that touches the live system. Loads and attaches the
 //! kernel programs, decides what is tracked, drains events into the
-//! recording as it goes, samples /proc and the GPUs ([`gpu`]), and stops on a signal, the duration
-//! or the targets' exit.
+//! recording as it goes, samples /proc and the GPUs ([`gpu`]), probes the CUDA runtime the
+//! job loads ([`cuda`]), and stops on a signal, the duration or the targets' exit.
 //!
 //! Architecture invariant: the only module that needs root and the only one
 //! that uses aya (through [`programs`]). What it writes is all that later
 //! stages see.
 
+pub mod cuda;
 pub mod gpu;
 mod launch;
 pub mod output;
@@ -31,6 +32,7 @@ use crate::recording::{
     self, ClockAnchor, Event, Footer, GpuInfo, Header, LostCounts, Origin, ProcessInfo, ThreadInfo,
     Writer, record,
 };
+use cuda::CudaTracer;
 use gpu::{GpuOptions, GpuSampler};
 use programs::KernelPrograms;
 use symbols::AddressSpaces;
@@ -42,7 +44,8 @@ const DRAIN_EVERY: Duration = Duration::from_millis(50);
 /// How often /proc/stat is sampled (every other drain).
 const SAMPLE_EVERY_TICKS: u32 = 2;
 /// How often the status line and the lost counts are refreshed, and the
-/// /proc/<pid>/maps snapshots of live processes (for dlopen'd libraries).
+/// /proc/<pid>/maps snapshots of live processes (for dlopen'd libraries,
+/// and a CUDA runtime loaded after tracking began).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
 
 /// What `tprof record` was asked to do, validated.
@@ -242,6 +245,7 @@ struct Session {
     /// Written after the header.
     gpu_info: GpuInfo,
     gpu: Option<GpuSampler>,
+    cuda: CudaTracer,
 }
 
 impl Session {
@@ -268,6 +272,7 @@ impl Session {
             threads_seen: 0,
             gpu_info,
             gpu,
+            cuda: CudaTracer::default(),
         }
     }
 
@@ -337,6 +342,7 @@ impl Session {
             for &pid in &pending {
                 self.snapshot_process(pid, Origin::Attached)?;
                 self.track_threads(pid)?;
+                self.cuda.scan(&mut self.programs, pid, monotonic_ns())?;
             }
             let all: Vec<u32> = self.known.iter().copied().collect();
             pending = procfs::descendants(&all)
@@ -439,6 +445,7 @@ impl Session {
             // file small; a killed recording loses at most that second.
             self.drain_gpu()?;
             self.refresh_maps();
+            self.refresh_cuda()?;
             self.status_line();
         }
         self.writer
@@ -467,7 +474,11 @@ impl Session {
         for pid in new_processes {
             self.known.insert(pid);
             self.snapshot_process(pid, Origin::Forked)?;
+            // An exec may have brought the CUDA runtime in (a launched job,
+            // a worker started with spawn).
+            self.cuda.scan(&mut self.programs, pid, monotonic_ns())?;
         }
+        self.cuda.write(&mut self.writer, false)?;
         Ok(())
     }
 
@@ -500,6 +511,18 @@ impl Session {
         for &pid in &self.known {
             self.spaces.snapshot(pid);
         }
+    }
+
+    /// Looks for a CUDA runtime loaded since the last look (a job importing
+    /// torch now) and records the cudaLaunchKernel counts.
+    fn refresh_cuda(&mut self) -> Result<()> {
+        let now = monotonic_ns();
+        let pids: Vec<u32> = self.known.iter().copied().collect();
+        for pid in pids {
+            self.cuda.scan(&mut self.programs, pid, now)?;
+        }
+        self.cuda.refresh_launches(&self.programs)?;
+        self.cuda.write(&mut self.writer, false)
     }
 
     /// Reads the kernel's stack aggregate, symbolizes it and writes the
@@ -555,7 +578,11 @@ impl Session {
             gpu.stop();
         }
         self.drain_gpu().context(kept.clone())?;
-        self.write_stacks().context(kept)?;
+        self.write_stacks().context(kept.clone())?;
+        self.cuda
+            .refresh_launches(&self.programs)
+            .and_then(|()| self.cuda.write(&mut self.writer, true))
+            .context(kept)?;
         self.lost = self.programs.lost_counts()?;
         self.writer.write_json(record::LOST, &self.lost)?;
         let footer = Footer {

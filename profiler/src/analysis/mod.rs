@@ -1,6 +1,7 @@
 //! Statistics over the model: per thread, per process, and the machine-wide
 //! picture. Pure functions; the renderers only format what is computed here.
 
+pub mod cuda;
 mod devices;
 pub mod flame;
 mod futexes;
@@ -127,6 +128,8 @@ pub struct Summary {
     pub gpus: Vec<gpu::GpuStats>,
     /// Why there is no GPU data; None when there is.
     pub gpu_status: Option<String>,
+    /// CUDA runtime calls: copies, syncs, and their findings.
+    pub cuda: cuda::CudaStats,
 }
 
 pub fn summarize(model: &Model) -> Summary {
@@ -169,6 +172,7 @@ pub fn summarize(model: &Model) -> Summary {
         futexes: futex_stats(model),
         gpus: gpu::stats(model),
         gpu_status: model.gpus.status.clone(),
+        cuda: cuda::stats(model),
     }
 }
 

@@ -7,7 +7,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::analysis::{DeviceUser, IoStat, Summary, Waker, gpu::GpuStats};
+use crate::analysis::{
+    DeviceUser, IoStat, Summary, Waker,
+    cuda::{CudaFinding, CudaStats, Trainer},
+    gpu::GpuStats,
+};
 
 /// Version of the JSON contract (not of the recording format).
 pub const JSON_VERSION: u32 = 1;
@@ -33,6 +37,41 @@ struct Report<'a> {
     gpus: Vec<Gpu<'a>>,
     /// Why there is no GPU data; null when there is.
     gpu_status: Option<&'a str>,
+    cuda: Cuda<'a>,
+}
+
+/// CUDA runtime calls (docs/json.md, "cuda").
+#[derive(Serialize)]
+struct Cuda<'a> {
+    /// A libcudart was found in the job and probed.
+    visible: bool,
+    /// Why calls were not visible; null when they were.
+    status: Option<&'a str>,
+    /// The first library probed; null when none.
+    library: Option<&'a str>,
+    libraries: &'a [String],
+    /// Functions that could not be probed, and why.
+    missing: &'a [String],
+    /// Function name → calls in the window (cudaLaunchKernel: over the
+    /// whole recording, counted in the kernel).
+    calls: &'a BTreeMap<String, u64>,
+    failed_calls: u64,
+    launches_per_s: f64,
+    h2d_copies: H2dCopies,
+    trainer: Option<&'a Trainer>,
+    findings: &'a [CudaFinding],
+}
+
+#[derive(Serialize)]
+struct H2dCopies {
+    count: u64,
+    bytes: u64,
+    pageable: u64,
+    pinned: u64,
+    /// cudaMemcpy, or cudaMemcpyAsync followed at once by a blocking sync.
+    followed_by_sync: u64,
+    /// Time the copies and those syncs blocked the calling threads.
+    blocked_s: f64,
 }
 
 /// iostat -x columns of a device over the window; `series` has them per second.
@@ -211,10 +250,34 @@ pub fn render(summary: &Summary) -> String {
             .collect(),
         gpus: summary.gpus.iter().map(gpu).collect(),
         gpu_status: summary.gpu_status.as_deref(),
+        cuda: cuda(&summary.cuda),
     };
     let mut out = serde_json::to_string_pretty(&report).expect("plain data serializes");
     out.push('\n');
     out
+}
+
+fn cuda(c: &CudaStats) -> Cuda<'_> {
+    Cuda {
+        visible: c.visible,
+        status: c.status.as_deref(),
+        library: c.library.as_deref(),
+        libraries: &c.libraries,
+        missing: &c.missing,
+        calls: &c.calls,
+        failed_calls: c.failed_calls,
+        launches_per_s: c.launches_per_s,
+        h2d_copies: H2dCopies {
+            count: c.h2d.count,
+            bytes: c.h2d.bytes,
+            pageable: c.h2d.pageable,
+            pinned: c.h2d.pinned,
+            followed_by_sync: c.h2d.followed_by_sync,
+            blocked_s: c.h2d.blocked_s,
+        },
+        trainer: c.trainer.as_ref(),
+        findings: &c.findings,
+    }
 }
 
 fn gpu(g: &GpuStats) -> Gpu<'_> {
@@ -309,6 +372,23 @@ mod tests {
         let text = crate::render::report::render(&summary);
         assert!(
             text.contains("no GPU data: no GPU visible to NVML"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn cuda_not_visible_is_said_in_both_outputs() {
+        let mut model = model();
+        model.cuda.looked_for = true;
+        let summary = summarize(&model);
+        let json: serde_json::Value = serde_json::from_str(&render(&summary)).unwrap();
+        assert_eq!(json["cuda"]["visible"], false);
+        assert!(json["cuda"]["library"].is_null());
+        assert_eq!(json["cuda"]["h2d_copies"]["count"], 0);
+        assert_eq!(json["cuda"]["findings"], serde_json::json!([]));
+        let text = crate::render::report::render(&summary);
+        assert!(
+            text.contains("CUDA calls not visible: no libcudart mapped by the job"),
             "{text}"
         );
     }

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use crate::analysis::{
     ProcessStats, Summary, ThreadStats,
+    cuda::CudaStats,
     gpu::{GpuStats, IDLE_UTIL_PCT},
 };
 
@@ -22,6 +23,7 @@ pub fn render(s: &Summary) -> String {
     devices(&mut out, s);
     futexes(&mut out, s);
     gpus(&mut out, s);
+    cuda(&mut out, &s.cuda);
     out
 }
 
@@ -406,4 +408,69 @@ fn gpu_extras(out: &mut String, g: &GpuStats) {
 
 fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+fn cuda(out: &mut String, c: &CudaStats) {
+    let _ = writeln!(out, "\nCUDA");
+    if !c.visible {
+        let reason = c
+            .status
+            .as_deref()
+            .unwrap_or("no libcudart mapped by the job");
+        let _ = writeln!(out, "  CUDA calls not visible: {reason}");
+        return;
+    }
+    let _ = writeln!(out, "  runtime: {}", c.libraries.join(", "));
+    let calls: Vec<String> = c.calls.iter().map(|(f, n)| format!("{f} {n}")).collect();
+    let _ = writeln!(
+        out,
+        "  calls: {}{}",
+        if calls.is_empty() {
+            "none".to_string()
+        } else {
+            calls.join(", ")
+        },
+        if c.failed_calls > 0 {
+            format!(" ({} returned an error)", c.failed_calls)
+        } else {
+            String::new()
+        }
+    );
+    if c.launches_per_s > 0.0 {
+        let _ = writeln!(out, "  kernel launches: {:.0}/s", c.launches_per_s);
+    }
+    let h = &c.h2d;
+    let _ = writeln!(
+        out,
+        "  host-to-device copies: {} ({}): {} from pageable memory, {} from pinned; \
+         {} followed by a blocking sync; {:.3} s blocking the caller",
+        h.count,
+        bytes(h.bytes),
+        h.pageable,
+        h.pinned,
+        h.followed_by_sync,
+        h.blocked_s
+    );
+    if let Some(t) = &c.trainer {
+        let _ = writeln!(
+            out,
+            "  trainer {}/{}: {:.3} s in {} CUDA syncs, {:.3} s waiting for data",
+            t.comm, t.tid, t.sync_s, t.syncs, t.data_wait_s
+        );
+        if let (Some(syncs), Some(waits)) =
+            (t.gpu_idle_during_syncs_s, t.gpu_idle_during_data_waits_s)
+        {
+            let _ = writeln!(
+                out,
+                "  GPU idle while the trainer synced: {syncs:.3} s; while it waited for data: {waits:.3} s"
+            );
+        }
+    }
+    for m in &c.missing {
+        let _ = writeln!(out, "  not probed: {m}");
+    }
+    for f in &c.findings {
+        let _ = writeln!(out, "  [{}] {}: {}", f.severity, f.id, f.evidence);
+        let _ = writeln!(out, "    fix: {}", f.fix);
+    }
 }

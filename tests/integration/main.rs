@@ -24,3 +24,6 @@ mod gpu;
 // Stacks and flamegraphs: on-CPU shares, off-CPU time by reason, exited
 // workers symbolized, SVGs well-formed.
 mod stacks;
+// CUDA runtime calls through uprobes: copies, syncs and their findings,
+// against a fake libcudart and the real one of the nvidia-cuda-runtime wheel.
+mod cuda;

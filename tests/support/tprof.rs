@@ -1,5 +1,6 @@
 //! Running the `tprof` binary under test.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -96,6 +97,17 @@ pub fn trace_workload(name: &str, args: &[&str]) -> Traced {
 
 /// [`trace_workload`] with extra `tprof record` options (`--hz 199`).
 pub fn trace_workload_with(name: &str, record_args: &[&str], args: &[&str]) -> Traced {
+    trace_workload_env(name, record_args, args, &[])
+}
+
+/// [`trace_workload_with`] with extra environment for tprof and the
+/// workload it launches.
+pub fn trace_workload_env(
+    name: &str,
+    record_args: &[&str],
+    args: &[&str],
+    env: &[(&str, &OsStr)],
+) -> Traced {
     let dir = tempfile::tempdir().expect("create temp dir");
     let recording = dir.path().join("recording.tprof");
     let truth_file = dir.path().join("truth.jsonl");
@@ -104,6 +116,7 @@ pub fn trace_workload_with(name: &str, record_args: &[&str], args: &[&str]) -> T
     cmd.extend_from_slice(args);
     let mut command = record_command(&recording, record_args, &cmd);
     command.env("TPROF_TRUTH_FILE", &truth_file);
+    command.envs(env.iter().copied());
     let record = Running::spawn(&mut command).wait(RECORD_TIMEOUT);
     assert!(record.status.success(), "tprof record failed: {record:#?}");
     let report = Report::from_json(report_json(&recording));

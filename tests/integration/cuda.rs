@@ -180,6 +180,31 @@ fn no_runtime_no_cuda_calls() {
     );
 }
 
+/// `--no-cuda`: a job with the runtime loaded, and nothing probed.
+#[test]
+fn no_cuda_probes_nothing() {
+    require_root();
+    let lib = fake_cudart();
+    let env = [
+        ("TPROF_CUDART", lib.as_os_str()),
+        ("WAIT_FOR_PROBES", OsStr::new("0")),
+    ];
+    let traced = trace_workload_env(
+        "cuda_copies",
+        &["--no-stacks", "--no-cuda"],
+        &["pinned-sync", "5"],
+        &env,
+    );
+    let cuda = &traced.report.cuda;
+    assert!(!cuda.visible);
+    assert_eq!(
+        cuda.status.as_deref(),
+        Some("CUDA tracing was off (--no-cuda)")
+    );
+    assert!(cuda.calls.is_empty(), "{:?}", cuda.calls);
+    assert!(!traced.record.stderr.contains("tracing CUDA runtime calls"));
+}
+
 fn hex(v: &Value) -> u64 {
     let s = v.as_str().unwrap_or_else(|| panic!("not a string: {v}"));
     u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or_else(|_| panic!("not hex: {s}"))

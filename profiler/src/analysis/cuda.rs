@@ -118,7 +118,9 @@ pub struct CudaStats {
 pub fn stats(model: &Model) -> CudaStats {
     let cuda = &model.cuda;
     if !cuda.visible() {
-        let status = if !cuda.looked_for {
+        let status = if let Some(status) = &cuda.status {
+            status.clone()
+        } else if !cuda.looked_for {
             "the recording predates CUDA tracing (made by an older tprof)".to_string()
         } else if cuda.libraries.is_empty() {
             "no libcudart mapped by the job".to_string()
@@ -478,6 +480,7 @@ mod tests {
                 ..Default::default()
             }],
             launches: [(7, launches)].into(),
+            status: None,
         };
         let end = calls.iter().map(|c| c.1).max().unwrap_or(0) * MS + MS;
         Model {
@@ -585,6 +588,46 @@ mod tests {
         let s = stats(&m);
         assert!(!s.visible);
         assert_eq!(s.status.as_deref(), Some("no libcudart mapped by the job"));
+    }
+
+    #[test]
+    fn tracing_off_says_so() {
+        let info = CudaInfo {
+            status: Some("CUDA tracing was off (--no-cuda)".into()),
+            ..Default::default()
+        };
+        let m = Model {
+            cuda: build(Some(&info), vec![]),
+            ..Default::default()
+        };
+        let s = stats(&m);
+        assert!(!s.visible);
+        assert_eq!(
+            s.status.as_deref(),
+            Some("CUDA tracing was off (--no-cuda)")
+        );
+    }
+
+    #[test]
+    fn gpu_idle_is_split_between_syncs_and_data_waits() {
+        use crate::model::{Gpu, Gpus};
+        // Sync 10-15 ms, data wait (blocked outside CUDA) elsewhere; the GPU
+        // is idle in 0-12 ms (samples each 2 ms: value for (t-2, t]).
+        let mut m = model(&[h2d(10, 11, 0x9000), sync(11, 15, STREAM)], 0);
+        let points = (1..=10)
+            .map(|k| (2 * k * MS, if 2 * k <= 12 { 0 } else { 90 }))
+            .collect();
+        m.gpus = Gpus {
+            status: None,
+            devices: vec![Gpu {
+                series: [((GpuMetric::GpuUtilPct, None), points)].into(),
+                ..Default::default()
+            }],
+        };
+        let t = stats(&m).trainer.unwrap();
+        // Idle 0-12 ms: 1 ms of the 11-15 ms sync, and 10 ms of data waits.
+        assert!((t.gpu_idle_during_syncs_s.unwrap() - 0.001).abs() < 1e-9);
+        assert!((t.gpu_idle_during_data_waits_s.unwrap() - 0.010).abs() < 1e-9);
     }
 
     #[test]

@@ -72,8 +72,8 @@ pub fn cuda_libraries(maps: &str) -> Vec<MappedLibrary> {
 }
 
 /// The libraries found so far and what was probed in each.
-#[derive(Default)]
 pub struct CudaTracer {
+    enabled: bool,
     /// Files already probed (or tried), by (dev, inode).
     seen: HashSet<(String, u64)>,
     info: CudaInfo,
@@ -82,9 +82,26 @@ pub struct CudaTracer {
 }
 
 impl CudaTracer {
+    /// A tracer that probes what it finds, or with `enabled` false one that
+    /// only records that CUDA tracing was off.
+    pub fn new(enabled: bool) -> CudaTracer {
+        CudaTracer {
+            enabled,
+            seen: HashSet::new(),
+            info: CudaInfo {
+                status: (!enabled).then(|| "CUDA tracing was off (--no-cuda)".to_string()),
+                ..Default::default()
+            },
+            dirty: false,
+        }
+    }
+
     /// Probes the CUDA runtime libraries `pid` has mapped that no other
     /// tracked process had. A process that is gone has nothing to scan.
     pub fn scan(&mut self, programs: &mut KernelPrograms, pid: u32, now_ns: u64) -> Result<()> {
+        if !self.enabled {
+            return Ok(());
+        }
         let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
             return Ok(());
         };

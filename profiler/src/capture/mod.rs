@@ -61,6 +61,8 @@ pub struct RecordOptions {
     pub gpu: GpuOptions,
     /// On-CPU sampling frequency; None: no stacks at all (--no-stacks).
     pub sample_hz: Option<u64>,
+    /// Trace CUDA runtime calls (off with --no-cuda).
+    pub cuda: bool,
 }
 
 /// Why recording stopped.
@@ -272,7 +274,7 @@ impl Session {
             threads_seen: 0,
             gpu_info,
             gpu,
-            cuda: CudaTracer::default(),
+            cuda: CudaTracer::new(opts.cuda),
         }
     }
 

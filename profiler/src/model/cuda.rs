@@ -145,6 +145,8 @@ pub struct RawCall {
 pub struct Cuda {
     /// The recording says whether CUDA libraries were looked for (v3+).
     pub looked_for: bool,
+    /// Why they were not looked for, when tracing was off.
+    pub status: Option<String>,
     pub libraries: Vec<CudaLibrary>,
     /// Every call in the window, by start time.
     pub calls: Vec<CudaCall>,
@@ -199,6 +201,7 @@ pub fn build(info: Option<&CudaInfo>, mut raw: Vec<RawCall>) -> Cuda {
     }
     Cuda {
         looked_for: info.is_some(),
+        status: info.and_then(|i| i.status.clone()),
         libraries: info.map(|i| i.libraries.clone()).unwrap_or_default(),
         calls,
         launches: info.map(|i| i.launches.clone()).unwrap_or_default(),

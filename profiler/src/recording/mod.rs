@@ -272,6 +272,9 @@ pub struct GpuSeries {
 /// library was found (then `libraries` is empty).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CudaInfo {
+    /// Why no library was looked for (`--no-cuda`); None when tracing ran.
+    #[serde(default)]
+    pub status: Option<String>,
     pub libraries: Vec<CudaLibrary>,
     /// cudaLaunchKernel calls per process (tgid → count), cumulative.
     pub launches: std::collections::BTreeMap<u32, u64>,

@@ -58,8 +58,38 @@ struct Cuda<'a> {
     failed_calls: u64,
     launches_per_s: f64,
     h2d_copies: H2dCopies,
-    trainer: Option<&'a Trainer>,
-    findings: &'a [CudaFinding],
+    /// The thread that made the most host-to-device copies.
+    trainer: Option<CudaTrainer<'a>>,
+    findings: Vec<Finding<'a>>,
+}
+
+#[derive(Serialize)]
+struct CudaTrainer<'a> {
+    pid: u32,
+    tid: u32,
+    comm: &'a str,
+    /// Time in CUDA stream/device/event syncs, and how many.
+    sync_s: f64,
+    syncs: u64,
+    /// Blocked outside CUDA calls (waiting for data).
+    data_wait_s: f64,
+    /// NVML idle time during those syncs and waits; null without GPU data.
+    gpu_idle_during_syncs_s: Option<f64>,
+    gpu_idle_during_data_waits_s: Option<f64>,
+}
+
+/// A diagnosis with its evidence and the fix to try.
+#[derive(Serialize)]
+struct Finding<'a> {
+    /// "pageable_copies" or "sync_copies".
+    id: &'a str,
+    /// "high" or "medium".
+    severity: &'a str,
+    evidence: &'a str,
+    fix: &'a str,
+    copies: u64,
+    bytes: u64,
+    blocked_s: f64,
 }
 
 #[derive(Serialize)]
@@ -275,8 +305,33 @@ fn cuda(c: &CudaStats) -> Cuda<'_> {
             followed_by_sync: c.h2d.followed_by_sync,
             blocked_s: c.h2d.blocked_s,
         },
-        trainer: c.trainer.as_ref(),
-        findings: &c.findings,
+        trainer: c.trainer.as_ref().map(trainer),
+        findings: c.findings.iter().map(finding).collect(),
+    }
+}
+
+fn trainer(t: &Trainer) -> CudaTrainer<'_> {
+    CudaTrainer {
+        pid: t.pid,
+        tid: t.tid,
+        comm: &t.comm,
+        sync_s: t.sync_s,
+        syncs: t.syncs,
+        data_wait_s: t.data_wait_s,
+        gpu_idle_during_syncs_s: t.gpu_idle_during_syncs_s,
+        gpu_idle_during_data_waits_s: t.gpu_idle_during_data_waits_s,
+    }
+}
+
+fn finding(f: &CudaFinding) -> Finding<'_> {
+    Finding {
+        id: f.id,
+        severity: f.severity,
+        evidence: &f.evidence,
+        fix: &f.fix,
+        copies: f.copies,
+        bytes: f.bytes,
+        blocked_s: f.blocked_s,
     }
 }
 

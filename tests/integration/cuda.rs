@@ -7,6 +7,7 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use profiler::recording::{self, Event};
@@ -178,6 +179,39 @@ fn no_runtime_no_cuda_calls() {
         text.contains("CUDA calls not visible: no libcudart mapped by the job"),
         "{text}"
     );
+}
+
+/// `record -p` on a job that already has the runtime mapped: probed at
+/// attach.
+#[test]
+fn attach_to_a_job_with_the_runtime_loaded() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let recording = dir.path().join("r.tprof");
+    let mut job = Command::new(build_workload("cuda_copies"));
+    job.args(["pinned-sync", "100"])
+        .env("TPROF_CUDART", fake_cudart());
+    // The job loads the library, then waits for the probes before its
+    // first call.
+    let job = Running::spawn(&mut job);
+    let pid = job.pid().to_string();
+    let tprof = Running::spawn(&mut record_command(
+        &recording,
+        &["-p", &pid, "-d", "20s", "--no-stacks"],
+        &[],
+    ))
+    .wait(Duration::from_secs(60));
+    assert!(tprof.status.success(), "{tprof:#?}");
+    let out = job.wait(Duration::from_secs(10));
+    let lines = tprof_tests::parse_json_lines(&out.stdout);
+    assert!(lines.iter().any(|v| v["probed"] == true), "{lines:?}");
+    let truth = lines
+        .iter()
+        .find(|v| v.get("mode").is_some())
+        .expect("truth");
+    let report = Report::from_json(report_json(&recording));
+    check_training_run(&report, truth);
+    assert_eq!(report.cuda.finding_ids(), vec!["sync_copies"]);
 }
 
 /// `--no-cuda`: a job with the runtime loaded, and nothing probed.

@@ -82,6 +82,10 @@ pub struct RecordArgs {
     /// Do not write the cpu and wall flamegraphs next to the recording.
     #[arg(long)]
     pub no_flamegraphs: bool,
+    /// Do not trace CUDA runtime calls (uprobes on the libcudart the job
+    /// loads; each traced call costs the job one or two uprobe traps).
+    #[arg(long)]
+    pub no_cuda: bool,
     /// The command to launch and trace (after --).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -179,6 +183,7 @@ impl RecordArgs {
                 hz: self.gpu_hz,
             },
             sample_hz: (!self.no_stacks).then_some(self.hz),
+            cuda: !self.no_cuda,
         })
     }
 }
@@ -250,6 +255,7 @@ mod tests {
             hz: 99,
             no_stacks: false,
             no_flamegraphs: false,
+            no_cuda: false,
             command,
         };
         assert!(args(vec![], vec![]).to_options().is_err());

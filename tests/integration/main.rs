@@ -29,3 +29,6 @@ mod steps;
 // The ranked verdict on scenario pipelines, one cause each, and none on a
 // healthy one.
 mod diagnosis;
+// CUDA runtime calls through uprobes: copies, syncs and their findings,
+// against a fake libcudart and the real one of the nvidia-cuda-runtime wheel.
+mod cuda;

@@ -1,22 +1,26 @@
 //! Support for tprof's integration tests (tests/integration): finding and
 //! running the `tprof` binary, building the C workloads in tests/workloads
-//! and the fake NVML library in tests/fake_nvml,
+//! the fake NVML library in tests/fake_nvml and the CUDA runtimes
+//! (tests/fake_cudart, and the real wheel's),
 //! reading their ground truth, and decoding `tprof report --json`.
 //!
 //! The tests load real eBPF programs, so they need root; helpers panic with
 //! a clear message rather than returning errors, so a failure reads as the
 //! reason it failed.
 
+mod cuda;
 mod fake_nvml;
 mod process;
 mod report;
 mod tprof;
 mod workload;
 
+pub use cuda::{fake_cudart, real_cudart};
 pub use fake_nvml::{FakeNvml, recording_start_realtime_ns};
 pub use process::{Finished, Running, signal};
 pub use report::{
-    Blame, Device, Finding, Futex, Gpu, GpuProcess, Process, Report, Steps, Thread, Waker,
+    Blame, Cuda, CudaFinding, CudaTrainer, Device, Finding, Futex, Gpu, GpuProcess, H2dCopies,
+    Process, Report, Steps, Thread, Waker,
 };
 pub use tprof::{
     Traced, bpf_program_ids_held_by, bpf_programs, flamegraph_folded, record_cmd, record_command,

@@ -2,6 +2,7 @@
 //! and emit. One file per group of tracepoints below.
 
 mod block;
+mod cuda;
 mod futex;
 mod sched;
 mod stacks;

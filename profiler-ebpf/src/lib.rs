@@ -32,8 +32,10 @@ pub mod kind {
     pub const COMM: u16 = 6;
     pub const BLOCK_IO: u16 = 7;
     pub const FUTEX: u16 = 8;
-    /// One past the largest kind: the size of the per-kind drop counters.
-    pub const COUNT: u32 = 9;
+    pub const CUDA: u16 = 9;
+    /// One past the largest kind: the size of the per-kind drop counters
+    /// (it must stay below the `lost_stack` slots, 24).
+    pub const COUNT: u32 = 10;
 }
 
 /// Index into the `LOST` per-CPU array for "a fork could not be tracked
@@ -54,6 +56,7 @@ pub mod lost_stack {
 }
 /// Size of the `LOST` array.
 pub const LOST_SLOTS: u32 = 32;
+const _: () = assert!(kind::COUNT <= lost_stack::COLLISION && lost_stack::OFFCPU_FULL < LOST_SLOTS);
 
 /// Distinct stacks the `STACKS` map holds (user and kernel stacks share it).
 pub const MAX_STACKS: u32 = 16_384;
@@ -130,6 +133,23 @@ pub struct OffCpuStart {
 }
 const _: () = assert!(size_of::<OffCpuStart>() == 24);
 
+/// Kernel-only: a thread's last walked off-CPU stacks, reused by switch-outs
+/// that follow within [`STACK_REUSE_NS`]. 16 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LastStacks {
+    pub walked_ns: u64,
+    pub user_stack_id: i32,
+    pub kernel_stack_id: i32,
+}
+const _: () = assert!(size_of::<LastStacks>() == 16);
+
+/// A thread's off-CPU stacks are walked at most once per this long (per
+/// thread, blocked and preempted apart): walking two stacks costs a few
+/// microseconds, and a thread switching out 100,000 times a second nearly
+/// always leaves from the same place.
+pub const STACK_REUSE_NS: u64 = 1_000_000;
+
 /// Default on-CPU sampling frequency: 99 Hz, not 100, so sampling does not
 /// run in lockstep with timer-driven work.
 pub const DEFAULT_SAMPLE_HZ: u64 = 99;
@@ -176,8 +196,8 @@ pub struct SwitchEvent {
 }
 const _: () = assert!(size_of::<SwitchEvent>() == 40);
 
-/// sched_wakeup / sched_wakeup_new of a tracked task: the moment it is
-/// enqueued (runnable), with the waker seen at sched_waking. 40 bytes.
+/// sched_waking / sched_wakeup_new of a tracked task: the moment it becomes
+/// runnable, and who woke it. 40 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WakeupEvent {
@@ -200,16 +220,6 @@ const _: () = assert!(size_of::<WakeupEvent>() == 40);
 /// [`WakeupEvent::flags`]: sched_wakeup_new, the first wakeup of a new task
 /// (the waker is the parent).
 pub const WAKE_NEW_TASK: u32 = 1;
-
-/// Kernel-only: who called try_to_wake_up for a tracked task, kept from
-/// sched_waking until the matching sched_wakeup. 8 bytes.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WakerInfo {
-    /// bpf_get_current_pid_tgid() of the waker.
-    pub pid_tgid: u64,
-}
-const _: () = assert!(size_of::<WakerInfo>() == 8);
 
 /// task_newtask of a tracked process: a new thread or child process. 56 bytes.
 #[repr(C)]
@@ -278,6 +288,7 @@ pub const fn event_size(kind: u16) -> Option<usize> {
         kind::COMM => Some(size_of::<CommEvent>()),
         kind::BLOCK_IO => Some(size_of::<BlockIoEvent>()),
         kind::FUTEX => Some(size_of::<FutexEvent>()),
+        kind::CUDA => Some(size_of::<CudaCallEvent>()),
         _ => None,
     }
 }
@@ -430,6 +441,93 @@ pub struct FutexEnter {
     pub syscall: u32,
 }
 const _: () = assert!(size_of::<FutexEnter>() == 24);
+
+/// The CUDA runtime functions tprof probes, as [`CudaCallEvent::func`] and
+/// as the uprobes' attach cookie. Plain constants, like [`stack_kind`].
+pub mod cuda_fn {
+    /// `cudaMemcpy(dst, src, count, kind)`: synchronous copy.
+    pub const MEMCPY: u32 = 1;
+    /// `cudaMemcpyAsync(dst, src, count, kind, stream)`.
+    pub const MEMCPY_ASYNC: u32 = 2;
+    /// `cudaStreamSynchronize(stream)`.
+    pub const STREAM_SYNCHRONIZE: u32 = 3;
+    /// `cudaDeviceSynchronize()`.
+    pub const DEVICE_SYNCHRONIZE: u32 = 4;
+    /// `cudaEventSynchronize(event)`.
+    pub const EVENT_SYNCHRONIZE: u32 = 5;
+    /// `cudaHostAlloc(void **ptr, size, flags)`: pinned host memory.
+    pub const HOST_ALLOC: u32 = 6;
+    /// `cudaMallocHost(void **ptr, size)`: pinned host memory.
+    pub const MALLOC_HOST: u32 = 7;
+    /// `cudaHostRegister(ptr, size, flags)`: pins existing memory.
+    pub const HOST_REGISTER: u32 = 8;
+    /// `cudaFreeHost(ptr)`.
+    pub const FREE_HOST: u32 = 9;
+    /// `cudaHostUnregister(ptr)`.
+    pub const HOST_UNREGISTER: u32 = 10;
+    /// `cudaLaunchKernel(...)`: counted in the kernel, never streamed.
+    pub const LAUNCH_KERNEL: u32 = 11;
+
+    /// Every probed function with its exported symbol, in id order.
+    pub const ALL: [(u32, &str); 11] = [
+        (MEMCPY, "cudaMemcpy"),
+        (MEMCPY_ASYNC, "cudaMemcpyAsync"),
+        (STREAM_SYNCHRONIZE, "cudaStreamSynchronize"),
+        (DEVICE_SYNCHRONIZE, "cudaDeviceSynchronize"),
+        (EVENT_SYNCHRONIZE, "cudaEventSynchronize"),
+        (HOST_ALLOC, "cudaHostAlloc"),
+        (MALLOC_HOST, "cudaMallocHost"),
+        (HOST_REGISTER, "cudaHostRegister"),
+        (FREE_HOST, "cudaFreeHost"),
+        (HOST_UNREGISTER, "cudaHostUnregister"),
+        (LAUNCH_KERNEL, "cudaLaunchKernel"),
+    ];
+
+    /// The symbol of a function id, or "unknown".
+    pub const fn name(func: u32) -> &'static str {
+        if func >= 1 && func as usize <= ALL.len() {
+            ALL[func as usize - 1].1
+        } else {
+            "unknown"
+        }
+    }
+}
+
+/// Arguments a [`CudaCallEvent`] keeps: the first five integer arguments,
+/// enough for cudaMemcpyAsync's (dst, src, count, kind, stream).
+pub const CUDA_ARGS: usize = 5;
+
+/// One completed call of a CUDA runtime function by a tracked thread, from
+/// its uprobe to its uretprobe. The arguments are raw registers: which one
+/// means what depends on `func` (see [`cuda_fn`]). 96 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaCallEvent {
+    /// `ts_ns` is the return.
+    pub hdr: EventHeader,
+    pub enter_ns: u64,
+    pub args: [u64; CUDA_ARGS],
+    /// The returned cudaError_t (an int; 0 is cudaSuccess), sign-extended.
+    pub ret: i64,
+    /// For cudaHostAlloc and cudaMallocHost: the pointer the call stored
+    /// through its first argument, read at return (0 when unreadable).
+    pub out_ptr: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    /// One of [`cuda_fn`].
+    pub func: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<CudaCallEvent>() == 96);
+
+/// Kernel-only: a CUDA call in progress, from entry to return. 48 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaEnter {
+    pub ts_ns: u64,
+    pub args: [u64; CUDA_ARGS],
+}
+const _: () = assert!(size_of::<CudaEnter>() == 48);
 
 #[cfg(feature = "user")]
 mod pod {

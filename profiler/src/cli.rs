@@ -94,6 +94,10 @@ pub struct RecordArgs {
     /// to the recording.
     #[arg(long)]
     pub no_timeline: bool,
+    /// Do not trace CUDA runtime calls (uprobes on the libcudart the job
+    /// loads; each traced call costs the job one or two uprobe traps).
+    #[arg(long)]
+    pub no_cuda: bool,
     /// The command to launch and trace (after --).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -263,6 +267,7 @@ impl RecordArgs {
                 hz: self.gpu_hz,
             },
             sample_hz: (!self.no_stacks).then_some(self.hz),
+            cuda: !self.no_cuda,
         })
     }
 }
@@ -339,6 +344,7 @@ mod tests {
             no_stacks: false,
             no_flamegraphs: false,
             no_timeline: false,
+            no_cuda: false,
             command,
         };
         assert!(args(vec![], vec![]).to_options().is_err());

@@ -34,8 +34,8 @@ fn thread_pool_oversubscription() {
     let traced = trace_workload_env(
         "pipeline",
         &[],
-        &[("PIPELINE_POOL", "4")],
         &["3", "60", "40", "1", "cpu"],
+        &[("PIPELINE_POOL", std::ffi::OsStr::new("4"))],
     );
     let top = top_finding(&traced, "thread_oversubscription");
     assert!(top.fix.contains("OMP_NUM_THREADS=1"), "{top:#?}");

@@ -29,6 +29,9 @@ mod steps;
 // The ranked verdict on scenario pipelines, one cause each, and none on a
 // healthy one.
 mod diagnosis;
+// CUDA runtime calls through uprobes: copies, syncs and their findings,
+// against a fake libcudart and the real one of the nvidia-cuda-runtime wheel.
+mod cuda;
 // Timelines: trace event JSON valid and true to the report, the HTML page
 // drawn by headless Chromium.
 mod timeline;

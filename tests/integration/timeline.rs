@@ -6,6 +6,7 @@
 //! page must load in headless Chromium without a console error and draw.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -20,8 +21,8 @@ fn trace_pipeline() -> Traced {
     trace_workload_env(
         "pipeline",
         &[],
-        &[("PIPELINE_POOL", "3")],
         &["4", "80", "20", "2", "cpu"],
+        &[("PIPELINE_POOL", OsStr::new("3"))],
     )
 }
 

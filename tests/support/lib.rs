@@ -1,6 +1,7 @@
 //! Support for tprof's integration tests (tests/integration): finding and
-//! running the `tprof` binary, building the C workloads in tests/workloads
-//! and the fake NVML library in tests/fake_nvml, reading their ground truth,
+//! running the `tprof` binary, building the C workloads in tests/workloads,
+//! the fake NVML library in tests/fake_nvml and the CUDA runtimes
+//! (tests/fake_cudart, and the real wheel's), reading their ground truth,
 //! decoding `tprof report --json`, and loading pages in headless Chromium.
 //!
 //! The tests load real eBPF programs, so they need root; helpers panic with
@@ -8,6 +9,7 @@
 //! reason it failed.
 
 mod browser;
+mod cuda;
 mod fake_nvml;
 mod process;
 mod report;
@@ -15,10 +17,12 @@ mod tprof;
 mod workload;
 
 pub use browser::{PageLoad, chromium_screenshot};
+pub use cuda::{fake_cudart, real_cudart};
 pub use fake_nvml::{FakeNvml, recording_start_realtime_ns};
 pub use process::{Finished, Running, signal};
 pub use report::{
-    Blame, Device, Finding, Futex, Gpu, GpuProcess, Process, Report, Steps, Thread, Waker,
+    Blame, Cuda, CudaFinding, CudaTrainer, Device, Finding, Futex, Gpu, GpuProcess, H2dCopies,
+    Process, Report, Steps, Thread, Waker,
 };
 pub use tprof::{
     Traced, bpf_program_ids_held_by, bpf_programs, flamegraph_folded, record_cmd, record_command,

@@ -23,6 +23,7 @@ pub struct Report {
     pub findings: Vec<Finding>,
     pub cores_effective: f64,
     pub cores_source: String,
+    pub cuda: Cuda,
 }
 
 /// One ranked cause, with its evidence and fix.
@@ -87,6 +88,59 @@ impl Report {
             .get(&tid.to_string())
             .map_or("missing", String::as_str)
     }
+}
+
+/// CUDA runtime calls of the job.
+#[derive(Debug, Deserialize)]
+pub struct Cuda {
+    pub visible: bool,
+    pub status: Option<String>,
+    pub library: Option<String>,
+    /// Function name → calls.
+    pub calls: std::collections::BTreeMap<String, u64>,
+    pub failed_calls: u64,
+    pub h2d_copies: H2dCopies,
+    pub trainer: Option<CudaTrainer>,
+    pub findings: Vec<CudaFinding>,
+}
+
+impl Cuda {
+    pub fn calls_of(&self, function: &str) -> u64 {
+        self.calls.get(function).copied().unwrap_or(0)
+    }
+
+    pub fn finding_ids(&self) -> Vec<&str> {
+        self.findings.iter().map(|f| f.id.as_str()).collect()
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct H2dCopies {
+    pub count: u64,
+    pub bytes: u64,
+    pub pageable: u64,
+    pub pinned: u64,
+    pub followed_by_sync: u64,
+    pub blocked_s: f64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CudaTrainer {
+    pub pid: i64,
+    pub tid: i64,
+    pub sync_s: f64,
+    pub syncs: u64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CudaFinding {
+    pub id: String,
+    pub severity: String,
+    pub evidence: String,
+    pub fix: String,
+    pub copies: u64,
+    pub bytes: u64,
+    pub blocked_s: f64,
 }
 
 /// A block device in iostat -x terms over the recording window.

@@ -1,5 +1,6 @@
 //! Running the `tprof` binary under test.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -96,15 +97,16 @@ pub fn trace_workload(name: &str, args: &[&str]) -> Traced {
 
 /// [`trace_workload`] with extra `tprof record` options (`--hz 199`).
 pub fn trace_workload_with(name: &str, record_args: &[&str], args: &[&str]) -> Traced {
-    trace_workload_env(name, record_args, &[], args)
+    trace_workload_env(name, record_args, args, &[])
 }
 
-/// [`trace_workload_with`] with environment variables for the workload.
+/// [`trace_workload_with`] with extra environment for tprof and the
+/// workload it launches.
 pub fn trace_workload_env(
     name: &str,
     record_args: &[&str],
-    env: &[(&str, &str)],
     args: &[&str],
+    env: &[(&str, &OsStr)],
 ) -> Traced {
     let dir = tempfile::tempdir().expect("create temp dir");
     let recording = dir.path().join("recording.tprof");

@@ -2,6 +2,7 @@
 //! .cargo/config.toml). Each task lives in its own module; add a variant to
 //! [`Task`] and a module to add a task.
 
+mod bench;
 mod cmd;
 mod demo;
 mod setup;
@@ -31,6 +32,10 @@ enum Task {
     /// pipeline (CPU-oversubscribed and data-starved; --healthy for a
     /// pipeline that keeps up) and show where the outputs are.
     Demo(demo::Args),
+    /// Measure tprof's overhead on a context-switch-heavy job against
+    /// libbpf-tools and perf sched, its capacity, recording size and report
+    /// speed; writes target/bench/results.md.
+    Bench(bench::Args),
 }
 
 fn main() {
@@ -39,6 +44,7 @@ fn main() {
         Task::Setup => setup::run(),
         Task::Test(args) => test::run(&args),
         Task::Demo(args) => demo::run(&args),
+        Task::Bench(args) => bench::run(&args),
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

@@ -4,13 +4,14 @@
 
 use std::path::Path;
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 
 use crate::cmd::{self, command, probe, run as run_cmd};
 
 /// Debian packages: LLVM 22 for bpf-linker (same major as rustc's LLVM),
 /// sysstat/bpftool/libbpf-tools as test oracles and peers, gcc for the C
-/// workloads, chromium to load the HTML timeline headless.
+/// workloads, python3-pip for the CUDA runtime wheel, chromium to load the
+/// HTML timeline headless.
 const APT_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",
@@ -19,15 +20,27 @@ const APT_PACKAGES: &[&str] = &[
     "bpftool",
     "libbpf-tools",
     "gcc",
+    // `perf sched record`, compared against in `cargo xtask bench`.
+    "linux-perf",
+    "python3-pip",
     "chromium",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const TRACEFS: &str = "/sys/kernel/tracing";
+/// The real CUDA runtime the CUDA tests probe (no GPU needed: its calls fail
+/// without a driver, but they are made and traced). The wheel PyTorch
+/// depends on, pinned so the tests see the same library everywhere.
+const CUDA_RUNTIME_WHEEL: &str = "nvidia-cuda-runtime-cu12==12.9.79";
+/// Where it is installed (pip --target), and the library in it; the tests
+/// (tests/support/cuda.rs) look there.
+const CUDA_RUNTIME_DIR: &str = "target/cuda-runtime/site";
+const CUDA_RUNTIME_LIB: &str = "nvidia/cuda_runtime/lib/libcudart.so.12";
 
 pub fn run() -> Result<()> {
     apt_packages()?;
     rust_src()?;
     bpf_linker()?;
+    cuda_runtime()?;
     tracefs()
 }
 
@@ -96,6 +109,42 @@ fn bpf_linker() -> Result<()> {
             .env("LLVM_PREFIX", "/usr/lib/llvm-22"),
     )?;
     println!("bpf-linker {BPF_LINKER_VERSION}: installed");
+    Ok(())
+}
+
+/// The nvidia-cuda-runtime wheel, installed into target/ with pip (no
+/// virtual environment or system site-packages is touched).
+fn cuda_runtime() -> Result<()> {
+    let dir = cmd::root().join(CUDA_RUNTIME_DIR);
+    if dir.join(CUDA_RUNTIME_LIB).is_file() {
+        println!("CUDA runtime wheel: ok");
+        return Ok(());
+    }
+    run_cmd(
+        command("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg("--root-user-action=ignore")
+            .args(["--no-deps", "--target"])
+            .arg(&dir)
+            .arg(CUDA_RUNTIME_WHEEL),
+    )
+    .context(
+        "installing the CUDA runtime wheel failed; the CUDA tests need PyPI \
+         (pip install nvidia-cuda-runtime-cu12) reachable",
+    )?;
+    if !dir.join(CUDA_RUNTIME_LIB).is_file() {
+        bail!(
+            "the {CUDA_RUNTIME_WHEEL} wheel installed no {CUDA_RUNTIME_LIB} under {}",
+            dir.display()
+        );
+    }
+    println!("CUDA runtime wheel: installed {CUDA_RUNTIME_WHEEL}");
     Ok(())
 }
 

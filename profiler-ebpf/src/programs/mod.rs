@@ -2,6 +2,7 @@
 //! and emit. One file per group of tracepoints below.
 
 mod block;
+mod cuda;
 mod futex;
 mod sched;
 mod stacks;
@@ -14,7 +15,7 @@ use aya_ebpf::{
 };
 use profiler_ebpf::{
     EventHeader, LOST_SLOTS, MAX_STACK_KEYS, MAX_STACKS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS,
-    OffCpuStart, RING_BUFFER_BYTES, StackKey, TracepointOffsets, WakerInfo,
+    OffCpuStart, RING_BUFFER_BYTES, StackKey, TracepointOffsets,
 };
 
 /// bpf_ringbuf_submit flag: do not wake the consumer.
@@ -33,11 +34,6 @@ static TRACKED_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TRACKED_T
 /// task only by tid, so they need this map, and it gives them its tgid.
 #[map]
 static TRACKED_TIDS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TRACKED_TIDS, 0);
-
-/// Waker of a tracked task, from sched_waking to its sched_wakeup. LRU so a
-/// waking without a wakeup can never fill it.
-#[map]
-static WAKERS: LruHashMap<u32, WakerInfo> = LruHashMap::with_max_entries(4096, 0);
 
 /// Drop counters: slot 0 = tracked maps full, slot k = ring buffer full for
 /// event kind k, and the `lost_stack` slots. Per CPU so counting never

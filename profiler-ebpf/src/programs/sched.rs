@@ -8,9 +8,9 @@
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
 };
-use profiler_ebpf::{SwitchEvent, WAKE_NEW_TASK, WakerInfo, WakeupEvent, kind};
+use profiler_ebpf::{SwitchEvent, WAKE_NEW_TASK, WakeupEvent, kind};
 
-use super::{WAKERS, emit, header, offsets, stacks, stacks_enabled, tracked_tgid};
+use super::{emit, header, offsets, stacks, stacks_enabled, tracked_tgid};
 
 #[tracepoint]
 pub fn tprof_switch(ctx: TracePointContext) -> u32 {
@@ -50,32 +50,18 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
     Ok(())
 }
 
-/// sched_waking runs in the waker's context: remember who it is until the
-/// wakee is enqueued (sched_wakeup may run later, on the wakee's CPU).
+/// sched_waking runs in the waker's context (or in the interrupt that does
+/// the waking), so `current` is the waker. It is also the moment the task
+/// becomes runnable, to within the few microseconds a remote CPU takes to
+/// enqueue it; taking both from here spares a second program on every
+/// wakeup (sched_wakeup) and a map to carry the waker between the two.
 #[tracepoint]
 pub fn tprof_waking(ctx: TracePointContext) -> u32 {
-    let _ = try_waking(&ctx);
-    0
-}
-
-fn try_waking(ctx: &TracePointContext) -> Result<(), i32> {
-    let off = offsets();
-    let tid = unsafe { ctx.read_at::<i32>(off.wakeup_pid as usize)? } as u32;
-    if tracked_tgid(tid).is_none() {
-        return Ok(());
-    }
-    let info = WakerInfo {
-        pid_tgid: bpf_get_current_pid_tgid(),
-    };
-    WAKERS.insert(&tid, &info, 0)
-}
-
-#[tracepoint]
-pub fn tprof_wakeup(ctx: TracePointContext) -> u32 {
     let _ = try_wakeup(&ctx, false);
     0
 }
 
+/// The first wakeup of a new task, by its parent (current here).
 #[tracepoint]
 pub fn tprof_wakeup_new(ctx: TracePointContext) -> u32 {
     let _ = try_wakeup(&ctx, true);
@@ -89,15 +75,8 @@ fn try_wakeup(ctx: &TracePointContext, new_task: bool) -> Result<(), i32> {
         return Ok(());
     };
     let target_cpu = unsafe { ctx.read_at::<i32>(off.wakeup_target_cpu as usize)? } as u32;
-    // A new task is woken by its parent, which is current here; a woken task
-    // by whoever sched_waking saw.
-    let (waker, flags) = if new_task {
-        (bpf_get_current_pid_tgid(), WAKE_NEW_TASK)
-    } else {
-        let info = unsafe { WAKERS.get(&tid) }.copied().unwrap_or_default();
-        let _ = WAKERS.remove(&tid);
-        (info.pid_tgid, 0)
-    };
+    let waker = bpf_get_current_pid_tgid();
+    let flags = if new_task { WAKE_NEW_TASK } else { 0 };
     emit(
         kind::WAKEUP,
         WakeupEvent {

@@ -5,14 +5,20 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::perf_event,
+    macros::{map, perf_event},
+    maps::LruHashMap,
     programs::{PerfEventContext, tracing::StackIdContext},
 };
 use profiler_ebpf::{
-    BPF_F_USER_STACK, OffCpuStart, StackKey, lost_stack, offcpu_reason, stack_kind,
+    BPF_F_USER_STACK, LastStacks, MAX_TRACKED_TIDS, OffCpuStart, STACK_REUSE_NS, StackKey,
+    lost_stack, offcpu_reason, stack_kind,
 };
 
 use super::{OFFCPU_START, STACK_COUNTS, STACKS, count_lost, tracked_tgid};
+
+/// Each thread's last walked off-CPU stacks, keyed tid * 2 + preempted.
+#[map]
+static LAST_STACKS: LruHashMap<u64, LastStacks> = LruHashMap::with_max_entries(MAX_TRACKED_TIDS, 0);
 
 /// bpf_map_update_elem flag: only create, never overwrite.
 const BPF_NOEXIST: u64 = 1;
@@ -96,9 +102,10 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, tid: u32, prev_state: u64) {
     } else {
         reason
     };
-    let (user_stack_id, kernel_stack_id) = stack_ids(ctx);
+    let now = unsafe { bpf_ktime_get_ns() };
+    let (user_stack_id, kernel_stack_id) = offcpu_stack_ids(ctx, tid, reason, now);
     let start = OffCpuStart {
-        ts_ns: unsafe { bpf_ktime_get_ns() },
+        ts_ns: now,
         user_stack_id,
         kernel_stack_id,
         reason,
@@ -107,6 +114,27 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, tid: u32, prev_state: u64) {
     if OFFCPU_START.insert(&tid, &start, 0).is_err() {
         count_lost(lost_stack::OFFCPU_FULL);
     }
+}
+
+/// The stacks a switch-out leaves from: walked, or the thread's last walk
+/// of the same kind (blocked or preempted) when that is under
+/// STACK_REUSE_NS old. Walking is the costliest thing tprof does per event.
+#[inline(always)]
+fn offcpu_stack_ids<C: StackIdContext>(ctx: &C, tid: u32, reason: u32, now: u64) -> (i32, i32) {
+    let key = u64::from(tid) * 2 + u64::from(reason == stack_kind::RUNNABLE);
+    if let Some(last) = unsafe { LAST_STACKS.get(&key) }
+        && now.saturating_sub(last.walked_ns) < STACK_REUSE_NS
+    {
+        return (last.user_stack_id, last.kernel_stack_id);
+    }
+    let (user_stack_id, kernel_stack_id) = stack_ids(ctx);
+    let last = LastStacks {
+        walked_ns: now,
+        user_stack_id,
+        kernel_stack_id,
+    };
+    let _ = LAST_STACKS.insert(&key, &last, 0);
+    (user_stack_id, kernel_stack_id)
 }
 
 /// sched_switch, next side: a tracked thread runs again; the time since its

@@ -129,9 +129,40 @@ pub fn diagnose(s: &Summary) -> Vec<Finding> {
     ]
     .into_iter()
     .flatten()
+    .chain(cuda_findings(&facts))
     .collect();
     findings.sort_by(|a, b| b.explains_frac.total_cmp(&a.explains_frac));
     findings
+}
+
+/// The CUDA copy findings (analysis::cuda), in the verdict's terms: what
+/// they explain is the trainer's time blocked in those copies and syncs.
+fn cuda_findings<'a>(f: &'a Facts) -> impl Iterator<Item = Finding> + 'a {
+    let life = f.trainer.map_or(0.0, |t| t.lifetime_s);
+    f.s.cuda.findings.iter().map(move |c| {
+        let explains = if life > 0.0 { (c.blocked_s / life).min(1.0) } else { 0.0 };
+        let title = match c.id {
+            "pageable_copies" => "Host-to-device copies from pageable memory: pin_memory is off or ineffective",
+            _ => "Pinned copies followed by a blocking sync: the copies do not overlap with compute",
+        };
+        Finding {
+            id: c.id,
+            title: title.to_string(),
+            severity: if c.severity == "high" { Severity::High } else { Severity::Medium },
+            explains_frac: explains,
+            evidence: vec![
+                c.evidence.clone(),
+                format!(
+                    "{} copies, {:.1} MB, blocking the trainer {:.2} s",
+                    c.copies,
+                    c.bytes as f64 / 1e6,
+                    c.blocked_s
+                ),
+            ],
+            fix: c.fix.clone(),
+            expect: "The trainer's time in cudaMemcpy and stream syncs falls; the GPU idles less between steps.".into(),
+        }
+    })
 }
 
 fn facts(s: &Summary) -> Facts<'_> {

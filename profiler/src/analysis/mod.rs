@@ -1,6 +1,7 @@
 //! Statistics over the model: per thread, per process, and the machine-wide
 //! picture. Pure functions; the renderers only format what is computed here.
 
+pub mod cuda;
 mod devices;
 pub mod diagnosis;
 pub mod flame;
@@ -141,6 +142,8 @@ pub struct Summary {
     pub gpu_status: Option<String>,
     pub roles: roles::Roles,
     pub steps: steps::StepStats,
+    /// CUDA runtime calls: copies, syncs, and their findings.
+    pub cuda: cuda::CudaStats,
 }
 
 pub fn summarize(model: &Model) -> Summary {
@@ -194,6 +197,7 @@ pub fn summarize(model: &Model) -> Summary {
         roles,
         gpus,
         gpu_status: model.gpus.status.clone(),
+        cuda: cuda::stats(model),
     };
     summary.findings = diagnosis::diagnose(&summary);
     summary

@@ -1,12 +1,13 @@
 //! Capture: everything that touches the live system. Loads and attaches the
 //! kernel programs, decides what is tracked, drains events into the
-//! recording as it goes, samples /proc and the GPUs ([`gpu`]), and stops on a signal, the duration
-//! or the targets' exit.
+//! recording as it goes, samples /proc and the GPUs ([`gpu`]), probes the CUDA runtime the
+//! job loads ([`cuda`]), and stops on a signal, the duration or the targets' exit.
 //!
 //! Architecture invariant: the only module that needs root and the only one
 //! that uses aya (through [`programs`]). What it writes is all that later
 //! stages see.
 
+pub mod cuda;
 pub mod gpu;
 mod launch;
 pub mod limits;
@@ -32,6 +33,7 @@ use crate::recording::{
     self, ClockAnchor, Event, Footer, GpuInfo, Header, LostCounts, Origin, ProcessInfo, ThreadInfo,
     Writer, record,
 };
+use cuda::CudaTracer;
 use gpu::{GpuOptions, GpuSampler};
 use programs::KernelPrograms;
 use symbols::AddressSpaces;
@@ -43,7 +45,8 @@ const DRAIN_EVERY: Duration = Duration::from_millis(50);
 /// How often /proc/stat is sampled (every other drain).
 const SAMPLE_EVERY_TICKS: u32 = 2;
 /// How often the status line and the lost counts are refreshed, and the
-/// /proc/<pid>/maps snapshots of live processes (for dlopen'd libraries).
+/// /proc/<pid>/maps snapshots of live processes (for dlopen'd libraries,
+/// and a CUDA runtime loaded after tracking began).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
 
 /// What `tprof record` was asked to do, validated.
@@ -59,6 +62,8 @@ pub struct RecordOptions {
     pub gpu: GpuOptions,
     /// On-CPU sampling frequency; None: no stacks at all (--no-stacks).
     pub sample_hz: Option<u64>,
+    /// Trace CUDA runtime calls (off with --no-cuda).
+    pub cuda: bool,
 }
 
 /// Why recording stopped.
@@ -243,6 +248,7 @@ struct Session {
     /// Written after the header.
     gpu_info: GpuInfo,
     gpu: Option<GpuSampler>,
+    cuda: CudaTracer,
 }
 
 impl Session {
@@ -269,6 +275,7 @@ impl Session {
             threads_seen: 0,
             gpu_info,
             gpu,
+            cuda: CudaTracer::new(opts.cuda),
         }
     }
 
@@ -339,6 +346,7 @@ impl Session {
             for &pid in &pending {
                 self.snapshot_process(pid, Origin::Attached)?;
                 self.track_threads(pid)?;
+                self.cuda.scan(&mut self.programs, pid, monotonic_ns())?;
             }
             let all: Vec<u32> = self.known.iter().copied().collect();
             pending = procfs::descendants(&all)
@@ -441,6 +449,7 @@ impl Session {
             // file small; a killed recording loses at most that second.
             self.drain_gpu()?;
             self.refresh_maps();
+            self.refresh_cuda()?;
             self.status_line();
         }
         self.writer
@@ -469,7 +478,11 @@ impl Session {
         for pid in new_processes {
             self.known.insert(pid);
             self.snapshot_process(pid, Origin::Forked)?;
+            // An exec may have brought the CUDA runtime in (a launched job,
+            // a worker started with spawn).
+            self.cuda.scan(&mut self.programs, pid, monotonic_ns())?;
         }
+        self.cuda.write(&mut self.writer, false)?;
         Ok(())
     }
 
@@ -502,6 +515,18 @@ impl Session {
         for &pid in &self.known {
             self.spaces.snapshot(pid);
         }
+    }
+
+    /// Looks for a CUDA runtime loaded since the last look (a job importing
+    /// torch now) and records the cudaLaunchKernel counts.
+    fn refresh_cuda(&mut self) -> Result<()> {
+        let now = monotonic_ns();
+        let pids: Vec<u32> = self.known.iter().copied().collect();
+        for pid in pids {
+            self.cuda.scan(&mut self.programs, pid, now)?;
+        }
+        self.cuda.refresh_launches(&self.programs)?;
+        self.cuda.write(&mut self.writer, false)
     }
 
     /// Reads the kernel's stack aggregate, symbolizes it and writes the
@@ -557,7 +582,11 @@ impl Session {
             gpu.stop();
         }
         self.drain_gpu().context(kept.clone())?;
-        self.write_stacks().context(kept)?;
+        self.write_stacks().context(kept.clone())?;
+        self.cuda
+            .refresh_launches(&self.programs)
+            .and_then(|()| self.cuda.write(&mut self.writer, true))
+            .context(kept)?;
         self.lost = self.programs.lost_counts()?;
         self.writer.write_json(record::LOST, &self.lost)?;
         let footer = Footer {

@@ -3,21 +3,25 @@
 //! program and frees every map (nothing is pinned, so a killed tprof leaves
 //! nothing behind either: the kernel frees them with the last fd).
 
-use std::collections::HashMap as StdHashMap;
+use std::collections::{BTreeMap, HashMap as StdHashMap};
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
+use std::path::Path;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
     programs::{
-        PerfEvent, Program, TracePoint,
+        PerfEvent, Program, TracePoint, UProbe,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
     util::online_cpus,
 };
 use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
-use profiler_ebpf::{LOST_TRACK_FULL, OffCpuStart, StackKey, TracepointOffsets, kind, lost_stack};
+use profiler_ebpf::{
+    LOST_TRACK_FULL, OffCpuStart, StackKey, TracepointOffsets, cuda_fn, kind, lost_stack,
+};
 
 use super::tracefs;
 use crate::recording::{LostCounts, events::kind_name};
@@ -59,7 +63,6 @@ const fn optional(
 const TRACEPOINTS: &[Attachment] = &[
     tp("tprof_switch", "sched", "sched_switch"),
     tp("tprof_waking", "sched", "sched_waking"),
-    tp("tprof_wakeup", "sched", "sched_wakeup"),
     tp("tprof_wakeup_new", "sched", "sched_wakeup_new"),
     tp("tprof_newtask", "task", "task_newtask"),
     tp("tprof_exec", "sched", "sched_process_exec"),
@@ -85,6 +88,22 @@ const TRACEPOINTS: &[Attachment] = &[
 /// The on-CPU sampler, attached to a cpu-clock perf event on every CPU.
 const SAMPLER: &str = "tprof_sample";
 
+/// CUDA runtime uprobes (profiler-ebpf's programs/cuda.rs): entry and return
+/// of every traced function, told apart by the attach cookie, and the
+/// count-only probe of cudaLaunchKernel.
+const CUDA_ENTER: &str = "tprof_cuda_enter";
+const CUDA_RETURN: &str = "tprof_cuda_return";
+const CUDA_LAUNCH: &str = "tprof_cuda_launch";
+
+/// What attaching to one CUDA runtime library did.
+#[derive(Debug, Default)]
+pub struct CudaProbes {
+    /// Functions probed.
+    pub probed: Vec<String>,
+    /// Functions not probed, each with why.
+    pub missing: Vec<String>,
+}
+
 /// What the kernel aggregated, read out when recording ends.
 #[derive(Debug, Default)]
 pub struct RawStacks {
@@ -105,6 +124,7 @@ pub struct KernelPrograms {
     stacks: StackTraceMap<MapData>,
     stack_counts: PerCpuHashMap<MapData, StackKey, u64>,
     offcpu_start: HashMap<MapData, u32, OffCpuStart>,
+    cuda_launches: PerCpuHashMap<MapData, u32, u64>,
     _ebpf: Ebpf,
 }
 
@@ -127,6 +147,7 @@ impl KernelPrograms {
             let loaded = match program {
                 Program::TracePoint(p) => p.load(),
                 Program::PerfEvent(p) => p.load(),
+                Program::UProbe(p) => p.load(),
                 other => bail!(
                     "program {name} has an unexpected type {:?}",
                     other.prog_type()
@@ -144,6 +165,7 @@ impl KernelPrograms {
             stacks: StackTraceMap::try_from(take_map(&mut ebpf, "STACKS")?)?,
             stack_counts: PerCpuHashMap::try_from(take_map(&mut ebpf, "STACK_COUNTS")?)?,
             offcpu_start: HashMap::try_from(take_map(&mut ebpf, "OFFCPU_START")?)?,
+            cuda_launches: PerCpuHashMap::try_from(take_map(&mut ebpf, "CUDA_LAUNCHES")?)?,
             _ebpf: ebpf,
         })
     }
@@ -190,6 +212,64 @@ impl KernelPrograms {
                 .with_context(|| format!("attaching the cpu-clock sampler on CPU {cpu} failed"))?;
         }
         Ok(())
+    }
+
+    /// Probes the CUDA runtime functions in the library file at `library`,
+    /// for every process that maps it (the programs keep tracked processes
+    /// only). A function the library lacks is skipped and named in
+    /// [`CudaProbes::missing`]; only a broken program object is an error.
+    pub fn attach_cuda(&mut self, library: &Path) -> Result<CudaProbes> {
+        let mut out = CudaProbes::default();
+        for (func, symbol) in cuda_fn::ALL {
+            let point = || UProbeAttachPoint {
+                location: UProbeAttachLocation::Symbol(symbol),
+                cookie: Some(u64::from(func)),
+            };
+            let entry_name = if func == cuda_fn::LAUNCH_KERNEL {
+                CUDA_LAUNCH
+            } else {
+                CUDA_ENTER
+            };
+            let entry = self.uprobe(entry_name)?;
+            let entry_link = match entry.attach(point(), library, UProbeScope::AllProcesses) {
+                Ok(link) => link,
+                Err(e) => {
+                    out.missing
+                        .push(format!("{symbol}: {:#}", anyhow::Error::from(e)));
+                    continue;
+                }
+            };
+            if func != cuda_fn::LAUNCH_KERNEL {
+                let ret = self.uprobe(CUDA_RETURN)?;
+                if let Err(e) = ret.attach(point(), library, UProbeScope::AllProcesses) {
+                    out.missing
+                        .push(format!("{symbol} (return): {:#}", anyhow::Error::from(e)));
+                    // An entry without its return would only fill CUDA_CALLS.
+                    self.uprobe(entry_name)?.detach(entry_link)?;
+                    continue;
+                }
+            }
+            out.probed.push(symbol.to_string());
+        }
+        Ok(out)
+    }
+
+    fn uprobe(&mut self, name: &str) -> Result<&mut UProbe> {
+        Ok(self
+            ._ebpf
+            .program_mut(name)
+            .with_context(|| format!("program {name} missing from the eBPF object"))?
+            .try_into()?)
+    }
+
+    /// cudaLaunchKernel calls per process so far, summed over CPUs.
+    pub fn cuda_launches(&self) -> Result<BTreeMap<u32, u64>> {
+        let mut out = BTreeMap::new();
+        for item in self.cuda_launches.iter() {
+            let (tgid, per_cpu) = item.context("reading the cudaLaunchKernel counts failed")?;
+            out.insert(tgid, per_cpu.iter().sum());
+        }
+        Ok(out)
     }
 
     /// Reads the stack aggregate, every stack it refers to, and the threads

@@ -6,6 +6,7 @@
 //! [`Recording`] and nothing else, so everything downstream is testable
 //! without root or a kernel.
 
+pub mod cuda;
 pub mod gpu;
 mod io;
 mod reasons;
@@ -13,6 +14,7 @@ mod threads;
 
 use std::collections::{BTreeMap, HashMap};
 
+pub use cuda::{Cuda, CudaCall, CudaOp};
 pub use gpu::{Gpu, Gpus};
 pub use io::{FutexWait, IoOp, IoRequest};
 pub use threads::{BlockReason, Breakdown, Interval, SwitchOut, Thread, ThreadState};
@@ -75,6 +77,8 @@ pub struct Model {
     pub stacks: Option<StackTable>,
     /// The CPUs the job could use (cpuset, cgroup quota), when recorded.
     pub cpu_limit: Option<crate::recording::CpuLimit>,
+    /// CUDA runtime calls and the libraries they were seen in.
+    pub cuda: Cuda,
 }
 
 impl Model {
@@ -104,15 +108,17 @@ impl Model {
             stacks: rec.stacks.clone(),
             ..Default::default()
         };
+        let mut cuda_raw = Vec::new();
         for event in events {
             if event.ts() < window_start_ns || event.ts() > window_end_ns {
                 continue;
             }
             model.apply_process_event(event);
-            model.collect(event);
+            model.collect(event, &mut cuda_raw);
             builder.apply(event);
         }
         model.threads = builder.finish(window_end_ns);
+        model.cuda = cuda::build(rec.cuda.as_ref(), cuda_raw);
         model.attribute_futex_wakers();
         reasons::assign(
             &mut model.threads,
@@ -124,7 +130,7 @@ impl Model {
     }
 
     /// Keeps the events that are not thread state changes.
-    fn collect(&mut self, event: &Event) {
+    fn collect(&mut self, event: &Event, cuda_raw: &mut Vec<cuda::RawCall>) {
         match *event {
             Event::Wakeup {
                 ts,
@@ -190,6 +196,25 @@ impl Model {
                     waker: None,
                 });
             }
+            Event::CudaCall {
+                ts,
+                enter_ns,
+                tid,
+                tgid,
+                func,
+                args,
+                ret,
+                out_ptr,
+            } => cuda_raw.push(cuda::RawCall {
+                tid,
+                tgid,
+                start_ns: enter_ns.max(self.window_start_ns).min(ts),
+                end_ns: ts,
+                func,
+                args,
+                ret,
+                out_ptr,
+            }),
             _ => {}
         }
     }

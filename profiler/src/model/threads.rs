@@ -283,7 +283,7 @@ impl Builder {
                 rename(&mut live.thread, *ts, comm);
             }
             // Not state changes: `reasons` matches them to blocked time.
-            Event::BlockIo { .. } | Event::FutexWait { .. } => {}
+            Event::BlockIo { .. } | Event::FutexWait { .. } | Event::CudaCall { .. } => {}
         }
     }
 

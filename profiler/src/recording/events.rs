@@ -2,8 +2,8 @@
 //! of `profiler_ebpf` into one enum with plain fields.
 
 use profiler_ebpf::{
-    BlockIoEvent, CommEvent, EventHeader, ExecEvent, ExitEvent, ForkEvent, FutexEvent, SwitchEvent,
-    WakeupEvent, event_size, kind,
+    BlockIoEvent, CUDA_ARGS, CommEvent, CudaCallEvent, EventHeader, ExecEvent, ExitEvent,
+    ForkEvent, FutexEvent, SwitchEvent, WakeupEvent, event_size, kind,
 };
 
 /// One kernel event. Times are CLOCK_MONOTONIC nanoseconds.
@@ -85,6 +85,22 @@ pub enum Event {
         op: u32,
         ret: i64,
     },
+    /// A completed CUDA runtime call of a tracked thread; `ts` is its
+    /// return. `args` are the raw integer arguments (their meaning depends
+    /// on `func`, one of `profiler_ebpf::cuda_fn`).
+    CudaCall {
+        ts: u64,
+        enter_ns: u64,
+        tid: u32,
+        tgid: u32,
+        func: u32,
+        args: [u64; CUDA_ARGS],
+        /// The cudaError_t returned (0: success).
+        ret: i32,
+        /// cudaHostAlloc / cudaMallocHost: the pointer stored through the
+        /// first argument; 0 otherwise.
+        out_ptr: u64,
+    },
 }
 
 impl Event {
@@ -97,7 +113,8 @@ impl Event {
             | Event::Exit { ts, .. }
             | Event::Comm { ts, .. }
             | Event::BlockIo { ts, .. }
-            | Event::FutexWait { ts, .. } => ts,
+            | Event::FutexWait { ts, .. }
+            | Event::CudaCall { ts, .. } => ts,
         }
     }
 }
@@ -126,6 +143,7 @@ unsafe impl PlainData for ExitEvent {}
 unsafe impl PlainData for CommEvent {}
 unsafe impl PlainData for BlockIoEvent {}
 unsafe impl PlainData for FutexEvent {}
+unsafe impl PlainData for CudaCallEvent {}
 
 fn read_plain<T: PlainData>(bytes: &[u8]) -> Result<T, DecodeError> {
     if bytes.len() < size_of::<T>() {
@@ -239,6 +257,19 @@ pub fn decode(bytes: &[u8]) -> Result<(Event, usize), DecodeError> {
                 ret: e.ret,
             }
         }
+        kind::CUDA => {
+            let e: CudaCallEvent = read_plain(bytes)?;
+            Event::CudaCall {
+                ts: hdr.ts_ns,
+                enter_ns: e.enter_ns,
+                tid: e.tid,
+                tgid: e.tgid,
+                func: e.func,
+                args: e.args,
+                ret: e.ret as i32,
+                out_ptr: e.out_ptr,
+            }
+        }
         other => return Err(DecodeError::UnknownKind(other)),
     };
     Ok((event, size))
@@ -265,6 +296,7 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::COMM => "comm",
         kind::BLOCK_IO => "block_io",
         kind::FUTEX => "futex",
+        kind::CUDA => "cuda",
         _ => "unknown",
     }
 }
@@ -339,6 +371,37 @@ mod tests {
                 comm: "worker".into()
             }
         );
+    }
+
+    #[test]
+    fn round_trips_a_cuda_call() {
+        let bytes = encode(&CudaCallEvent {
+            hdr: hdr(kind::CUDA, 20),
+            enter_ns: 15,
+            args: [0x1000, 0x2000, 4096, 1, 7],
+            ret: -1,
+            out_ptr: 0,
+            tid: 5,
+            tgid: 4,
+            func: profiler_ebpf::cuda_fn::MEMCPY_ASYNC,
+            _pad: 0,
+        });
+        let (event, len) = decode(&bytes).unwrap();
+        assert_eq!(len, 96);
+        assert_eq!(
+            event,
+            Event::CudaCall {
+                ts: 20,
+                enter_ns: 15,
+                tid: 5,
+                tgid: 4,
+                func: profiler_ebpf::cuda_fn::MEMCPY_ASYNC,
+                args: [0x1000, 0x2000, 4096, 1, 7],
+                ret: -1,
+                out_ptr: 0,
+            }
+        );
+        assert_eq!(kind_name(kind::CUDA), "cuda");
     }
 
     #[test]

@@ -29,9 +29,11 @@ pub const MAGIC: [u8; 8] = *b"TPROFREC";
 /// Bump on any change a reader of the previous version would misread: a new
 /// record kind, a changed ABI struct, a renamed JSON field. See the changelog
 /// in docs/recording-format.md.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Oldest version this reader still reads: version 2 only added the STACKS
-/// record, so a version 1 file reads as a recording without stacks.
+/// record and version 3 the CUDA record and CUDA call events, so a version
+/// 1 file reads as a recording without stacks, and 1 and 2 as recordings in
+/// which no CUDA library was looked for.
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// Size of the preamble: magic, version, reserved u32.
 pub const PREAMBLE_LEN: usize = 16;
@@ -56,6 +58,10 @@ pub mod record {
     pub const GPU_SAMPLES: u32 = 9;
     /// [`super::StackTable`], written once when recording ends (since v2).
     pub const STACKS: u32 = 10;
+    /// [`super::CudaInfo`]: the CUDA runtime libraries found and probed,
+    /// and cudaLaunchKernel counts (since v3). Rewritten when it changes;
+    /// the last one holds the totals.
+    pub const CUDA: u32 = 11;
 }
 
 /// A pair of clock readings taken together, to convert between CLOCK_MONOTONIC
@@ -286,6 +292,36 @@ pub struct GpuSeries {
     /// the driver's average over the period since the series' previous
     /// sample; other values are readings at that time.
     pub points: Vec<(u64, u64)>,
+}
+
+/// CUDA runtime tracing's state: which libcudart files the tracked
+/// processes mapped and which functions were probed in each, and the
+/// cudaLaunchKernel counts. Written by every tprof since v3, also when no
+/// library was found (then `libraries` is empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CudaInfo {
+    /// Why no library was looked for (`--no-cuda`); None when tracing ran.
+    #[serde(default)]
+    pub status: Option<String>,
+    pub libraries: Vec<CudaLibrary>,
+    /// cudaLaunchKernel calls per process (tgid → count), cumulative.
+    pub launches: std::collections::BTreeMap<u32, u64>,
+}
+
+/// One CUDA runtime library file, found in a tracked process's maps.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CudaLibrary {
+    /// The path as the process that mapped it sees it.
+    pub path: String,
+    /// The process whose maps showed it first.
+    pub pid: u32,
+    /// When its probes were attached (CLOCK_MONOTONIC ns): calls before
+    /// this were not seen.
+    pub attached_ns: u64,
+    /// Functions probed.
+    pub probed: Vec<String>,
+    /// Functions the library does not export, or whose probe failed, with why.
+    pub missing: Vec<String>,
 }
 
 #[cfg(test)]

@@ -8,9 +8,9 @@ use anyhow::Context as _;
 use serde::de::DeserializeOwned;
 
 use super::{
-    FORMAT_VERSION, Footer, GpuInfo, GpuSeries, Header, LostCounts, MAGIC, MAX_RECORD_LEN,
-    OLDEST_READABLE_VERSION, PREAMBLE_LEN, ProcessInfo, StackTable, SystemSample, ThreadInfo,
-    events, record,
+    CudaInfo, FORMAT_VERSION, Footer, GpuInfo, GpuSeries, Header, LostCounts, MAGIC,
+    MAX_RECORD_LEN, OLDEST_READABLE_VERSION, PREAMBLE_LEN, ProcessInfo, StackTable, SystemSample,
+    ThreadInfo, events, record,
 };
 use crate::recording::Event;
 
@@ -30,6 +30,8 @@ pub struct Recording {
     pub gpu_series: Vec<GpuSeries>,
     /// Sampled stacks; absent when recorded with --no-stacks or cut short.
     pub stacks: Option<StackTable>,
+    /// CUDA tracing's latest state; None before v3 (or cut off before it).
+    pub cuda: Option<CudaInfo>,
     /// Present when recording ended normally.
     pub footer: Option<Footer>,
     /// The file ends inside a record: the recording was killed mid-write.
@@ -89,6 +91,7 @@ pub fn parse(bytes: &[u8]) -> Result<Recording, ReadError> {
             record::GPU_INFO => rec.gpu = Some(json(payload).map_err(corrupt)?),
             record::GPU_SAMPLES => rec.gpu_series.push(json(payload).map_err(corrupt)?),
             record::STACKS => rec.stacks = Some(json(payload).map_err(corrupt)?),
+            record::CUDA => rec.cuda = Some(json(payload).map_err(corrupt)?),
             record::FOOTER => rec.footer = Some(json::<Footer>(payload).map_err(corrupt)?),
             record::EVENTS => events::decode_all(payload, &mut rec.events)
                 .map_err(|e| corrupt(format!("bad event: {e}")))?,
@@ -180,6 +183,11 @@ mod tests {
             points: vec![(5, 95), (6, 0)],
         };
         w.write_json(record::GPU_SAMPLES, &series).unwrap();
+        let cuda = CudaInfo {
+            launches: [(7, 3)].into(),
+            ..Default::default()
+        };
+        w.write_json(record::CUDA, &cuda).unwrap();
         let footer = Footer {
             end: ClockAnchor::default(),
             stop_reason: "duration".into(),
@@ -195,6 +203,7 @@ mod tests {
         assert_eq!(rec.events.len(), 1);
         assert_eq!(rec.gpu.as_ref().unwrap().devices[0].name, "GPU");
         assert_eq!(rec.gpu_series[0].points, vec![(5, 95), (6, 0)]);
+        assert_eq!(rec.cuda.as_ref().unwrap().launches[&7], 3);
         assert!(!rec.cut_short());
     }
 
@@ -221,6 +230,9 @@ mod tests {
         let mut bytes = sample();
         bytes[8] = 1; // version 1: the same records, no STACKS
         assert!(parse(&bytes).unwrap().stacks.is_none());
+        let mut bytes = sample();
+        bytes[8] = 2; // version 2: the same records but CUDA, which it lacks
+        assert!(parse(&bytes).is_ok());
         assert!(matches!(
             parse(b"hello world, not a recording"),
             Err(ReadError::NotARecording)

@@ -9,7 +9,8 @@ use serde::Serialize;
 
 use crate::analysis::{
     DeviceUser, IoStat, Summary, Waker,
-    diagnosis::Finding,
+    cuda::{CudaFinding, CudaStats, Trainer},
+    diagnosis::Finding as Verdict,
     gpu::GpuStats,
     steps::{Blame, GpuIdleAlignment},
 };
@@ -21,7 +22,7 @@ pub const JSON_VERSION: u32 = 1;
 struct Report<'a> {
     json_version: u32,
     /// Ranked causes, largest `explains_frac` first.
-    findings: &'a [Finding],
+    findings: &'a [Verdict],
     duration_s: f64,
     cores: u32,
     cores_effective: f64,
@@ -45,6 +46,71 @@ struct Report<'a> {
     gpus: Vec<Gpu<'a>>,
     /// Why there is no GPU data; null when there is.
     gpu_status: Option<&'a str>,
+    cuda: Cuda<'a>,
+}
+
+/// CUDA runtime calls (docs/json.md, "cuda").
+#[derive(Serialize)]
+struct Cuda<'a> {
+    /// A libcudart was found in the job and probed.
+    visible: bool,
+    /// Why calls were not visible; null when they were.
+    status: Option<&'a str>,
+    /// The first library probed; null when none.
+    library: Option<&'a str>,
+    libraries: &'a [String],
+    /// Functions that could not be probed, and why.
+    missing: &'a [String],
+    /// Function name → calls in the window (cudaLaunchKernel: over the
+    /// whole recording, counted in the kernel).
+    calls: &'a BTreeMap<String, u64>,
+    failed_calls: u64,
+    launches_per_s: f64,
+    h2d_copies: H2dCopies,
+    /// The thread that made the most host-to-device copies.
+    trainer: Option<CudaTrainer<'a>>,
+    findings: Vec<Finding<'a>>,
+}
+
+#[derive(Serialize)]
+struct CudaTrainer<'a> {
+    pid: u32,
+    tid: u32,
+    comm: &'a str,
+    /// Time in CUDA stream/device/event syncs, and how many.
+    sync_s: f64,
+    syncs: u64,
+    /// Blocked outside CUDA calls (waiting for data).
+    data_wait_s: f64,
+    /// NVML idle time during those syncs and waits; null without GPU data.
+    gpu_idle_during_syncs_s: Option<f64>,
+    gpu_idle_during_data_waits_s: Option<f64>,
+}
+
+/// A diagnosis with its evidence and the fix to try.
+#[derive(Serialize)]
+struct Finding<'a> {
+    /// "pageable_copies" or "sync_copies".
+    id: &'a str,
+    /// "high" or "medium".
+    severity: &'a str,
+    evidence: &'a str,
+    fix: &'a str,
+    copies: u64,
+    bytes: u64,
+    blocked_s: f64,
+}
+
+#[derive(Serialize)]
+struct H2dCopies {
+    count: u64,
+    bytes: u64,
+    pageable: u64,
+    pinned: u64,
+    /// cudaMemcpy, or cudaMemcpyAsync followed at once by a blocking sync.
+    followed_by_sync: u64,
+    /// Time the copies and those syncs blocked the calling threads.
+    blocked_s: f64,
 }
 
 /// iostat -x columns of a device over the window; `series` has them per second.
@@ -233,6 +299,7 @@ pub fn render(summary: &Summary) -> String {
         steps: steps(summary),
         gpus: summary.gpus.iter().map(gpu).collect(),
         gpu_status: summary.gpu_status.as_deref(),
+        cuda: cuda(&summary.cuda),
     };
     let mut out = serde_json::to_string_pretty(&report).expect("plain data serializes");
     out.push('\n');
@@ -300,6 +367,54 @@ fn steps(summary: &Summary) -> Steps<'_> {
                 worker_pid: st.worker_pid,
             })
             .collect(),
+    }
+}
+
+fn cuda(c: &CudaStats) -> Cuda<'_> {
+    Cuda {
+        visible: c.visible,
+        status: c.status.as_deref(),
+        library: c.library.as_deref(),
+        libraries: &c.libraries,
+        missing: &c.missing,
+        calls: &c.calls,
+        failed_calls: c.failed_calls,
+        launches_per_s: c.launches_per_s,
+        h2d_copies: H2dCopies {
+            count: c.h2d.count,
+            bytes: c.h2d.bytes,
+            pageable: c.h2d.pageable,
+            pinned: c.h2d.pinned,
+            followed_by_sync: c.h2d.followed_by_sync,
+            blocked_s: c.h2d.blocked_s,
+        },
+        trainer: c.trainer.as_ref().map(trainer),
+        findings: c.findings.iter().map(finding).collect(),
+    }
+}
+
+fn trainer(t: &Trainer) -> CudaTrainer<'_> {
+    CudaTrainer {
+        pid: t.pid,
+        tid: t.tid,
+        comm: &t.comm,
+        sync_s: t.sync_s,
+        syncs: t.syncs,
+        data_wait_s: t.data_wait_s,
+        gpu_idle_during_syncs_s: t.gpu_idle_during_syncs_s,
+        gpu_idle_during_data_waits_s: t.gpu_idle_during_data_waits_s,
+    }
+}
+
+fn finding(f: &CudaFinding) -> Finding<'_> {
+    Finding {
+        id: f.id,
+        severity: f.severity,
+        evidence: &f.evidence,
+        fix: &f.fix,
+        copies: f.copies,
+        bytes: f.bytes,
+        blocked_s: f.blocked_s,
     }
 }
 
@@ -395,6 +510,23 @@ mod tests {
         let text = crate::render::report::render(&summary);
         assert!(
             text.contains("no GPU data: no GPU visible to NVML"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn cuda_not_visible_is_said_in_both_outputs() {
+        let mut model = model();
+        model.cuda.looked_for = true;
+        let summary = summarize(&model);
+        let json: serde_json::Value = serde_json::from_str(&render(&summary)).unwrap();
+        assert_eq!(json["cuda"]["visible"], false);
+        assert!(json["cuda"]["library"].is_null());
+        assert_eq!(json["cuda"]["h2d_copies"]["count"], 0);
+        assert_eq!(json["cuda"]["findings"], serde_json::json!([]));
+        let text = crate::render::report::render(&summary);
+        assert!(
+            text.contains("CUDA calls not visible: no libcudart mapped by the job"),
             "{text}"
         );
     }

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use crate::analysis::{
     ProcessStats, Summary, ThreadStats,
+    cuda::CudaStats,
     gpu::{GpuStats, IDLE_UTIL_PCT},
 };
 
@@ -24,6 +25,7 @@ pub fn render(s: &Summary) -> String {
     devices(&mut out, s);
     futexes(&mut out, s);
     gpus(&mut out, s);
+    cuda(&mut out, &s.cuda);
     out
 }
 
@@ -111,6 +113,7 @@ fn verdict(out: &mut String, s: &Summary) {
     );
     if s.findings.is_empty() {
         let _ = writeln!(out, "\nVerdict: {}", no_finding(s));
+        cuda_visibility(out, s);
         return;
     }
     let _ = writeln!(
@@ -131,6 +134,18 @@ fn verdict(out: &mut String, s: &Summary) {
         }
         let _ = writeln!(out, "     Fix: {}", f.fix);
         let _ = writeln!(out, "     Expect: {}", f.expect);
+    }
+    cuda_visibility(out, s);
+}
+
+/// Synchronous copies and GPU syncs can only be judged with the CUDA
+/// runtime's calls; say so when the recording has none.
+fn cuda_visibility(out: &mut String, s: &Summary) {
+    if let Some(reason) = s.cuda.status.as_deref().filter(|_| !s.cuda.visible) {
+        let _ = writeln!(
+            out,
+            "  (Synchronous copies and GPU syncs: this recording cannot tell: {reason}.)"
+        );
     }
 }
 
@@ -517,4 +532,69 @@ fn gpu_extras(out: &mut String, g: &GpuStats) {
 
 fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+fn cuda(out: &mut String, c: &CudaStats) {
+    let _ = writeln!(out, "\nCUDA");
+    if !c.visible {
+        let reason = c
+            .status
+            .as_deref()
+            .unwrap_or("no libcudart mapped by the job");
+        let _ = writeln!(out, "  CUDA calls not visible: {reason}");
+        return;
+    }
+    let _ = writeln!(out, "  runtime: {}", c.libraries.join(", "));
+    let calls: Vec<String> = c.calls.iter().map(|(f, n)| format!("{f} {n}")).collect();
+    let _ = writeln!(
+        out,
+        "  calls: {}{}",
+        if calls.is_empty() {
+            "none".to_string()
+        } else {
+            calls.join(", ")
+        },
+        if c.failed_calls > 0 {
+            format!(" ({} returned an error)", c.failed_calls)
+        } else {
+            String::new()
+        }
+    );
+    if c.launches_per_s > 0.0 {
+        let _ = writeln!(out, "  kernel launches: {:.0}/s", c.launches_per_s);
+    }
+    let h = &c.h2d;
+    let _ = writeln!(
+        out,
+        "  host-to-device copies: {} ({}): {} from pageable memory, {} from pinned; \
+         {} followed by a blocking sync; {:.3} s blocking the caller",
+        h.count,
+        bytes(h.bytes),
+        h.pageable,
+        h.pinned,
+        h.followed_by_sync,
+        h.blocked_s
+    );
+    if let Some(t) = &c.trainer {
+        let _ = writeln!(
+            out,
+            "  trainer {}/{}: {:.3} s in {} CUDA syncs, {:.3} s waiting for data",
+            t.comm, t.tid, t.sync_s, t.syncs, t.data_wait_s
+        );
+        if let (Some(syncs), Some(waits)) =
+            (t.gpu_idle_during_syncs_s, t.gpu_idle_during_data_waits_s)
+        {
+            let _ = writeln!(
+                out,
+                "  GPU idle while the trainer synced: {syncs:.3} s; while it waited for data: {waits:.3} s"
+            );
+        }
+    }
+    for m in &c.missing {
+        let _ = writeln!(out, "  not probed: {m}");
+    }
+    for f in &c.findings {
+        let _ = writeln!(out, "  [{}] {}: {}", f.severity, f.id, f.evidence);
+        let _ = writeln!(out, "    fix: {}", f.fix);
+    }
 }

@@ -1,0 +1,200 @@
+//! CUDA runtime tracing, userspace half: finds the libcudart each tracked
+//! process has mapped (PyTorch loads libcudart.so.N from the
+//! nvidia-cuda-runtime wheel; other jobs a system one) and probes it once
+//! per library file, for every process mapping it. The kernel programs keep
+//! tracked processes only.
+//!
+//! Processes are scanned when tracking starts, when one appears or execs
+//! (the drain loop), and once a second (a job that imports torch, or a
+//! worker that maps the library, after tprof started). Calls before a
+//! library's probes were attached are not seen; its `attached_ns` says when.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use super::programs::KernelPrograms;
+use crate::recording::{CudaInfo, CudaLibrary, Writer, record};
+
+/// A library file mapped executable by a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappedLibrary {
+    /// Device ("fd:01") and inode: the file's identity across processes,
+    /// mount namespaces and hard links.
+    pub dev: String,
+    pub inode: u64,
+    pub path: String,
+}
+
+/// True for a CUDA runtime library's file name: libcudart.so,
+/// libcudart.so.12, libcudart.so.12.4.127, libcudart-fake.so (not the
+/// static archive).
+pub fn is_cuda_runtime(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with("libcudart") && name.contains(".so")
+}
+
+/// The CUDA runtime libraries among the executable file mappings of a
+/// /proc/<pid>/maps text, each once.
+pub fn cuda_libraries(maps: &str) -> Vec<MappedLibrary> {
+    let mut out: Vec<MappedLibrary> = Vec::new();
+    for line in maps.lines() {
+        // start-end perms offset dev inode [path, which may contain spaces]
+        let mut fields = line.splitn(6, ' ');
+        let (Some(_), Some(perms), Some(_), Some(dev), Some(inode), Some(path)) = (
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+        ) else {
+            continue;
+        };
+        let path = path.trim_start();
+        // A deleted file cannot be probed by path any more.
+        if !perms.contains('x') || !is_cuda_runtime(path) || path.ends_with(" (deleted)") {
+            continue;
+        }
+        let Ok(inode) = inode.parse() else { continue };
+        if !out.iter().any(|l| l.dev == dev && l.inode == inode) {
+            out.push(MappedLibrary {
+                dev: dev.to_string(),
+                inode,
+                path: path.to_string(),
+            });
+        }
+    }
+    out
+}
+
+/// The libraries found so far and what was probed in each.
+pub struct CudaTracer {
+    enabled: bool,
+    /// Files already probed (or tried), by (dev, inode).
+    seen: HashSet<(String, u64)>,
+    info: CudaInfo,
+    /// `info` changed since it was last written.
+    dirty: bool,
+}
+
+impl CudaTracer {
+    /// A tracer that probes what it finds, or with `enabled` false one that
+    /// only records that CUDA tracing was off.
+    pub fn new(enabled: bool) -> CudaTracer {
+        CudaTracer {
+            enabled,
+            seen: HashSet::new(),
+            info: CudaInfo {
+                status: (!enabled).then(|| "CUDA tracing was off (--no-cuda)".to_string()),
+                ..Default::default()
+            },
+            dirty: false,
+        }
+    }
+
+    /// Probes the CUDA runtime libraries `pid` has mapped that no other
+    /// tracked process had. A process that is gone has nothing to scan.
+    pub fn scan(&mut self, programs: &mut KernelPrograms, pid: u32, now_ns: u64) -> Result<()> {
+        if !self.enabled {
+            return Ok(());
+        }
+        let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return Ok(());
+        };
+        for lib in cuda_libraries(&maps) {
+            if !self.seen.insert((lib.dev.clone(), lib.inode)) {
+                continue;
+            }
+            // Through the process's root, so a job in another mount
+            // namespace (a container) resolves to the same file.
+            let file = PathBuf::from(format!("/proc/{pid}/root{}", lib.path));
+            let probes = programs.attach_cuda(&file)?;
+            eprintln!(
+                "tprof: tracing CUDA runtime calls in {} ({} of {} functions)",
+                lib.path,
+                probes.probed.len(),
+                profiler_ebpf::cuda_fn::ALL.len()
+            );
+            self.info.libraries.push(CudaLibrary {
+                path: lib.path,
+                pid,
+                attached_ns: now_ns,
+                probed: probes.probed,
+                missing: probes.missing,
+            });
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
+    /// Reads the cudaLaunchKernel counts; a change is written next time.
+    pub fn refresh_launches(&mut self, programs: &KernelPrograms) -> Result<()> {
+        if self.info.libraries.is_empty() {
+            return Ok(());
+        }
+        let launches = programs.cuda_launches()?;
+        if launches != self.info.launches {
+            self.info.launches = launches;
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
+    /// Writes the CUDA record if it changed (always once, so a recording
+    /// says that no library was found).
+    pub fn write<W: Write>(&mut self, writer: &mut Writer<W>, force: bool) -> Result<()> {
+        if self.dirty || force {
+            writer.write_json(record::CUDA, &self.info)?;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_cuda_runtime_libraries_once() {
+        let maps = "\
+7f0000000000-7f0000010000 r--p 00000000 fe:01 4242 /venv/lib/python3.11/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12
+7f0000010000-7f0000080000 r-xp 00010000 fe:01 4242 /venv/lib/python3.11/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12
+7f0000090000-7f00000a0000 r-xp 00000000 fe:01 77 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f00000a0000-7f00000b0000 r-xp 00000000 fe:01 99 /tmp/old/libcudart.so.11.0 (deleted)
+7f00000b0000-7f00000c0000 r-xp 00000000 fe:02 5 /opt/my libs/libcudart-fake.so
+7f00000c0000-7f00000d0000 rw-p 00000000 00:00 0 
+";
+        let libs = cuda_libraries(maps);
+        assert_eq!(
+            libs,
+            vec![
+                MappedLibrary {
+                    dev: "fe:01".into(),
+                    inode: 4242,
+                    path:
+                        "/venv/lib/python3.11/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12"
+                            .into(),
+                },
+                MappedLibrary {
+                    dev: "fe:02".into(),
+                    inode: 5,
+                    path: "/opt/my libs/libcudart-fake.so".into(),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn names_of_the_runtime() {
+        assert!(is_cuda_runtime("/usr/local/cuda/lib64/libcudart.so"));
+        assert!(is_cuda_runtime("libcudart.so.12.4.127"));
+        assert!(!is_cuda_runtime("/usr/local/cuda/lib64/libcudart_static.a"));
+        assert!(!is_cuda_runtime("/usr/lib/libcuda.so.1"));
+        assert!(!is_cuda_runtime("/usr/lib/libcudnn.so.9"));
+    }
+}

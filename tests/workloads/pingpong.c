@@ -1,0 +1,133 @@
+/*
+ * The overhead benchmark's job: context-switch heavy, with futex and block
+ * IO traffic, like a data pipeline at full tilt.
+ *
+ * PAIRS producer processes each ping-pong one byte with a consumer thread
+ * over two pipes (every round trip is two wakeups and two context switches
+ * at least); consumer threads count round trips under one shared mutex (futex
+ * contention); with FILE, one more process reads it with O_DIRECT, 64 KiB at
+ * a time, 100 times a second (block IO). Runs SECONDS, printing one JSON line
+ * per second: {"t":s,"round_trips":cumulative}.
+ *
+ * usage: pingpong PAIRS SECONDS [FILE]
+ */
+#include "truth.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#define MAX_PAIRS 64
+
+static pthread_mutex_t count_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long long round_trips;
+static volatile int stop;
+
+struct pair {
+	int to_producer, from_producer;
+};
+
+static void producer(int in, int out)
+{
+	set_thread_name("producer");
+	char byte;
+	while (read(in, &byte, 1) == 1)
+		if (write(out, &byte, 1) != 1)
+			break;
+	exit(0);
+}
+
+static void *consumer(void *arg)
+{
+	struct pair *p = arg;
+	set_thread_name("consumer");
+	char byte = 'x';
+	while (!stop) {
+		if (write(p->to_producer, &byte, 1) != 1 || read(p->from_producer, &byte, 1) != 1)
+			break;
+		pthread_mutex_lock(&count_lock);
+		round_trips++;
+		pthread_mutex_unlock(&count_lock);
+	}
+	return NULL;
+}
+
+static void reader(const char *file)
+{
+	set_thread_name("reader");
+	int fd = open(file, O_RDONLY | O_DIRECT);
+	void *buf;
+	if (fd < 0 || posix_memalign(&buf, 4096, 65536) != 0)
+		exit(2);
+	off_t size = lseek(fd, 0, SEEK_END), off = 0;
+	for (;;) {
+		if (off + 65536 > size)
+			off = 0;
+		if (pread(fd, buf, 65536, off) != 65536)
+			exit(2);
+		off += 65536;
+		sleep_for(0.01);
+	}
+}
+
+static pid_t spawn_producer(struct pair *p)
+{
+	int down[2], up[2];
+	if (pipe(down) != 0 || pipe(up) != 0)
+		exit(2);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(down[1]);
+		close(up[0]);
+		producer(down[0], up[1]);
+	}
+	close(down[0]);
+	close(up[1]);
+	p->to_producer = down[1];
+	p->from_producer = up[0];
+	return pid;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: %s PAIRS SECONDS [FILE]\n", argv[0]);
+		return 2;
+	}
+	int pairs = atoi(argv[1]);
+	double seconds = atof(argv[2]);
+	if (pairs < 1 || pairs > MAX_PAIRS)
+		return 2;
+	static struct pair p[MAX_PAIRS];
+	pid_t pids[MAX_PAIRS + 1];
+	int children = 0;
+	for (int i = 0; i < pairs; i++)
+		pids[children++] = spawn_producer(&p[i]);
+	if (argc > 3) {
+		pid_t pid = fork();
+		if (pid == 0)
+			reader(argv[3]);
+		pids[children++] = pid;
+	}
+	pthread_t threads[MAX_PAIRS];
+	for (int i = 0; i < pairs; i++)
+		pthread_create(&threads[i], NULL, consumer, &p[i]);
+	double start = now_s();
+	for (int t = 1; t <= (int)seconds; t++) {
+		sleep_for(start + t - now_s());
+		pthread_mutex_lock(&count_lock);
+		unsigned long long n = round_trips;
+		pthread_mutex_unlock(&count_lock);
+		emit("{\"t\":%d,\"round_trips\":%llu}", t, n);
+	}
+	stop = 1;
+	for (int i = 0; i < pairs; i++) {
+		close(p[i].to_producer);
+		pthread_join(threads[i], NULL);
+	}
+	for (int i = 0; i < children; i++) {
+		kill(pids[i], SIGKILL);
+		waitpid(pids[i], NULL, 0);
+	}
+	return 0;
+}

@@ -1,0 +1,349 @@
+//! `cargo xtask bench`: what tprof costs the job it watches, next to what a
+//! user would otherwise run, and how far it scales. Results go to
+//! target/bench/results.md (docs/benchmarks.md keeps a copy with notes).
+//!
+//! - Overhead: the throughput of tests/workloads/pingpong.c (producer
+//!   processes ping-ponging with consumer threads, a shared mutex, O_DIRECT
+//!   reads) untraced, under `tprof record -p`, under libbpf-tools'
+//!   offcputime, runqlat and biolatency together, and under `perf sched
+//!   record`. Rounds alternate the configurations; each ratio is the median
+//!   over rounds of the throughput against the same round's untraced run.
+//! - tprof's own CPU time and peak RSS while recording (rusage of the tprof
+//!   process, which does not reap the job).
+//! - Capacity: event rate and drops as producer pairs grow.
+//! - Recording size per event and per second; `tprof report` time and peak
+//!   memory per million events.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use clap::Args as ClapArgs;
+
+use crate::cmd::{self, cargo, command, run as run_cmd};
+use crate::setup;
+
+#[derive(ClapArgs)]
+pub struct Args {
+    /// Rounds of the overhead comparison (each runs every configuration).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Producer/consumer pairs of the overhead workload.
+    #[arg(long, default_value_t = 2)]
+    pairs: usize,
+}
+
+/// The workload runs this long; throughput is measured from second
+/// MEASURE_FROM to second RUN_S - 1, when every tool is attached.
+const RUN_S: u64 = 8;
+const MEASURE_FROM: u64 = 3;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Tool {
+    None,
+    Tprof,
+    LibbpfTools,
+    PerfSched,
+}
+
+impl Tool {
+    const ALL: [Tool; 4] = [Tool::None, Tool::Tprof, Tool::LibbpfTools, Tool::PerfSched];
+
+    fn name(self) -> &'static str {
+        match self {
+            Tool::None => "untraced",
+            Tool::Tprof => "tprof record",
+            Tool::LibbpfTools => "offcputime + runqlat + biolatency",
+            Tool::PerfSched => "perf sched record",
+        }
+    }
+}
+
+/// One run of the workload under one tool.
+#[derive(Debug, Clone, Copy, Default)]
+struct Run {
+    /// Round trips per second over the measured seconds.
+    rate: f64,
+    /// The tools' CPU seconds and largest peak RSS (KiB).
+    tool_cpu_s: f64,
+    tool_maxrss_kib: i64,
+}
+
+struct Paths {
+    dir: PathBuf,
+    tprof: PathBuf,
+    pingpong: PathBuf,
+    io_file: PathBuf,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    if !cmd::is_root() {
+        bail!("cargo xtask bench needs root (the tracers load eBPF programs): run it with sudo");
+    }
+    setup::run()?;
+    run_cmd(cargo().args(["build", "--release", "-p", "profiler"]))?;
+    let paths = prepare()?;
+    let mut md = header(args);
+    overhead(&paths, args, &mut md)?;
+    capacity(&paths, &mut md)?;
+    let out = paths.dir.join("results.md");
+    std::fs::write(&out, &md)?;
+    println!("\n{md}\nwritten to {}", out.display());
+    Ok(())
+}
+
+fn prepare() -> Result<Paths> {
+    let dir = cmd::root().join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let pingpong = dir.join("pingpong");
+    run_cmd(
+        command("gcc")
+            .args(["-O2", "-pthread", "-o"])
+            .arg(&pingpong)
+            .arg("tests/workloads/pingpong.c"),
+    )?;
+    let io_file = dir.join("io.bin");
+    if !io_file.exists() {
+        run_cmd(
+            command("dd")
+                .args([
+                    "if=/dev/urandom",
+                    "bs=1M",
+                    "count=64",
+                    "conv=fsync",
+                    "status=none",
+                ])
+                .arg(format!("of={}", io_file.display())),
+        )?;
+    }
+    Ok(Paths {
+        tprof: cmd::root().join("target/release/tprof"),
+        dir,
+        pingpong,
+        io_file,
+    })
+}
+
+fn header(args: &Args) -> String {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!(
+        "Command: `sudo cargo xtask bench --rounds {} --pairs {}`\n\
+         Machine: {cpus} CPUs, kernel {}\n\n",
+        args.rounds,
+        args.pairs,
+        kernel.trim()
+    )
+}
+
+fn overhead(paths: &Paths, args: &Args, md: &mut String) -> Result<()> {
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); Tool::ALL.len()];
+    for round in 0..args.rounds {
+        // Rotate the order so no tool always runs first (warm caches, drift).
+        for k in 0..Tool::ALL.len() {
+            let i = (k + round) % Tool::ALL.len();
+            let run = run_once(paths, Tool::ALL[i], args.pairs)?;
+            eprintln!(
+                "round {round}: {:<36} {:>10.0} round trips/s",
+                Tool::ALL[i].name(),
+                run.rate
+            );
+            runs[i].push(run);
+        }
+    }
+    md.push_str(&format!(
+        "## Overhead on the job\n\n\
+         pingpong with {} producer/consumer pairs plus futex and O_DIRECT traffic; \
+         {} rounds; throughput = round trips/s over seconds {MEASURE_FROM}-{}; \
+         ratio = median over rounds of (throughput / the same round's untraced throughput).\n\n\
+         | configuration | median round trips/s | ratio to untraced | throughput loss | tool CPU s (median) | tool peak RSS MiB (max) |\n\
+         |---|---|---|---|---|---|\n",
+        args.pairs,
+        args.rounds,
+        RUN_S - 1
+    ));
+    for (i, tool) in Tool::ALL.iter().enumerate() {
+        let ratios: Vec<f64> = runs[i]
+            .iter()
+            .zip(&runs[0])
+            .map(|(r, base)| r.rate / base.rate)
+            .collect();
+        let ratio = median(ratios);
+        md.push_str(&format!(
+            "| {} | {:.0} | {:.3} | {:.1}% | {:.2} | {:.1} |\n",
+            tool.name(),
+            median(runs[i].iter().map(|r| r.rate).collect()),
+            ratio,
+            100.0 * (1.0 - ratio),
+            median(runs[i].iter().map(|r| r.tool_cpu_s).collect()),
+            runs[i].iter().map(|r| r.tool_maxrss_kib).max().unwrap_or(0) as f64 / 1024.0
+        ));
+    }
+    md.push('\n');
+    Ok(())
+}
+
+/// Runs the workload for RUN_S seconds with `tool` attached from ~0.3 s on.
+fn run_once(paths: &Paths, tool: Tool, pairs: usize) -> Result<Run> {
+    let mut job = command(paths.pingpong.to_str().unwrap())
+        .args([pairs.to_string(), RUN_S.to_string()])
+        .arg(&paths.io_file)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("start pingpong")?;
+    std::thread::sleep(Duration::from_millis(300));
+    let tools = start_tool(paths, tool, job.id())?;
+    let counts = read_counts(&mut job)?;
+    job.wait()?;
+    let mut run = Run {
+        rate: rate(&counts),
+        ..Run::default()
+    };
+    for child in tools {
+        let (cpu, rss) = wait_rusage(child)?;
+        run.tool_cpu_s += cpu;
+        run.tool_maxrss_kib = run.tool_maxrss_kib.max(rss);
+    }
+    Ok(run)
+}
+
+fn start_tool(paths: &Paths, tool: Tool, pid: u32) -> Result<Vec<Child>> {
+    let secs = (RUN_S - 1).to_string();
+    let pid = pid.to_string();
+    let quiet = |mut c: Command| -> Result<Child> {
+        c.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("start {}", cmd::describe(&c)))
+    };
+    Ok(match tool {
+        Tool::None => Vec::new(),
+        Tool::Tprof => {
+            let mut c = command(paths.tprof.to_str().unwrap());
+            c.args([
+                "record",
+                "--force",
+                "--no-report",
+                "--no-flamegraphs",
+                "-p",
+                &pid,
+            ])
+            .args(["-d", &format!("{secs}s"), "-o"])
+            .arg(paths.dir.join("bench.tprof"));
+            vec![quiet(c)?]
+        }
+        Tool::LibbpfTools => {
+            let mut off = command("offcputime");
+            off.args(["-p", &pid, &secs]);
+            let mut rq = command("runqlat");
+            rq.args(["-p", &pid, &secs, "1"]);
+            let mut bio = command("biolatency");
+            bio.args([secs.as_str(), "1"]);
+            vec![quiet(off)?, quiet(rq)?, quiet(bio)?]
+        }
+        Tool::PerfSched => {
+            let mut c = command("perf");
+            c.args(["sched", "record", "-o"])
+                .arg(paths.dir.join("perf.data"))
+                .args(["--", "sleep", &secs]);
+            vec![quiet(c)?]
+        }
+    })
+}
+
+/// The job's per-second cumulative round-trip counts.
+fn read_counts(job: &mut Child) -> Result<Vec<(u64, u64)>> {
+    let stdout = job.stdout.take().context("pingpong stdout")?;
+    let mut counts = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        let v: serde_json::Value = serde_json::from_str(&line).context("pingpong output")?;
+        counts.push((
+            v["t"].as_u64().unwrap_or(0),
+            v["round_trips"].as_u64().unwrap_or(0),
+        ));
+    }
+    Ok(counts)
+}
+
+fn rate(counts: &[(u64, u64)]) -> f64 {
+    let at = |t: u64| counts.iter().find(|c| c.0 == t).map_or(0, |c| c.1);
+    let (from, to) = (MEASURE_FROM, RUN_S - 1);
+    at(to).saturating_sub(at(from)) as f64 / (to - from) as f64
+}
+
+/// Waits for `child` and returns its CPU seconds and peak RSS (KiB).
+fn wait_rusage(child: Child) -> Result<(f64, i64)> {
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is a plain C struct; wait4 fills it for our child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    if rc != pid {
+        bail!("wait4({pid}): {}", std::io::Error::last_os_error());
+    }
+    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    Ok((secs(usage.ru_utime) + secs(usage.ru_stime), usage.ru_maxrss))
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+/// Event rates and drops as the job's switch rate grows; recording size;
+/// report speed on the largest recording.
+fn capacity(paths: &Paths, md: &mut String) -> Result<()> {
+    md.push_str(
+        "## Capacity, recording size, analysis speed\n\n\
+         tprof record -p on pingpong with more pairs each row (default settings).\n\n\
+         | pairs | events/s | lost | bytes/event | recording MB/s | tprof CPU % | report s per M events | report peak RSS MiB |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for pairs in [1, 2, 4, 8, 16] {
+        let run = run_once(paths, Tool::Tprof, pairs)?;
+        let recording = paths.dir.join("bench.tprof");
+        let bytes = std::fs::metadata(&recording)?.len() as f64;
+        let (json, report_s, report_rss) = timed_report(&paths.tprof, &recording)?;
+        let events = json["events"].as_f64().unwrap_or(0.0);
+        let lost = json["lost_events"].as_u64().unwrap_or(0);
+        let duration = json["duration_s"].as_f64().unwrap_or(1.0).max(1e-9);
+        md.push_str(&format!(
+            "| {pairs} | {:.0} | {lost} | {:.1} | {:.2} | {:.1} | {:.3} | {:.1} |\n",
+            events / duration,
+            bytes / events.max(1.0),
+            bytes / duration / 1e6,
+            100.0 * run.tool_cpu_s / duration,
+            report_s / (events / 1e6).max(1e-9),
+            report_rss as f64 / 1024.0
+        ));
+    }
+    md.push('\n');
+    Ok(())
+}
+
+/// `tprof report --json` on `recording`: the JSON, wall seconds, peak RSS.
+fn timed_report(tprof: &Path, recording: &Path) -> Result<(serde_json::Value, f64, i64)> {
+    let started = Instant::now();
+    let mut child = Command::new(tprof)
+        .args(["report", "--json"])
+        .arg(recording)
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut child.stdout.take().context("stdout")?, &mut out)?;
+    let (_, rss) = wait_rusage(child)?;
+    let secs = started.elapsed().as_secs_f64();
+    let json = serde_json::from_slice(&out).context("tprof report --json output")?;
+    Ok((json, secs, rss))
+}

@@ -52,11 +52,13 @@ static STACKS: StackTrace = StackTrace::with_max_entries(MAX_STACKS, 0);
 static STACK_COUNTS: PerCpuHashMap<StackKey, u64> =
     PerCpuHashMap::with_max_entries(MAX_STACK_KEYS, 0);
 
-/// Tracked threads that are off CPU: when and where they left. LRU because a
-/// thread that exits while off CPU never switches in to remove its entry.
+/// Each tracked thread's last switch-out: when and where it left (`ts_ns`
+/// 0 once it is back on a CPU). One entry per thread, updated in place on
+/// every switch and removed when the thread exits: a preallocated hash
+/// updated in place costs a lookup, where inserting and deleting on every
+/// switch (or an LRU map) costs an allocation and a lock.
 #[map]
-static OFFCPU_START: LruHashMap<u32, OffCpuStart> =
-    LruHashMap::with_max_entries(MAX_TRACKED_TIDS, 0);
+static OFFCPU_START: HashMap<u32, OffCpuStart> = HashMap::with_max_entries(MAX_TRACKED_TIDS, 0);
 
 /// Tracepoint field offsets, overridden by userspace at load time from the
 /// running kernel's tracefs format files. The defaults are 6.x's layout.

@@ -6,7 +6,7 @@
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{map, perf_event},
-    maps::LruHashMap,
+    maps::HashMap,
     programs::{PerfEventContext, tracing::StackIdContext},
 };
 use profiler_ebpf::{
@@ -16,9 +16,10 @@ use profiler_ebpf::{
 
 use super::{OFFCPU_START, STACK_COUNTS, STACKS, count_lost, tracked_tgid};
 
-/// Each thread's last walked off-CPU stacks, keyed tid * 2 + preempted.
+/// Each thread's last walked off-CPU stacks, keyed tid * 2 + preempted;
+/// updated in place, removed at exit (see `OFFCPU_START`).
 #[map]
-static LAST_STACKS: LruHashMap<u64, LastStacks> = LruHashMap::with_max_entries(MAX_TRACKED_TIDS, 0);
+static LAST_STACKS: HashMap<u64, LastStacks> = HashMap::with_max_entries(2 * MAX_TRACKED_TIDS, 0);
 
 /// bpf_map_update_elem flag: only create, never overwrite.
 const BPF_NOEXIST: u64 = 1;
@@ -111,8 +112,13 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, tid: u32, prev_state: u64) {
         reason,
         tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
     };
-    if OFFCPU_START.insert(&tid, &start, 0).is_err() {
-        count_lost(lost_stack::OFFCPU_FULL);
+    match OFFCPU_START.get_ptr_mut(&tid) {
+        Some(slot) => unsafe { *slot = start },
+        None => {
+            if OFFCPU_START.insert(&tid, &start, 0).is_err() {
+                count_lost(lost_stack::OFFCPU_FULL);
+            }
+        }
     }
 }
 
@@ -122,7 +128,8 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, tid: u32, prev_state: u64) {
 #[inline(always)]
 fn offcpu_stack_ids<C: StackIdContext>(ctx: &C, tid: u32, reason: u32, now: u64) -> (i32, i32) {
     let key = u64::from(tid) * 2 + u64::from(reason == stack_kind::RUNNABLE);
-    if let Some(last) = unsafe { LAST_STACKS.get(&key) }
+    let slot = LAST_STACKS.get_ptr_mut(&key);
+    if let Some(last) = slot.map(|p| unsafe { *p })
         && now.saturating_sub(last.walked_ns) < STACK_REUSE_NS
     {
         return (last.user_stack_id, last.kernel_stack_id);
@@ -133,18 +140,35 @@ fn offcpu_stack_ids<C: StackIdContext>(ctx: &C, tid: u32, reason: u32, now: u64)
         user_stack_id,
         kernel_stack_id,
     };
-    let _ = LAST_STACKS.insert(&key, &last, 0);
+    match slot {
+        Some(p) => unsafe { *p = last },
+        None => {
+            let _ = LAST_STACKS.insert(&key, &last, 0);
+        }
+    }
     (user_stack_id, kernel_stack_id)
+}
+
+/// A thread exits: drop its per-thread stack state.
+#[inline(always)]
+pub fn forget(tid: u32) {
+    let _ = OFFCPU_START.remove(&tid);
+    let _ = LAST_STACKS.remove(&(u64::from(tid) * 2));
+    let _ = LAST_STACKS.remove(&(u64::from(tid) * 2 + 1));
 }
 
 /// sched_switch, next side: a tracked thread runs again; the time since its
 /// switch-out goes to the stack it left from.
 #[inline(always)]
 pub fn switch_in(tid: u32) {
-    let Some(start) = (unsafe { OFFCPU_START.get(&tid) }).copied() else {
+    let Some(slot) = OFFCPU_START.get_ptr_mut(&tid) else {
         return; // off CPU since before the recording
     };
-    let _ = OFFCPU_START.remove(&tid);
+    let start = unsafe { *slot };
+    if start.ts_ns == 0 {
+        return; // already on a CPU (its switch-out was not seen)
+    }
+    unsafe { (*slot).ts_ns = 0 };
     let now = unsafe { bpf_ktime_get_ns() };
     let key = StackKey {
         tgid: start.tgid,

@@ -107,6 +107,7 @@ fn try_exit(ctx: &TracePointContext) -> Result<(), i32> {
     let group_dead = unsafe { ctx.read_at::<u8>(offsets().exit_group_dead as usize)? } as u32;
     // Forget the ids now, so a reused pid is not mistaken for this task.
     let _ = TRACKED_TIDS.remove(&tid);
+    super::stacks::forget(tid);
     if group_dead != 0 {
         let _ = TRACKED_TGIDS.remove(&tgid);
     }

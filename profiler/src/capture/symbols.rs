@@ -151,7 +151,8 @@ pub fn build_table(
 fn weighted_keys(raw: &RawStacks, now_ns: u64) -> Vec<(profiler_ebpf::StackKey, u64)> {
     let mut out: Vec<_> = raw.counts.iter().copied().filter(|&(_, w)| w > 0).collect();
     for &(tid, start) in &raw.pending {
-        if !procfs::exists_task(start.tgid, tid) || now_ns <= start.ts_ns {
+        // ts_ns 0: the thread is on a CPU, nothing is open.
+        if start.ts_ns == 0 || !procfs::exists_task(start.tgid, tid) || now_ns <= start.ts_ns {
             continue;
         }
         let key = profiler_ebpf::StackKey {

@@ -11,7 +11,7 @@ mod task;
 use aya_ebpf::{
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
+    maps::{HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
 };
 use profiler_ebpf::{
     EventHeader, LOST_SLOTS, MAX_STACK_KEYS, MAX_STACKS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS,

@@ -19,12 +19,14 @@ use std::{
     collections::HashSet,
     fs::File,
     io::{BufWriter, IsTerminal as _, Write as _},
-    path::PathBuf,
+    path::{Path, PathBuf},
+    sync::OnceLock,
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, anyhow, bail};
 use profiler_ebpf::kind;
+use serde::Serialize;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::recording::{
@@ -33,6 +35,7 @@ use crate::recording::{
 };
 use gpu::{GpuOptions, GpuSampler};
 use programs::KernelPrograms;
+pub use programs::MapLimits;
 use symbols::AddressSpaces;
 
 /// How often the ring buffer is drained and the file flushed. Polling on a
@@ -58,6 +61,8 @@ pub struct RecordOptions {
     pub gpu: GpuOptions,
     /// On-CPU sampling frequency; None: no stacks at all (--no-stacks).
     pub sample_hz: Option<u64>,
+    /// Kernel map sizes (defaults unless a test shrinks them).
+    pub limits: MapLimits,
 }
 
 /// Why recording stopped.
@@ -71,6 +76,13 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    fn is_signal(self) -> bool {
+        matches!(
+            self,
+            StopReason::Interrupted | StopReason::Terminated | StopReason::HungUp
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             StopReason::Duration => "duration",
@@ -108,7 +120,7 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     tracefs::ensure_mounted()?;
     let offsets = tracefs::tracepoint_offsets()?;
     let file = output::create(&opts.output, opts.force)?;
-    let mut programs = KernelPrograms::load(&offsets, opts.sample_hz.is_some())?;
+    let mut programs = KernelPrograms::load(&offsets, opts.sample_hz.is_some(), opts.limits)?;
     let held = if opts.command.is_empty() {
         None
     } else {
@@ -121,7 +133,8 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     if let Some(hz) = opts.sample_hz {
         programs.attach_sampler(hz)?;
     }
-    let writer = Writer::new(BufWriter::with_capacity(1 << 20, file))?;
+    let writer = Writer::new(BufWriter::with_capacity(1 << 20, file))
+        .with_context(|| format!("writing the recording to {} failed", opts.output.display()))?;
     let mut session = Session::new(programs, writer, opts, gpu);
     match &held {
         Some(child) => session.track_launched(child.pid, &opts.command, start)?,
@@ -132,6 +145,16 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     }
     session.announce();
     let result = session.run(&mut signals, opts.duration).await;
+    if let Ok(reason) = &result
+        && reason.is_signal()
+    {
+        eprintln!(
+            "tprof: stopping ({}); press Ctrl-C again to stop at once",
+            reason.as_str()
+        );
+    }
+    // From here a signal means "stop now", even mid-write.
+    arm_force_stop(&opts.output);
     let outcome = session.finish(result);
     if let Ok(outcome) = &outcome {
         let stacks_lost = match outcome.lost.stack_lost() {
@@ -196,6 +219,98 @@ impl Signals {
     }
 }
 
+/// What a second signal prints before tprof exits; set by [`arm_force_stop`].
+static FORCE_STOP_MESSAGE: OnceLock<Vec<u8>> = OnceLock::new();
+
+/// Replaces the stopping handlers: once recording is stopping (its final
+/// drain, stack symbolization and footer can take a while), SIGINT, SIGTERM
+/// or SIGHUP ends tprof at once. Nothing is lost that was flushed: the file
+/// is a readable prefix, and exiting closes the last descriptors of the
+/// programs and maps, so the kernel detaches and frees them all.
+fn arm_force_stop(path: &Path) {
+    let _ = FORCE_STOP_MESSAGE.set(
+        format!(
+            "\nerror: stopped at once by a second signal; the recording so far is kept in {} \
+             (`tprof report` reads it as cut short)\n",
+            path.display()
+        )
+        .into_bytes(),
+    );
+    let handler = force_stop as extern "C" fn(libc::c_int);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only calls async-signal-safe functions
+        // (write, _exit) on memory set before it was installed.
+        unsafe { libc::signal(sig, handler as libc::sighandler_t) };
+    }
+}
+
+extern "C" fn force_stop(sig: libc::c_int) {
+    if let Some(message) = FORCE_STOP_MESSAGE.get() {
+        // SAFETY: write and _exit are async-signal-safe; the buffer is
+        // never freed.
+        unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
+    }
+    unsafe { libc::_exit(128 + sig) };
+}
+
+/// The error a recording that could not be finished ends with: what went
+/// wrong, then that the prefix on disk is kept, and how to fix a full disk.
+fn cut_short_error(path: &Path, err: anyhow::Error) -> anyhow::Error {
+    let no_space = err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+            .is_some_and(|code| code == libc::ENOSPC || code == libc::EDQUOT)
+    });
+    let fix = if no_space {
+        "; free some space or record to another disk with -o"
+    } else {
+        ""
+    };
+    anyhow!(
+        "{err:#}; the recording so far is kept in {} (`tprof report` reads it as cut short){fix}",
+        path.display()
+    )
+}
+
+/// The recording file being written, with every write failure naming it.
+struct Output {
+    writer: Writer<BufWriter<File>>,
+    path: PathBuf,
+}
+
+impl Output {
+    fn failed(&self) -> String {
+        format!("writing the recording to {} failed", self.path.display())
+    }
+
+    fn write_json<T: Serialize>(&mut self, kind: u32, value: &T) -> Result<()> {
+        self.writer
+            .write_json(kind, value)
+            .with_context(|| self.failed())
+    }
+
+    fn push_event(&mut self, bytes: &[u8]) -> Result<()> {
+        self.writer.push_event(bytes).with_context(|| self.failed())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.writer.flush().with_context(|| self.failed())
+    }
+
+    /// Flushes everything and syncs it to the disk.
+    fn finish(self) -> Result<()> {
+        let failed = self.failed();
+        let file = self
+            .writer
+            .finish()
+            .context(failed.clone())?
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .context(failed.clone())?;
+        file.sync_all().context(failed)
+    }
+}
+
 /// CLOCK_MONOTONIC now, in ns (the clock of bpf_ktime_get_ns).
 pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
@@ -222,8 +337,7 @@ pub fn anchor() -> ClockAnchor {
 /// One recording in progress.
 struct Session {
     programs: KernelPrograms,
-    writer: Writer<BufWriter<File>>,
-    path: PathBuf,
+    out: Output,
     /// The processes whose exit ends the recording.
     roots: Vec<u32>,
     /// The launched command's pid, which we must reap.
@@ -235,6 +349,10 @@ struct Session {
     sample_hz: Option<u64>,
     events: u64,
     lost: LostCounts,
+    /// Threads and processes of `-p` targets that could not be tracked
+    /// because the tracked maps were full: counted with the kernel's own
+    /// tracking_full drops.
+    untracked: u64,
     started: Instant,
     ticks: u32,
     last_status: Instant,
@@ -253,8 +371,10 @@ impl Session {
     ) -> Session {
         Session {
             programs,
-            writer,
-            path: opts.output.clone(),
+            out: Output {
+                writer,
+                path: opts.output.clone(),
+            },
             roots: Vec::new(),
             child: None,
             known: HashSet::new(),
@@ -262,6 +382,7 @@ impl Session {
             sample_hz: opts.sample_hz,
             events: 0,
             lost: LostCounts::default(),
+            untracked: 0,
             started: Instant::now(),
             ticks: 0,
             last_status: Instant::now(),
@@ -283,8 +404,8 @@ impl Session {
             command,
             block_devices: procfs::block_devices(),
         };
-        self.writer.write_json(record::HEADER, &header)?;
-        self.writer.write_json(record::GPU_INFO, &self.gpu_info)?;
+        self.out.write_json(record::HEADER, &header)?;
+        self.out.write_json(record::GPU_INFO, &self.gpu_info)?;
         Ok(())
     }
 
@@ -309,7 +430,7 @@ impl Session {
             origin: Origin::Launched,
             seen_ns: start.monotonic_ns,
         };
-        self.writer.write_json(record::PROCESS, &info)?;
+        self.out.write_json(record::PROCESS, &info)?;
         self.known.insert(pid);
         let thread = ThreadInfo {
             tid: pid,
@@ -317,7 +438,7 @@ impl Session {
             comm: info.comm.clone(),
             state: 'S',
         };
-        self.writer.write_json(record::THREAD, &thread)?;
+        self.out.write_json(record::THREAD, &thread)?;
         self.threads_seen = 1;
         Ok(())
     }
@@ -330,11 +451,17 @@ impl Session {
         self.write_header(start, None)?;
         let mut pending: Vec<u32> = pids.to_vec();
         while !pending.is_empty() {
+            let mut tracked = Vec::new();
             for &pid in &pending {
-                self.programs.track_process(pid)?;
                 self.known.insert(pid);
+                if self.programs.track_process(pid).is_err() {
+                    // The tracked-process map is full: counted, not fatal.
+                    self.untracked += 1;
+                    continue;
+                }
+                tracked.push(pid);
             }
-            for &pid in &pending {
+            for pid in tracked {
                 self.snapshot_process(pid, Origin::Attached)?;
                 self.track_threads(pid)?;
             }
@@ -349,7 +476,11 @@ impl Session {
 
     fn track_threads(&mut self, pid: u32) -> Result<()> {
         for tid in procfs::tasks(pid) {
-            self.programs.track_thread(tid, pid)?;
+            if self.programs.track_thread(tid, pid).is_err() {
+                // The tracked-thread map is full: counted, not fatal.
+                self.untracked += 1;
+                continue;
+            }
             // A thread that exited between the listing and now would stay in
             // the map forever; drop it again.
             let Some(stat) = procfs::task_stat(pid, tid) else {
@@ -362,7 +493,7 @@ impl Session {
                 comm: stat.comm,
                 state: stat.state,
             };
-            self.writer.write_json(record::THREAD, &info)?;
+            self.out.write_json(record::THREAD, &info)?;
             self.threads_seen += 1;
         }
         Ok(())
@@ -380,7 +511,7 @@ impl Session {
             origin,
             seen_ns: monotonic_ns(),
         };
-        self.writer.write_json(record::PROCESS, &info)?;
+        self.out.write_json(record::PROCESS, &info)?;
         self.spaces.snapshot(pid);
         Ok(())
     }
@@ -391,7 +522,7 @@ impl Session {
             "tprof: recording {} process(es), {} thread(s) to {} (Ctrl-C to stop)",
             self.known.len(),
             self.threads_seen,
-            self.path.display()
+            self.out.path.display()
         );
         match &self.gpu_info.status {
             Some(reason) => eprintln!("tprof: no GPU data: {reason}"),
@@ -430,7 +561,7 @@ impl Session {
         if self.ticks.is_multiple_of(SAMPLE_EVERY_TICKS)
             && let Some(sample) = procfs::system_sample(monotonic_ns())
         {
-            self.writer.write_json(record::SYSTEM, &sample)?;
+            self.out.write_json(record::SYSTEM, &sample)?;
         }
         if self.last_status.elapsed() >= STATUS_EVERY {
             self.last_status = Instant::now();
@@ -441,9 +572,7 @@ impl Session {
             self.refresh_maps();
             self.status_line();
         }
-        self.writer
-            .flush()
-            .context("writing the recording failed")?;
+        self.out.flush()?;
         Ok(())
     }
 
@@ -460,9 +589,7 @@ impl Session {
                 }
                 new_processes.push(pid);
             }
-            self.writer
-                .push_event(bytes)
-                .context("writing the recording failed")?;
+            self.out.push_event(bytes)?;
         }
         for pid in new_processes {
             self.known.insert(pid);
@@ -477,15 +604,22 @@ impl Session {
             return Ok(());
         };
         for batch in gpu.drain(&self.known) {
-            self.writer.write_json(record::GPU_SAMPLES, &batch)?;
+            self.out.write_json(record::GPU_SAMPLES, &batch)?;
         }
         Ok(())
     }
 
+    /// The kernel's drop counts plus what could not be tracked at attach.
+    fn lost_counts(&self) -> Result<LostCounts> {
+        let mut lost = self.programs.lost_counts()?;
+        lost.tracking_full += self.untracked;
+        Ok(lost)
+    }
+
     fn refresh_lost(&mut self) -> Result<()> {
-        let lost = self.programs.lost_counts()?;
+        let lost = self.lost_counts()?;
         if lost != self.lost {
-            self.writer.write_json(record::LOST, &lost)?;
+            self.out.write_json(record::LOST, &lost)?;
             self.lost = lost;
         }
         Ok(())
@@ -510,7 +644,7 @@ impl Session {
         };
         let raw = self.programs.read_stacks()?;
         let table = symbols::build_table(&raw, &self.spaces, hz, monotonic_ns());
-        self.writer.write_json(record::STACKS, &table)?;
+        self.out.write_json(record::STACKS, &table)?;
         Ok(())
     }
 
@@ -543,37 +677,38 @@ impl Session {
     }
 
     /// Drains what is left, writes the totals and the footer, and detaches.
-    /// On an earlier error the recording so far stays readable.
-    fn finish(mut self, result: Result<StopReason>) -> Result<RecordOutcome> {
+    /// On an error, before or here, the recording so far stays readable and
+    /// the error says so.
+    fn finish(self, result: Result<StopReason>) -> Result<RecordOutcome> {
         if std::io::stderr().is_terminal() {
             eprintln!();
         }
-        let kept = format!("the recording so far is kept in {}", self.path.display());
-        let stop_reason = result.context(kept.clone())?;
-        self.drain().context(kept.clone())?;
+        let path = self.out.path.clone();
+        // On an error `self` is dropped here: the programs detach.
+        result
+            .and_then(|reason| self.complete(reason))
+            .map_err(|e| cut_short_error(&path, e))
+    }
+
+    fn complete(mut self, stop_reason: StopReason) -> Result<RecordOutcome> {
+        self.drain()?;
         if let Some(gpu) = &mut self.gpu {
             gpu.stop();
         }
-        self.drain_gpu().context(kept.clone())?;
-        self.write_stacks().context(kept)?;
-        self.lost = self.programs.lost_counts()?;
-        self.writer.write_json(record::LOST, &self.lost)?;
+        self.drain_gpu()?;
+        self.write_stacks()?;
+        self.lost = self.lost_counts()?;
+        self.out.write_json(record::LOST, &self.lost)?;
         let footer = Footer {
             end: anchor(),
             stop_reason: stop_reason.as_str().to_string(),
         };
-        self.writer.write_json(record::FOOTER, &footer)?;
-        let file = self
-            .writer
-            .finish()
-            .context("writing the recording failed")?
-            .into_inner()
-            .map_err(|e| e.into_error())
-            .context("writing the recording failed")?;
-        file.sync_all().context("writing the recording failed")?;
+        self.out.write_json(record::FOOTER, &footer)?;
+        let path = self.out.path.clone();
+        self.out.finish()?;
         drop(self.programs);
         Ok(RecordOutcome {
-            path: self.path,
+            path,
             stop_reason,
             events: self.events,
             lost: self.lost,

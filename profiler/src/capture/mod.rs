@@ -145,6 +145,8 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     }
     session.announce();
     let result = session.run(&mut signals, opts.duration).await;
+    // From here a signal means "stop now", even mid-write.
+    arm_force_stop(&opts.output);
     if let Ok(reason) = &result
         && reason.is_signal()
     {
@@ -153,8 +155,6 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
             reason.as_str()
         );
     }
-    // From here a signal means "stop now", even mid-write.
-    arm_force_stop(&opts.output);
     let outcome = session.finish(result);
     if let Ok(outcome) = &outcome {
         let stacks_lost = match outcome.lost.stack_lost() {
@@ -230,7 +230,7 @@ static FORCE_STOP_MESSAGE: OnceLock<Vec<u8>> = OnceLock::new();
 fn arm_force_stop(path: &Path) {
     let _ = FORCE_STOP_MESSAGE.set(
         format!(
-            "\nerror: stopped at once by a second signal; the recording so far is kept in {} \
+            "error: stopped at once by a second signal; the recording so far is kept in {} \
              (`tprof report` reads it as cut short)\n",
             path.display()
         )
@@ -539,6 +539,8 @@ impl Session {
         let deadline = duration.map(|d| self.started + d);
         loop {
             tokio::select! {
+                // A stop request wins over another drain: the user is waiting.
+                biased;
                 _ = signals.interrupt.recv() => return Ok(StopReason::Interrupted),
                 _ = signals.terminate.recv() => return Ok(StopReason::Terminated),
                 _ = signals.hangup.recv() => return Ok(StopReason::HungUp),

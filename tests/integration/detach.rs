@@ -11,13 +11,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tprof_tests::{
-    Running, bpf_program_ids_held_by, bpf_programs, build_workload, record_command, report_json,
-    require_root,
+    Running, assert_programs_unloaded, bpf_program_ids_held_by, bpf_programs, build_workload,
+    record_command, report_json, require_root,
 };
-
-/// Closing the last fd of a program frees it, but the kernel may finish
-/// that a moment after the process is gone.
-const UNLOAD_GRACE: Duration = Duration::from_secs(2);
 
 #[test]
 fn no_programs_left_after_exit() {
@@ -192,21 +188,7 @@ fn programs_of(tprof: &Running) -> Vec<u32> {
 }
 
 fn assert_unloaded(ours: &[u32]) {
-    let deadline = Instant::now() + UNLOAD_GRACE;
-    loop {
-        let left: Vec<(u32, String)> = bpf_programs()
-            .into_iter()
-            .filter(|(id, _)| ours.contains(id))
-            .collect();
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "BPF programs left loaded: {left:?}"
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
+    assert_programs_unloaded(ours);
 }
 
 fn assert_readable(recording: &Path) {

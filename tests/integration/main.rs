@@ -16,6 +16,9 @@ mod procs;
 mod errors;
 // No eBPF program outlives tprof, however it stops.
 mod detach;
+// Edges: thousands of threads, a fork bomb past the tracked set, a flooded
+// ring buffer, a full disk, targets exiting during attach, reused pids.
+mod limits;
 // Why threads wait: block IO (against /proc/<pid>/io and iostat), futex
 // waits and their wakers, other sleep.
 mod waits;

@@ -17,8 +17,9 @@ pub use fake_nvml::{FakeNvml, recording_start_realtime_ns};
 pub use process::{Finished, Running, signal};
 pub use report::{Device, Futex, Gpu, GpuProcess, Process, Report, Thread, Waker};
 pub use tprof::{
-    Traced, bpf_program_ids_held_by, bpf_programs, flamegraph_folded, record_cmd, record_command,
-    report_json, require_root, tprof, tprof_bin, trace_workload, trace_workload_with,
+    Traced, assert_programs_unloaded, bpf_program_ids_held_by, bpf_programs, flamegraph_folded,
+    record_cmd, record_command, report_json, require_root, tprof, tprof_bin, trace_workload,
+    trace_workload_with,
 };
 pub use workload::{
     build_shared_lib, build_workload, parse_json_lines, read_truth_file, workspace_root,

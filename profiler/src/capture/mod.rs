@@ -116,10 +116,14 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     // Before anything can be interrupted: a Ctrl-C from now on stops cleanly.
     let mut signals = Signals::new()?;
     check_root()?;
+    check_capabilities()?;
     check_targets(&opts.pids)?;
     tracefs::ensure_mounted()?;
     let offsets = tracefs::tracepoint_offsets()?;
     let file = output::create(&opts.output, opts.force)?;
+    // Until recording starts, a failure leaves no empty file behind (it
+    // would only make the next run's -o refuse the path).
+    let unstarted = Unstarted(&opts.output);
     let mut programs = KernelPrograms::load(&offsets, opts.sample_hz.is_some(), opts.limits)?;
     let held = if opts.command.is_empty() {
         None
@@ -143,6 +147,7 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     if let Some(child) = held {
         child.release()?;
     }
+    std::mem::forget(unstarted);
     session.announce();
     let result = session.run(&mut signals, opts.duration).await;
     // From here a signal means "stop now", even mid-write.
@@ -178,6 +183,46 @@ fn check_root() -> Result<()> {
         bail!("tprof record needs root to load eBPF programs; run it with sudo");
     }
     Ok(())
+}
+
+/// Capability bits (linux/capability.h).
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// Root without the capabilities (in a container, or under a reduced
+/// capability bounding set) gets EPERM from the kernel; say what is missing.
+fn check_capabilities() -> Result<()> {
+    let Some(effective) = procfs::effective_capabilities() else {
+        return Ok(()); // cannot tell: let the kernel decide
+    };
+    if let Some(missing) = missing_capabilities(effective, tracefs::is_mounted()) {
+        bail!(
+            "tprof record runs as root without {missing} (a container or a capability \
+             bounding set dropped them); run it as full root: sudo on the host, or a \
+             privileged container"
+        );
+    }
+    Ok(())
+}
+
+/// What `effective` lacks of what tprof needs: CAP_BPF and CAP_PERFMON to
+/// load and attach programs, or CAP_SYS_ADMIN in their place; and
+/// CAP_SYS_ADMIN itself to mount tracefs when it is not mounted.
+fn missing_capabilities(effective: u64, tracefs_mounted: bool) -> Option<String> {
+    let has = |cap: u32| effective & (1 << cap) != 0;
+    if has(CAP_SYS_ADMIN) {
+        return None;
+    }
+    if !tracefs_mounted {
+        return Some("CAP_SYS_ADMIN (to mount tracefs)".into());
+    }
+    match (has(CAP_BPF), has(CAP_PERFMON)) {
+        (true, true) => None,
+        (false, true) => Some("CAP_BPF (or CAP_SYS_ADMIN)".into()),
+        (true, false) => Some("CAP_PERFMON (or CAP_SYS_ADMIN)".into()),
+        (false, false) => Some("CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)".into()),
+    }
 }
 
 fn check_targets(pids: &[u32]) -> Result<()> {
@@ -216,6 +261,16 @@ impl Signals {
             terminate: catch(SignalKind::terminate())?,
             hangup: catch(SignalKind::hangup())?,
         })
+    }
+}
+
+/// Removes the output file of a recording that failed to start, when
+/// dropped; forgotten once it starts.
+struct Unstarted<'a>(&'a Path);
+
+impl Drop for Unstarted<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
     }
 }
 
@@ -750,4 +805,25 @@ fn uname() -> (String, String) {
         String::from_utf8_lossy(&bytes).into_owned()
     };
     (field(&u.release), field(&u.nodename))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_the_missing_capabilities() {
+        let caps = |list: &[u32]| list.iter().fold(0u64, |acc, c| acc | 1 << c);
+        assert_eq!(missing_capabilities(caps(&[CAP_SYS_ADMIN]), false), None);
+        assert_eq!(
+            missing_capabilities(caps(&[CAP_BPF, CAP_PERFMON]), true),
+            None
+        );
+        let only_bpf = missing_capabilities(caps(&[CAP_BPF]), true).unwrap();
+        assert!(only_bpf.starts_with("CAP_PERFMON"), "{only_bpf}");
+        let none = missing_capabilities(0, true).unwrap();
+        assert!(none.contains("CAP_BPF and CAP_PERFMON"), "{none}");
+        let unmounted = missing_capabilities(caps(&[CAP_BPF, CAP_PERFMON]), false).unwrap();
+        assert!(unmounted.contains("tracefs"), "{unmounted}");
+    }
 }

@@ -38,14 +38,13 @@ pub fn create(path: &Path, force: bool) -> Result<File> {
         options.create_new(true);
     }
     let file = options.open(path).map_err(|e| match e.raw_os_error() {
+        // O_EXCL does not follow a symlink either; name it for what it is.
+        Some(libc::EEXIST) if path.is_symlink() => symlink(path),
         Some(libc::EEXIST) => anyhow::anyhow!(
             "{} already exists; choose another path with -o or pass --force to overwrite it",
             path.display()
         ),
-        Some(libc::ELOOP) => anyhow::anyhow!(
-            "{} is a symbolic link; tprof does not write through links; choose another path with -o",
-            path.display()
-        ),
+        Some(libc::ELOOP) => symlink(path),
         Some(libc::ENXIO) => not_a_file(path),
         _ => anyhow::Error::new(e).context(format!("cannot create {}", path.display())),
     })?;
@@ -73,6 +72,13 @@ pub fn create(path: &Path, force: bool) -> Result<File> {
         unsafe { libc::fchown(file.as_raw_fd(), uid, gid) };
     }
     Ok(file)
+}
+
+fn symlink(path: &Path) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{} is a symbolic link; tprof does not write through links; choose another path with -o",
+        path.display()
+    )
 }
 
 fn not_a_file(path: &Path) -> anyhow::Error {

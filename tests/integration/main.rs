@@ -19,6 +19,9 @@ mod detach;
 // Edges: thousands of threads, a fork bomb past the tracked set, a flooded
 // ring buffer, a full disk, targets exiting during attach, reused pids.
 mod limits;
+// Root's writes: owned by the sudo user, never through a planted link,
+// FIFO or directory, never over an existing file without --force.
+mod privileges;
 // Why threads wait: block IO (against /proc/<pid>/io and iostat), futex
 // waits and their wakers, other sleep.
 mod waits;

@@ -19,6 +19,12 @@ pub use threads::{BlockReason, Interval, SwitchOut, Thread, ThreadState};
 
 use crate::recording::{Event, LostCounts, Origin, Recording, StackTable, SystemSample};
 
+/// The longest window a recording can describe. tprof records for minutes
+/// or hours; a timestamp further out is corruption, and analysis works per
+/// second of the window, so it must not stretch the window (events past it
+/// are left out).
+pub const MAX_WINDOW_NS: u64 = 7 * 24 * 3600 * 1_000_000_000;
+
 /// A tracked process.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Process {
@@ -87,7 +93,9 @@ impl Model {
         // The ring buffer is ordered by commit, not by timestamp: CPUs race.
         events.sort_by_key(|e| e.ts());
         let window_start_ns = rec.header.start.monotonic_ns;
-        let window_end_ns = window_end(rec, &events).max(window_start_ns);
+        let window_end_ns = window_end(rec, &events)
+            .max(window_start_ns)
+            .min(window_start_ns.saturating_add(MAX_WINDOW_NS));
 
         let mut builder = threads::Builder::new(window_start_ns, &rec.threads);
         let mut model = Model {

@@ -259,6 +259,21 @@ fn report_corrupt_file() {
     assert_clean_error(&out);
 }
 
+/// A device is not a recording: reading /dev/zero would never end.
+#[test]
+fn report_of_a_device() {
+    require_root();
+    let out = Running::spawn(tprof().args(["report", "/dev/zero"]))
+        .wait(Duration::from_secs(30))
+        .into_output();
+    assert_clean_error(&out);
+    assert!(
+        stderr(&out).contains("not a regular file"),
+        "{}",
+        show(&out)
+    );
+}
+
 /// A recording cut off mid-write (tprof killed, disk full) still reports
 /// what it holds, and says it was cut short.
 #[test]

@@ -217,8 +217,10 @@ fn every_output(rec: &Recording) {
     ] {
         let lines = flame::fold(&model, kind, &flame::Filter::default());
         let _ = flame::folded_text(&lines);
-        let _ = render::flamegraph::svg(&lines, kind, "t", std::io::sink());
-        let _ = render::flamegraph::diff_svg(&lines, &lines, kind, "t", std::io::sink());
+        let note = render::loss_note(&model.lost, model.cut_short);
+        let note = note.as_deref();
+        let _ = render::flamegraph::svg(&lines, kind, "t", note, std::io::sink());
+        let _ = render::flamegraph::diff_svg(&lines, &lines, kind, "t", note, std::io::sink());
     }
 }
 

@@ -114,15 +114,12 @@ fn fork_bomb_fills_the_tracked_set() {
 }
 
 /// A ring buffer of one page under a ping-pong flood: drops are counted
-/// per event kind, in the JSON `lost` object and in the report's header.
+/// per event kind, in the JSON `lost` object, in the report's header and
+/// under the flamegraphs' titles.
 #[test]
 fn ring_buffer_overload_is_counted_per_kind() {
     require_root();
-    let traced = trace_workload_with(
-        "pingpong",
-        &["--no-stacks", "--ring-buffer-size", "4096"],
-        &["1"],
-    );
+    let traced = trace_workload_with("pingpong", &["--ring-buffer-size", "4096"], &["1"]);
     let json = report_json(&traced.recording);
     let by_kind = json["lost"]["ring_buffer_full"]
         .as_object()
@@ -147,6 +144,14 @@ fn ring_buffer_overload_is_counted_per_kind() {
         .unwrap_or_else(|| panic!("no lost-events warning: {:#?}", traced.record));
     let switch = by_kind["switch"].as_u64().unwrap();
     assert!(header.contains(&format!("switch {switch}")), "{header}");
+    let mut wall = traced.recording.clone().into_os_string();
+    wall.push(".wall.svg");
+    let svg = std::fs::read_to_string(&wall).expect("read the wall flamegraph");
+    assert!(
+        svg.contains("events lost (ring buffer full: ")
+            && svg.contains(&format!("switch {switch}")),
+        "no loss note under the flamegraph's title"
+    );
 }
 
 /// A tmpfs mounted for the test; unmounted when dropped.

@@ -4,6 +4,7 @@
 
 mod cmd;
 mod demo;
+mod fuzz;
 mod setup;
 mod test;
 
@@ -12,7 +13,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     about = "tprof's developer tasks",
-    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo"
+    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo\n  cargo xtask fuzz --seconds 300"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -29,6 +30,9 @@ enum Task {
     Test(test::Args),
     /// Build tprof in release mode and record the bundled demo workload.
     Demo,
+    /// Fuzz the recording reader (and everything after it) for a fixed
+    /// time with cargo-fuzz; needs nightly and `cargo install cargo-fuzz`.
+    Fuzz(fuzz::Args),
 }
 
 fn main() {
@@ -37,6 +41,7 @@ fn main() {
         Task::Setup => setup::run(),
         Task::Test(args) => test::run(&args),
         Task::Demo => demo::run(),
+        Task::Fuzz(args) => fuzz::run(&args),
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

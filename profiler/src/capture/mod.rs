@@ -161,6 +161,9 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
         );
     }
     let outcome = session.finish(result);
+    // The recording is complete or has failed: what follows (flamegraphs,
+    // the report) is stopped by a signal the ordinary way.
+    disarm_force_stop();
     if let Ok(outcome) = &outcome {
         let stacks_lost = match outcome.lost.stack_lost() {
             0 => String::new(),
@@ -296,6 +299,13 @@ fn arm_force_stop(path: &Path) {
         // SAFETY: the handler only calls async-signal-safe functions
         // (write, _exit) on memory set before it was installed.
         unsafe { libc::signal(sig, handler as libc::sighandler_t) };
+    }
+}
+
+fn disarm_force_stop() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: restoring the default disposition.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
     }
 }
 

@@ -156,7 +156,7 @@ impl KernelPrograms {
             .map_err(|e| anyhow!("loading the eBPF programs failed: {e}"))
             .context(
                 "the kernel refused tprof's programs; tprof needs Linux 5.15+ with \
-                 CONFIG_BPF_SYSCALL and BTF, run as root",
+                 CONFIG_BPF_SYSCALL, run as root (kernel BTF is not needed)",
             )?;
         for (name, program) in ebpf.programs_mut() {
             let loaded = match program {

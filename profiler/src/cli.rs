@@ -10,7 +10,7 @@ use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
 
 use profiler::analysis::flame;
-use profiler::capture::{RecordOptions, gpu::GpuOptions, output};
+use profiler::capture::{MapLimits, RecordOptions, gpu::GpuOptions, output};
 
 /// Read when `--nvml-lib` is not given (sudo drops it unless kept with
 /// `sudo --preserve-env=TPROF_NVML_LIB`).
@@ -98,6 +98,16 @@ pub struct RecordArgs {
     /// loads; each traced call costs the job one or two uprobe traps).
     #[arg(long)]
     pub no_cuda: bool,
+    /// Size of the kernel's tracked-thread map (default 65536). Hidden: for
+    /// tests that fill the tracked set with a modest fork bomb.
+    #[arg(long, hide = true, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(profiler_ebpf::MAX_TRACKED_TIDS)))]
+    pub max_tracked_threads: Option<u32>,
+    /// Size of the kernel's event ring buffer in bytes, a power of two of
+    /// at least the page size (default 16 MiB). Hidden: for tests that
+    /// overflow it.
+    #[arg(long, hide = true, value_name = "BYTES", value_parser = parse_ring_buffer_size)]
+    pub ring_buffer_size: Option<u32>,
     /// The command to launch and trace (after --).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -268,8 +278,32 @@ impl RecordArgs {
             },
             sample_hz: (!self.no_stacks).then_some(self.hz),
             cuda: !self.no_cuda,
+            limits: {
+                let defaults = MapLimits::default();
+                MapLimits {
+                    tracked_threads: self.max_tracked_threads.unwrap_or(defaults.tracked_threads),
+                    ring_buffer_bytes: self.ring_buffer_size.unwrap_or(defaults.ring_buffer_bytes),
+                }
+            },
         })
     }
+}
+
+/// A ring buffer size: the kernel wants a power of two that is a multiple
+/// of the page size.
+fn parse_ring_buffer_size(text: &str) -> Result<u32, String> {
+    let bytes: u32 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size in bytes (try 65536)"))?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
+    if !bytes.is_power_of_two() || bytes < page {
+        return Err(format!(
+            "ring buffer size {bytes} must be a power of two of at least {page} bytes"
+        ));
+    }
+    Ok(bytes)
 }
 
 /// A polling rate: positive, and no faster than NVML can answer.
@@ -345,6 +379,8 @@ mod tests {
             no_flamegraphs: false,
             no_timeline: false,
             no_cuda: false,
+            max_tracked_threads: None,
+            ring_buffer_size: None,
             command,
         };
         assert!(args(vec![], vec![]).to_options().is_err());

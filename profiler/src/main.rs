@@ -113,7 +113,7 @@ fn write_timeline(
 fn flamegraph(args: &cli::FlamegraphArgs) -> Result<()> {
     let kind = FlameKind::from(args.kind);
     let filter = args.filter();
-    let lines = folded(&args.path, kind, &filter)?;
+    let (lines, note) = folded(&args.path, kind, &filter)?;
     if args.folded {
         io::stdout()
             .lock()
@@ -130,24 +130,32 @@ fn flamegraph(args: &cli::FlamegraphArgs) -> Result<()> {
     let file = capture::output::create(&out, args.force)?;
     match &args.after {
         Some(after) => {
-            let after_lines = folded(after, kind, &filter)?;
+            let (after_lines, after_note) = folded(after, kind, &filter)?;
+            let note = diff_note(&args.path, note, after, after_note);
             let title = format!(
                 "tprof {} flamegraph: {} → {}",
                 kind.name(),
                 args.path.display(),
                 after.display()
             );
-            render::flamegraph::diff_svg(&lines, &after_lines, kind, &title, file)
+            render::flamegraph::diff_svg(&lines, &after_lines, kind, &title, note.as_deref(), file)
         }
-        None => render::flamegraph::svg(&lines, kind, &title(kind, &args.path), file),
+        None => {
+            let title = title(kind, &args.path);
+            render::flamegraph::svg(&lines, kind, &title, note.as_deref(), file)
+        }
     }
     .with_context(|| format!("writing {} failed", out.display()))?;
     eprintln!("tprof: wrote {}", out.display());
     Ok(())
 }
 
-/// The folded stacks of a recording; an error when there are none.
-fn folded(path: &Path, kind: FlameKind, filter: &Filter) -> Result<Vec<(String, u64)>> {
+/// Folded stacks: (`frame;frame;…`, weight) lines.
+type Folded = Vec<(String, u64)>;
+
+/// The folded stacks of a recording and what it lost
+/// ([`render::loss_note`]); an error when there are no stacks.
+fn folded(path: &Path, kind: FlameKind, filter: &Filter) -> Result<(Folded, Option<String>)> {
     let rec = recording::read(path)?;
     if rec.stacks.is_none() {
         bail!(
@@ -155,7 +163,8 @@ fn folded(path: &Path, kind: FlameKind, filter: &Filter) -> Result<Vec<(String, 
             path.display()
         );
     }
-    let lines = flame::fold(&Model::build(&rec), kind, filter);
+    let model = Model::build(&rec);
+    let lines = flame::fold(&model, kind, filter);
     if lines.is_empty() {
         bail!(
             "{} has no {} stacks for the chosen processes and threads",
@@ -163,7 +172,23 @@ fn folded(path: &Path, kind: FlameKind, filter: &Filter) -> Result<Vec<(String, 
             kind.name()
         );
     }
-    Ok(lines)
+    Ok((lines, render::loss_note(&model.lost, model.cut_short)))
+}
+
+/// The losses of both recordings of a differential flamegraph, each named.
+fn diff_note(
+    before: &Path,
+    before_note: Option<String>,
+    after: &Path,
+    after_note: Option<String>,
+) -> Option<String> {
+    let named =
+        |path: &Path, note: Option<String>| note.map(|n| format!("{}: {n}", path.display()));
+    let notes: Vec<String> = [named(before, before_note), named(after, after_note)]
+        .into_iter()
+        .flatten()
+        .collect();
+    (!notes.is_empty()).then(|| notes.join(" | "))
 }
 
 /// What `tprof record` writes next to the recording: the flamegraphs and
@@ -193,6 +218,7 @@ fn record_outputs(recording: &Path, flamegraphs: bool, timelines: bool, force: b
 /// job that never ran while sampled has no cpu graph; that is a note, not a
 /// failure of the recording.
 fn record_flamegraphs(model: &Model, recording: &Path, force: bool) -> Result<()> {
+    let note = render::loss_note(&model.lost, model.cut_short);
     for kind in [FlameKind::Cpu, FlameKind::Wall] {
         let lines = flame::fold(model, kind, &Filter::default());
         if lines.is_empty() {
@@ -205,7 +231,7 @@ fn record_flamegraphs(model: &Model, recording: &Path, force: bool) -> Result<()
         }
         let out = svg_path(recording, kind, "");
         let file = capture::output::create(&out, force)?;
-        render::flamegraph::svg(&lines, kind, &title(kind, recording), file)
+        render::flamegraph::svg(&lines, kind, &title(kind, recording), note.as_deref(), file)
             .with_context(|| format!("writing {} failed", out.display()))?;
         eprintln!(
             "tprof: {} flamegraph written to {}",

@@ -1,5 +1,6 @@
 //! No eBPF program outlives tprof: not when the command ends, not when
-//! tprof is interrupted. While tprof records, the tests note the programs
+//! tprof is interrupted, hung up, interrupted twice or killed with -9 (and
+//! then the recording so far still reads, as cut short). While tprof records, the tests note the programs
 //! it holds (all named `tprof_*`), and check afterwards that none of them
 //! is still loaded. Going by program id rather than by name keeps the tests
 //! right while another tprof runs on the machine.
@@ -10,13 +11,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tprof_tests::{
-    Running, bpf_program_ids_held_by, bpf_programs, build_workload, record_command, report_json,
-    require_root,
+    Running, assert_programs_unloaded, bpf_program_ids_held_by, bpf_programs, build_workload,
+    record_command, report_json, require_root,
 };
-
-/// Closing the last fd of a program frees it, but the kernel may finish
-/// that a moment after the process is gone.
-const UNLOAD_GRACE: Duration = Duration::from_secs(2);
 
 #[test]
 fn no_programs_left_after_exit() {
@@ -42,6 +39,105 @@ fn no_programs_left_after_sigint() {
 #[test]
 fn no_programs_left_after_sigterm() {
     stop_with_signal(libc::SIGTERM);
+}
+
+#[test]
+fn no_programs_left_after_sighup() {
+    stop_with_signal(libc::SIGHUP);
+}
+
+/// A second Ctrl-C while tprof is finishing stops it at once: exit 130,
+/// one error line, programs gone, and the file a readable prefix. To give
+/// finishing real work, tprof is stopped (SIGSTOP) while a ping-pong
+/// workload floods the ring buffer, and the first SIGINT is queued before it
+/// resumes: its final drain then has a full ring buffer to write, and the
+/// second SIGINT (repeated, as an impatient user would) lands during it.
+#[test]
+fn second_sigint_stops_at_once() {
+    require_root();
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let recording = dir.path().join("recording.tprof");
+    let mut tprof = record_flood(&recording);
+    let ours = programs_of(&tprof);
+    tprof.signal(libc::SIGSTOP);
+    thread::sleep(Duration::from_secs(1));
+    tprof.signal(libc::SIGINT);
+    tprof.signal(libc::SIGCONT);
+    tprof.wait_for_stderr("Ctrl-C again", Duration::from_secs(10));
+    let pid = tprof.pid();
+    for _ in 0..100 {
+        // SAFETY: kill has no memory-safety preconditions; ESRCH once
+        // tprof is gone ends the loop.
+        if unsafe { libc::kill(pid, libc::SIGINT) } != 0 {
+            break;
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    let finished = tprof.wait(Duration::from_secs(30));
+    assert!(
+        !finished.stderr.contains("panicked"),
+        "tprof panicked: {finished:#?}"
+    );
+    assert!(
+        finished.stderr.contains("stopped at once"),
+        "tprof finished normally before the second SIGINT: {finished:#?}"
+    );
+    assert_eq!(finished.status.code(), Some(130), "{finished:#?}");
+    let errors: Vec<&str> = finished
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{finished:#?}");
+    assert!(errors[0].contains("cut short"), "{finished:#?}");
+    assert_unloaded(&ours);
+    let report = report_json(&recording);
+    assert_eq!(report["cut_short"], true, "{report:#}");
+    assert!(report["events"].as_u64().unwrap_or(0) > 0, "{report:#}");
+}
+
+/// kill -9 gives tprof no chance to clean up: the kernel must free the
+/// programs with tprof's last fds, and what was flushed must read as a
+/// recording cut short.
+#[test]
+fn kill_9_leaves_readable_prefix_and_no_programs() {
+    require_root();
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let recording = dir.path().join("recording.tprof");
+    let tprof = record_flood(&recording);
+    let ours = programs_of(&tprof);
+    tprof.signal(libc::SIGKILL);
+    let finished = tprof.wait(Duration::from_secs(10));
+    assert_eq!(
+        finished.status.signal(),
+        Some(libc::SIGKILL),
+        "{finished:#?}"
+    );
+    assert_unloaded(&ours);
+    let report = report_json(&recording);
+    assert_eq!(report["cut_short"], true, "{report:#}");
+    assert!(report["events"].as_u64().unwrap_or(0) > 0, "{report:#}");
+    let text = tprof_tests::tprof()
+        .arg("report")
+        .arg(&recording)
+        .output()
+        .expect("run tprof report");
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("cut short"),
+        "{}",
+        tprof_tests::show(&text)
+    );
+}
+
+/// `tprof record -- pingpong 60`, a second after it says it is recording:
+/// by then events have been flushed to the file.
+fn record_flood(recording: &Path) -> Running {
+    let flood = build_workload("flood");
+    let cmd = [flood.to_str().unwrap(), "60"];
+    let mut tprof = Running::spawn(&mut record_command(recording, &["--no-report"], &cmd));
+    tprof.wait_for_stderr("recording", Duration::from_secs(30));
+    thread::sleep(Duration::from_secs(1));
+    tprof
 }
 
 /// Interrupts a recording of a 5 s sleeper: tprof must stop promptly on its
@@ -92,21 +188,7 @@ fn programs_of(tprof: &Running) -> Vec<u32> {
 }
 
 fn assert_unloaded(ours: &[u32]) {
-    let deadline = Instant::now() + UNLOAD_GRACE;
-    loop {
-        let left: Vec<(u32, String)> = bpf_programs()
-            .into_iter()
-            .filter(|(id, _)| ours.contains(id))
-            .collect();
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "BPF programs left loaded: {left:?}"
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
+    assert_programs_unloaded(ours);
 }
 
 fn assert_readable(recording: &Path) {

@@ -1,11 +1,18 @@
 //! Failures a user will meet: each must end in a non-zero exit and a
-//! one-line "error: ..." on stderr, never a panic or a backtrace.
+//! one-line "error: ..." on stderr, never a panic or a backtrace. Targets
+//! tprof cannot trace, missing privileges, and a system without tracefs or a
+//! tracepoint (made for real in a private mount namespace, so the machine
+//! itself is untouched).
 
 use std::os::unix::process::CommandExt as _;
-use std::process::Output;
-use std::time::Duration;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
-use tprof_tests::{Running, build_workload, record_cmd, record_command, require_root, show, tprof};
+use tprof_tests::{
+    Running, build_workload, record_cmd, record_command, report_json, require_root, show, tprof,
+    tprof_bin,
+};
 
 /// The overflow user and group on Debian.
 const NOBODY: u32 = 65534;
@@ -25,6 +32,175 @@ fn no_such_pid() {
         "the error should name the pid: {}",
         show(&out)
     );
+}
+
+#[test]
+fn kernel_thread() {
+    require_root();
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let recording = dir.path().join("recording.tprof");
+    // kthreadd is pid 2 on every Linux.
+    let out = record_cmd(&recording, &["-p", "2", "-d", "1s"], &[]);
+    assert_clean_error(&out);
+    assert!(stderr(&out).contains("kernel thread"), "{}", show(&out));
+    assert!(!recording.exists(), "a refused target left a file");
+}
+
+/// `-p` with tprof's own pid: a shell execs tprof with its own `$$`.
+#[test]
+fn tprof_itself() {
+    require_root();
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let recording = dir.path().join("recording.tprof");
+    let script = format!(
+        "exec '{}' record -p $$ -d 1s -o '{}'",
+        tprof_bin().display(),
+        recording.display()
+    );
+    let out = Running::spawn(Command::new("sh").args(["-c", &script]))
+        .wait(Duration::from_secs(30))
+        .into_output();
+    assert_clean_error(&out);
+    assert!(stderr(&out).contains("tprof itself"), "{}", show(&out));
+}
+
+/// A process that has exited but was not reaped yet: the test spawns one
+/// and does not wait for it.
+#[test]
+fn zombie() {
+    require_root();
+    let mut child = Command::new("true").spawn().expect("run true");
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while state_of(pid) != Some('Z') {
+        assert!(Instant::now() < deadline, "{pid} never became a zombie");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let out = record_cmd(
+        &dir.path().join("recording.tprof"),
+        &["-p", &pid.to_string(), "-d", "1s"],
+        &[],
+    );
+    child.wait().expect("reap the zombie");
+    assert_clean_error(&out);
+    assert!(stderr(&out).contains("zombie"), "{}", show(&out));
+}
+
+fn state_of(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// A command that cannot run: one error line, and no empty recording left
+/// to make the next run's -o refuse the path.
+#[test]
+fn command_not_found_leaves_no_file() {
+    require_root();
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let recording = dir.path().join("recording.tprof");
+    let out = record_cmd(&recording, &[], &["no-such-command-tprof-test"]);
+    assert_clean_error(&out);
+    assert!(stderr(&out).contains("command not found"), "{}", show(&out));
+    assert!(!recording.exists(), "a failed start left {recording:?}");
+}
+
+/// Root whose capabilities were dropped (as in a container): the error
+/// names the capabilities, not the kernel's EPERM.
+#[test]
+fn root_without_capabilities() {
+    require_root();
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let recording = dir.path().join("recording.tprof");
+    let mut cmd = Command::new("setpriv");
+    cmd.arg("--bounding-set=-all")
+        .arg(tprof_bin())
+        .args(["record", "-o"])
+        .arg(&recording)
+        .args(["--", "true"]);
+    let out = Running::spawn(&mut cmd)
+        .wait(Duration::from_secs(30))
+        .into_output();
+    assert_clean_error(&out);
+    assert!(stderr(&out).contains("CAP_BPF"), "{}", show(&out));
+}
+
+/// Runs `SETUP` then tprof record in a private mount namespace (unshare
+/// -m makes its mounts private), so whatever the setup hides or mounts is
+/// gone with the namespace.
+fn record_in_namespace(setup: &str, recording: &Path) -> Output {
+    let sleeper = build_workload("sleeper");
+    let script = format!(
+        "{setup} && exec '{}' record --no-report -o '{}' -- '{}' 0.2",
+        tprof_bin().display(),
+        recording.display(),
+        sleeper.display()
+    );
+    Running::spawn(Command::new("unshare").args(["-m", "sh", "-c", &script]))
+        .wait(Duration::from_secs(60))
+        .into_output()
+}
+
+/// tracefs not mounted (a fresh machine): tprof mounts it and records.
+#[test]
+fn tracefs_not_mounted_is_mounted() {
+    require_root();
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let recording = dir.path().join("recording.tprof");
+    let setup = "(umount /sys/kernel/tracing 2>/dev/null; true) && \
+                 ! test -d /sys/kernel/tracing/events";
+    let out = record_in_namespace(setup, &recording);
+    assert!(out.status.success(), "{}", show(&out));
+    report_json(&recording);
+}
+
+/// No place to mount tracefs (/sys/kernel hidden under an empty,
+/// read-only tmpfs): one line naming tracefs and the mount command.
+#[test]
+fn tracefs_unavailable() {
+    require_root();
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let recording = dir.path().join("recording.tprof");
+    let out = record_in_namespace("mount -t tmpfs -o ro none /sys/kernel", &recording);
+    assert_clean_error(&out);
+    let err = stderr(&out);
+    assert!(err.contains("tracefs"), "{}", show(&out));
+    assert!(err.contains("mount -t tracefs"), "{}", show(&out));
+}
+
+/// A kernel without a tracepoint tprof needs (its tracefs directory
+/// hidden): the error names the tracepoint.
+#[test]
+fn missing_tracepoint() {
+    require_root();
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let recording = dir.path().join("recording.tprof");
+    let out = record_in_namespace(
+        "mount -t tmpfs none /sys/kernel/tracing/events/sched",
+        &recording,
+    );
+    assert_clean_error(&out);
+    assert!(
+        stderr(&out).contains("sched/sched_switch"),
+        "{}",
+        show(&out)
+    );
+}
+
+/// Without kernel BTF tprof still records: its programs are classic
+/// tracepoints and a perf event with offsets read from tracefs, so they
+/// need no BTF relocations.
+#[test]
+fn no_btf_is_fine() {
+    require_root();
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let recording = dir.path().join("recording.tprof");
+    let out = record_in_namespace(
+        "mount -t tmpfs none /sys/kernel/btf && ! test -e /sys/kernel/btf/vmlinux",
+        &recording,
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(report_json(&recording)["events"].as_u64().unwrap_or(0) > 0);
 }
 
 /// Without root tprof cannot load its programs; it must say root is needed
@@ -81,6 +257,21 @@ fn report_corrupt_file() {
         .output()
         .expect("run tprof");
     assert_clean_error(&out);
+}
+
+/// A device is not a recording: reading /dev/zero would never end.
+#[test]
+fn report_of_a_device() {
+    require_root();
+    let out = Running::spawn(tprof().args(["report", "/dev/zero"]))
+        .wait(Duration::from_secs(30))
+        .into_output();
+    assert_clean_error(&out);
+    assert!(
+        stderr(&out).contains("not a regular file"),
+        "{}",
+        show(&out)
+    );
 }
 
 /// A recording cut off mid-write (tprof killed, disk full) still reports

@@ -16,6 +16,12 @@ mod procs;
 mod errors;
 // No eBPF program outlives tprof, however it stops.
 mod detach;
+// Edges: thousands of threads, a fork bomb past the tracked set, a flooded
+// ring buffer, a full disk, targets exiting during attach, reused pids.
+mod limits;
+// Root's writes: owned by the sudo user, never through a planted link,
+// FIFO or directory, never over an existing file without --force.
+mod privileges;
 // Why threads wait: block IO (against /proc/<pid>/io and iostat), futex
 // waits and their wakers, other sleep.
 mod waits;

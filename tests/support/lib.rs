@@ -25,9 +25,9 @@ pub use report::{
     Process, Report, Steps, Thread, Waker,
 };
 pub use tprof::{
-    Traced, bpf_program_ids_held_by, bpf_programs, flamegraph_folded, record_cmd, record_command,
-    report_json, require_root, tprof, tprof_bin, trace_workload, trace_workload_env,
-    trace_workload_with,
+    Traced, assert_programs_unloaded, bpf_program_ids_held_by, bpf_programs, flamegraph_folded,
+    record_cmd, record_command, report_json, require_root, tprof, tprof_bin, trace_workload,
+    trace_workload_env, trace_workload_with,
 };
 pub use workload::{
     build_shared_lib, build_workload, parse_json_lines, read_truth_file, workspace_root,

@@ -177,6 +177,29 @@ pub fn bpf_programs() -> Vec<(u32, String)> {
         .collect()
 }
 
+/// Closing the last fd of a program frees it, but the kernel may finish
+/// that a moment after the process is gone.
+const UNLOAD_GRACE: Duration = Duration::from_secs(2);
+
+/// Panics unless every program in `ids` is unloaded (within a short grace).
+pub fn assert_programs_unloaded(ids: &[u32]) {
+    let deadline = std::time::Instant::now() + UNLOAD_GRACE;
+    loop {
+        let left: Vec<(u32, String)> = bpf_programs()
+            .into_iter()
+            .filter(|(id, _)| ids.contains(id))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "BPF programs left loaded: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Ids of the BPF programs process `pid` holds through program or link
 /// file descriptors (from /proc/PID/fdinfo), so a test can check exactly
 /// its own tprof's programs even while another tprof runs.

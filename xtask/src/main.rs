@@ -5,6 +5,7 @@
 mod bench;
 mod cmd;
 mod demo;
+mod fuzz;
 mod setup;
 mod test;
 
@@ -13,7 +14,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     about = "tprof's developer tasks",
-    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo\n  sudo cargo xtask demo --healthy"
+    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo\n  sudo cargo xtask demo --healthy\n  sudo cargo xtask bench\n  cargo xtask fuzz --seconds 300"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -36,6 +37,9 @@ enum Task {
     /// libbpf-tools and perf sched, its capacity, recording size and report
     /// speed; writes target/bench/results.md.
     Bench(bench::Args),
+    /// Fuzz the recording reader (and everything after it) for a fixed
+    /// time with cargo-fuzz; needs nightly and `cargo install cargo-fuzz`.
+    Fuzz(fuzz::Args),
 }
 
 fn main() {
@@ -45,6 +49,7 @@ fn main() {
         Task::Test(args) => test::run(&args),
         Task::Demo(args) => demo::run(&args),
         Task::Bench(args) => bench::run(&args),
+        Task::Fuzz(args) => fuzz::run(&args),
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

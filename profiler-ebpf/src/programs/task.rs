@@ -39,10 +39,11 @@ fn try_newtask(ctx: &TracePointContext) -> Result<(), i32> {
     } else {
         child_tid
     };
-    if child_tgid != parent_tgid && TRACKED_TGIDS.insert(&child_tgid, &1, 0).is_err() {
-        count_lost(LOST_TRACK_FULL);
-    }
-    if TRACKED_TIDS.insert(&child_tid, &child_tgid, 0).is_err() {
+    // One count per task left untracked, whichever map was full.
+    let process_full =
+        child_tgid != parent_tgid && TRACKED_TGIDS.insert(&child_tgid, &1, 0).is_err();
+    let thread_full = TRACKED_TIDS.insert(&child_tid, &child_tgid, 0).is_err();
+    if process_full || thread_full {
         count_lost(LOST_TRACK_FULL);
     }
     emit(

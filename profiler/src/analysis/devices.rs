@@ -68,8 +68,8 @@ pub fn device_stats(model: &Model) -> Vec<DeviceStats> {
             window: iostat(&ios, start, end),
             series: (start..end)
                 .step_by(1_000_000_000)
-                .filter(|s| s + 1_000_000_000 <= end)
-                .map(|s| iostat(&ios, s, s + 1_000_000_000))
+                .filter_map(|s| Some((s, s.checked_add(1_000_000_000).filter(|&e| e <= end)?)))
+                .map(|(s, e)| iostat(&ios, s, e))
                 .collect(),
             users: users(&ios),
         })
@@ -89,7 +89,9 @@ pub fn iostat(ios: &[&IoRequest], start: u64, end: u64) -> IoStat {
     let of = |op| done.iter().filter(move |io| io.op == op);
     let (reads, writes) = (of(IoOp::Read).count(), of(IoOp::Write).count());
     let mean_ms = |op, n: usize| {
-        let total: u64 = of(op).map(|io| io.latency_ns()).sum();
+        let total = of(op)
+            .map(|io| io.latency_ns())
+            .fold(0, u64::saturating_add);
         if n == 0 {
             0.0
         } else {
@@ -100,11 +102,24 @@ pub fn iostat(ios: &[&IoRequest], start: u64, end: u64) -> IoStat {
     IoStat {
         r_s: reads as f64 / secs,
         w_s: writes as f64 / secs,
-        rmb_s: of(IoOp::Read).map(|io| io.bytes).sum::<u64>() as f64 / MB / secs,
-        wmb_s: of(IoOp::Write).map(|io| io.bytes).sum::<u64>() as f64 / MB / secs,
+        rmb_s: of(IoOp::Read)
+            .map(|io| io.bytes)
+            .fold(0, u64::saturating_add) as f64
+            / MB
+            / secs,
+        wmb_s: of(IoOp::Write)
+            .map(|io| io.bytes)
+            .fold(0, u64::saturating_add) as f64
+            / MB
+            / secs,
         r_await_ms: mean_ms(IoOp::Read, reads),
         w_await_ms: mean_ms(IoOp::Write, writes),
-        aqu_sz: ios.iter().map(|io| in_window(io)).sum::<u64>() as f64 / NS / secs,
+        aqu_sz: ios
+            .iter()
+            .map(|io| in_window(io))
+            .fold(0, u64::saturating_add) as f64
+            / NS
+            / secs,
         util_pct: 100.0 * busy_ns(ios, start, end) as f64 / NS / secs,
     }
 }

@@ -67,12 +67,30 @@ pub fn fold(model: &Model, kind: FlameKind, filter: &Filter) -> Vec<(String, u64
             continue;
         };
         let line = stack_line(model, table, &labels, sample);
-        *sums.entry(line).or_default() += weight;
+        // Saturating: weights come from the file, which may be hostile.
+        let sum = sums.entry(line).or_default();
+        *sum = sum.saturating_add(weight);
     }
-    sums.into_iter()
+    let mut lines: Vec<(String, u64)> = sums
+        .into_iter()
         .map(|(line, w)| (line, to_unit(kind, w)))
         .filter(|&(_, w)| w > 0)
-        .collect()
+        .collect();
+    keep_total_in_range(&mut lines);
+    lines
+}
+
+/// inferno sums the lines' weights in u64 and scales differences by 150
+/// in isize: scale them down when their total would overflow that (only a
+/// hostile file comes near: 2^53 µs is 285 years).
+fn keep_total_in_range(lines: &mut [(String, u64)]) {
+    const LIMIT: u128 = 1 << 53;
+    let total: u128 = lines.iter().map(|&(_, w)| u128::from(w)).sum();
+    if total > LIMIT {
+        for (_, w) in lines.iter_mut() {
+            *w = (u128::from(*w) * LIMIT / total) as u64;
+        }
+    }
 }
 
 /// The sample's weight in this kind's summing unit (samples for cpu, ns
@@ -82,7 +100,11 @@ fn weight(table: &StackTable, sample: &StackSample, kind: FlameKind) -> Option<u
         (FlameKind::Cpu, true) | (FlameKind::OffCpu, false) => Some(sample.weight),
         (FlameKind::Wall, false) => Some(sample.weight),
         // One sample stands for 1/hz s of CPU time.
-        (FlameKind::Wall, true) => Some(sample.weight * 1_000_000_000 / table.sample_hz.max(1)),
+        (FlameKind::Wall, true) => Some(
+            (u128::from(sample.weight) * 1_000_000_000 / u128::from(table.sample_hz.max(1)))
+                .try_into()
+                .unwrap_or(u64::MAX),
+        ),
         _ => None,
     }
 }
@@ -90,7 +112,7 @@ fn weight(table: &StackTable, sample: &StackSample, kind: FlameKind) -> Option<u
 fn to_unit(kind: FlameKind, summed: u64) -> u64 {
     match kind {
         FlameKind::Cpu => summed,
-        FlameKind::OffCpu | FlameKind::Wall => (summed + 500) / 1000,
+        FlameKind::OffCpu | FlameKind::Wall => summed.saturating_add(500) / 1000,
     }
 }
 

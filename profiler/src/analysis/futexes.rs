@@ -46,7 +46,7 @@ pub fn futex_stats(model: &Model) -> Vec<FutexStats> {
         let acc = by_addr.entry((w.tgid, w.uaddr)).or_default();
         acc.waiters.insert(w.tid);
         acc.waits += 1;
-        acc.wait_ns += w.end_ns - w.start_ns;
+        acc.wait_ns = acc.wait_ns.saturating_add(w.end_ns - w.start_ns);
         match w.waker {
             Some((tid, pid)) => *acc.wakers.entry((pid, tid)).or_default() += 1,
             None => acc.unwoken += 1,

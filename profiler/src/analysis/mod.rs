@@ -156,6 +156,8 @@ pub fn summarize(model: &Model) -> Summary {
             ThreadStats::of(t, model.depth(t.pid), bytes)
         })
         .collect();
+    // Before sorting: `threads` is in the order of `model.threads`.
+    let processes = process_stats(model, &threads);
     threads.sort_by(|a, b| {
         b.demand_s()
             .total_cmp(&a.demand_s())
@@ -189,7 +191,7 @@ pub fn summarize(model: &Model) -> Summary {
         job_on_cpu: per_s(threads.iter().map(|t| t.on_cpu_s).sum()),
         job_runnable: per_s(threads.iter().map(|t| t.runnable_s).sum()),
         machine: machine_stats(model),
-        processes: process_stats(model, &threads),
+        processes,
         threads,
         devices: device_stats(model),
         futexes: futex_stats(model),
@@ -225,12 +227,26 @@ fn io_bytes_by_thread(model: &Model) -> HashMap<(u32, u32), (u64, u64)> {
     out
 }
 
+/// Per-process sums; `threads` are the stats of `model.threads`, in order.
 fn process_stats(model: &Model, threads: &[ThreadStats]) -> Vec<ProcessStats> {
+    // Which holder of its pid each thread belongs to (pids can be reused).
+    let owner: Vec<Option<(u32, u64)>> = model
+        .threads
+        .iter()
+        .map(|t| {
+            model
+                .process_of(t.pid, t.start_ns)
+                .map(|p| (p.pid, p.start_ns))
+        })
+        .collect();
     let mut out: Vec<ProcessStats> = model
-        .processes
-        .values()
+        .all_processes()
         .map(|p| {
-            let mine = threads.iter().filter(|t| t.pid == p.pid);
+            let mine = threads
+                .iter()
+                .zip(&owner)
+                .filter(|(_, owner)| **owner == Some((p.pid, p.start_ns)))
+                .map(|(t, _)| t);
             let (mut n, mut on, mut run, mut blocked) = (0, 0.0, 0.0, 0.0);
             for t in mine {
                 n += 1;

@@ -115,9 +115,10 @@ fn pool_sample_share(model: &Model) -> HashMap<u32, f64> {
                 POOL_LIBRARIES.iter().any(|lib| base.starts_with(lib))
             });
         let entry = counts.entry(s.tid).or_default();
-        entry.1 += s.weight;
+        // Weights come from the file: saturate rather than trust them.
+        entry.1 = entry.1.saturating_add(s.weight);
         if leaf_in_pool {
-            entry.0 += s.weight;
+            entry.0 = entry.0.saturating_add(s.weight);
         }
     }
     counts

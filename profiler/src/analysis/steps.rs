@@ -279,7 +279,7 @@ fn top_functions(model: &Model, pids: &[u32], n: usize) -> Vec<(String, f64)> {
         return Vec::new();
     };
     let mut by_leaf: HashMap<String, u64> = HashMap::new();
-    let mut total = 0;
+    let mut total: u64 = 0;
     for s in table
         .samples
         .iter()
@@ -296,8 +296,9 @@ fn top_functions(model: &Model, pids: &[u32], n: usize) -> Vec<(String, f64)> {
             })
             .filter(|f| !f.kernel)
             .map_or_else(|| "[kernel]".to_string(), super::flame::frame_label);
-        *by_leaf.entry(leaf).or_default() += s.weight;
-        total += s.weight;
+        let w = by_leaf.entry(leaf).or_default();
+        *w = w.saturating_add(s.weight);
+        total = total.saturating_add(s.weight);
     }
     let mut ranked: Vec<(String, f64)> = by_leaf
         .into_iter()

@@ -21,12 +21,14 @@ use std::{
     collections::HashSet,
     fs::File,
     io::{BufWriter, IsTerminal as _, Write as _},
-    path::PathBuf,
+    path::{Path, PathBuf},
+    sync::OnceLock,
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, anyhow, bail};
 use profiler_ebpf::kind;
+use serde::Serialize;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::recording::{
@@ -36,6 +38,7 @@ use crate::recording::{
 use cuda::CudaTracer;
 use gpu::{GpuOptions, GpuSampler};
 use programs::KernelPrograms;
+pub use programs::MapLimits;
 use symbols::AddressSpaces;
 
 /// How often the ring buffer is drained and the file flushed. Polling on a
@@ -64,6 +67,8 @@ pub struct RecordOptions {
     pub sample_hz: Option<u64>,
     /// Trace CUDA runtime calls (off with --no-cuda).
     pub cuda: bool,
+    /// Kernel map sizes (defaults unless a test shrinks them).
+    pub limits: MapLimits,
 }
 
 /// Why recording stopped.
@@ -77,6 +82,13 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    fn is_signal(self) -> bool {
+        matches!(
+            self,
+            StopReason::Interrupted | StopReason::Terminated | StopReason::HungUp
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             StopReason::Duration => "duration",
@@ -110,11 +122,15 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     // Before anything can be interrupted: a Ctrl-C from now on stops cleanly.
     let mut signals = Signals::new()?;
     check_root()?;
+    check_capabilities()?;
     check_targets(&opts.pids)?;
     tracefs::ensure_mounted()?;
     let offsets = tracefs::tracepoint_offsets()?;
     let file = output::create(&opts.output, opts.force)?;
-    let mut programs = KernelPrograms::load(&offsets, opts.sample_hz.is_some())?;
+    // Until recording starts, a failure leaves no empty file behind (it
+    // would only make the next run's -o refuse the path).
+    let unstarted = Unstarted(&opts.output);
+    let mut programs = KernelPrograms::load(&offsets, opts.sample_hz.is_some(), opts.limits)?;
     let held = if opts.command.is_empty() {
         None
     } else {
@@ -127,7 +143,8 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     if let Some(hz) = opts.sample_hz {
         programs.attach_sampler(hz)?;
     }
-    let writer = Writer::new(BufWriter::with_capacity(1 << 20, file))?;
+    let writer = Writer::new(BufWriter::with_capacity(1 << 20, file))
+        .with_context(|| format!("writing the recording to {} failed", opts.output.display()))?;
     let mut session = Session::new(programs, writer, opts, gpu);
     match &held {
         Some(child) => session.track_launched(child.pid, &opts.command, start)?,
@@ -136,9 +153,23 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     if let Some(child) = held {
         child.release()?;
     }
+    std::mem::forget(unstarted);
     session.announce();
     let result = session.run(&mut signals, opts.duration).await;
+    // From here a signal means "stop now", even mid-write.
+    arm_force_stop(&opts.output);
+    if let Ok(reason) = &result
+        && reason.is_signal()
+    {
+        eprintln!(
+            "tprof: stopping ({}); press Ctrl-C again to stop at once",
+            reason.as_str()
+        );
+    }
     let outcome = session.finish(result);
+    // The recording is complete or has failed: what follows (flamegraphs,
+    // the report) is stopped by a signal the ordinary way.
+    disarm_force_stop();
     if let Ok(outcome) = &outcome {
         let stacks_lost = match outcome.lost.stack_lost() {
             0 => String::new(),
@@ -161,6 +192,46 @@ fn check_root() -> Result<()> {
         bail!("tprof record needs root to load eBPF programs; run it with sudo");
     }
     Ok(())
+}
+
+/// Capability bits (linux/capability.h).
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// Root without the capabilities (in a container, or under a reduced
+/// capability bounding set) gets EPERM from the kernel; say what is missing.
+fn check_capabilities() -> Result<()> {
+    let Some(effective) = procfs::effective_capabilities() else {
+        return Ok(()); // cannot tell: let the kernel decide
+    };
+    if let Some(missing) = missing_capabilities(effective, tracefs::is_mounted()) {
+        bail!(
+            "tprof record runs as root without {missing} (a container or a capability \
+             bounding set dropped them); run it as full root: sudo on the host, or a \
+             privileged container"
+        );
+    }
+    Ok(())
+}
+
+/// What `effective` lacks of what tprof needs: CAP_BPF and CAP_PERFMON to
+/// load and attach programs, or CAP_SYS_ADMIN in their place; and
+/// CAP_SYS_ADMIN itself to mount tracefs when it is not mounted.
+fn missing_capabilities(effective: u64, tracefs_mounted: bool) -> Option<String> {
+    let has = |cap: u32| effective & (1 << cap) != 0;
+    if has(CAP_SYS_ADMIN) {
+        return None;
+    }
+    if !tracefs_mounted {
+        return Some("CAP_SYS_ADMIN (to mount tracefs)".into());
+    }
+    match (has(CAP_BPF), has(CAP_PERFMON)) {
+        (true, true) => None,
+        (false, true) => Some("CAP_BPF (or CAP_SYS_ADMIN)".into()),
+        (true, false) => Some("CAP_PERFMON (or CAP_SYS_ADMIN)".into()),
+        (false, false) => Some("CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)".into()),
+    }
 }
 
 fn check_targets(pids: &[u32]) -> Result<()> {
@@ -202,6 +273,115 @@ impl Signals {
     }
 }
 
+/// Removes the output file of a recording that failed to start, when
+/// dropped; forgotten once it starts.
+struct Unstarted<'a>(&'a Path);
+
+impl Drop for Unstarted<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
+}
+
+/// What a second signal prints before tprof exits; set by [`arm_force_stop`].
+static FORCE_STOP_MESSAGE: OnceLock<Vec<u8>> = OnceLock::new();
+
+/// Replaces the stopping handlers: once recording is stopping (its final
+/// drain, stack symbolization and footer can take a while), SIGINT, SIGTERM
+/// or SIGHUP ends tprof at once. Nothing is lost that was flushed: the file
+/// is a readable prefix, and exiting closes the last descriptors of the
+/// programs and maps, so the kernel detaches and frees them all.
+fn arm_force_stop(path: &Path) {
+    let _ = FORCE_STOP_MESSAGE.set(
+        format!(
+            "error: stopped at once by a second signal; the recording so far is kept in {} \
+             (`tprof report` reads it as cut short)\n",
+            path.display()
+        )
+        .into_bytes(),
+    );
+    let handler = force_stop as extern "C" fn(libc::c_int);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only calls async-signal-safe functions
+        // (write, _exit) on memory set before it was installed.
+        unsafe { libc::signal(sig, handler as libc::sighandler_t) };
+    }
+}
+
+fn disarm_force_stop() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: restoring the default disposition.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+}
+
+extern "C" fn force_stop(sig: libc::c_int) {
+    if let Some(message) = FORCE_STOP_MESSAGE.get() {
+        // SAFETY: write and _exit are async-signal-safe; the buffer is
+        // never freed.
+        unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
+    }
+    unsafe { libc::_exit(128 + sig) };
+}
+
+/// The error a recording that could not be finished ends with: what went
+/// wrong, then that the prefix on disk is kept, and how to fix a full disk.
+fn cut_short_error(path: &Path, err: anyhow::Error) -> anyhow::Error {
+    let no_space = err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+            .is_some_and(|code| code == libc::ENOSPC || code == libc::EDQUOT)
+    });
+    let fix = if no_space {
+        "; free some space or record to another disk with -o"
+    } else {
+        ""
+    };
+    anyhow!(
+        "{err:#}; the recording so far is kept in {} (`tprof report` reads it as cut short){fix}",
+        path.display()
+    )
+}
+
+/// The recording file being written, with every write failure naming it.
+struct Output {
+    writer: Writer<BufWriter<File>>,
+    path: PathBuf,
+}
+
+impl Output {
+    fn failed(&self) -> String {
+        format!("writing the recording to {} failed", self.path.display())
+    }
+
+    fn write_json<T: Serialize>(&mut self, kind: u32, value: &T) -> Result<()> {
+        self.writer
+            .write_json(kind, value)
+            .with_context(|| self.failed())
+    }
+
+    fn push_event(&mut self, bytes: &[u8]) -> Result<()> {
+        self.writer.push_event(bytes).with_context(|| self.failed())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.writer.flush().with_context(|| self.failed())
+    }
+
+    /// Flushes everything and syncs it to the disk.
+    fn finish(self) -> Result<()> {
+        let failed = self.failed();
+        let file = self
+            .writer
+            .finish()
+            .context(failed.clone())?
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .context(failed.clone())?;
+        file.sync_all().context(failed)
+    }
+}
+
 /// CLOCK_MONOTONIC now, in ns (the clock of bpf_ktime_get_ns).
 pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
@@ -228,8 +408,7 @@ pub fn anchor() -> ClockAnchor {
 /// One recording in progress.
 struct Session {
     programs: KernelPrograms,
-    writer: Writer<BufWriter<File>>,
-    path: PathBuf,
+    out: Output,
     /// The processes whose exit ends the recording.
     roots: Vec<u32>,
     /// The launched command's pid, which we must reap.
@@ -241,6 +420,10 @@ struct Session {
     sample_hz: Option<u64>,
     events: u64,
     lost: LostCounts,
+    /// Threads and processes of `-p` targets that could not be tracked
+    /// because the tracked maps were full: counted with the kernel's own
+    /// tracking_full drops.
+    untracked: u64,
     started: Instant,
     ticks: u32,
     last_status: Instant,
@@ -260,8 +443,10 @@ impl Session {
     ) -> Session {
         Session {
             programs,
-            writer,
-            path: opts.output.clone(),
+            out: Output {
+                writer,
+                path: opts.output.clone(),
+            },
             roots: Vec::new(),
             child: None,
             known: HashSet::new(),
@@ -269,6 +454,7 @@ impl Session {
             sample_hz: opts.sample_hz,
             events: 0,
             lost: LostCounts::default(),
+            untracked: 0,
             started: Instant::now(),
             ticks: 0,
             last_status: Instant::now(),
@@ -292,8 +478,8 @@ impl Session {
             block_devices: procfs::block_devices(),
             cpu_limit: self.roots.first().map(|&pid| limits::cpu_limit(pid)),
         };
-        self.writer.write_json(record::HEADER, &header)?;
-        self.writer.write_json(record::GPU_INFO, &self.gpu_info)?;
+        self.out.write_json(record::HEADER, &header)?;
+        self.out.write_json(record::GPU_INFO, &self.gpu_info)?;
         Ok(())
     }
 
@@ -318,7 +504,7 @@ impl Session {
             origin: Origin::Launched,
             seen_ns: start.monotonic_ns,
         };
-        self.writer.write_json(record::PROCESS, &info)?;
+        self.out.write_json(record::PROCESS, &info)?;
         self.known.insert(pid);
         let thread = ThreadInfo {
             tid: pid,
@@ -326,7 +512,7 @@ impl Session {
             comm: info.comm.clone(),
             state: 'S',
         };
-        self.writer.write_json(record::THREAD, &thread)?;
+        self.out.write_json(record::THREAD, &thread)?;
         self.threads_seen = 1;
         Ok(())
     }
@@ -339,11 +525,17 @@ impl Session {
         self.write_header(start, None)?;
         let mut pending: Vec<u32> = pids.to_vec();
         while !pending.is_empty() {
+            let mut tracked = Vec::new();
             for &pid in &pending {
-                self.programs.track_process(pid)?;
                 self.known.insert(pid);
+                if self.programs.track_process(pid).is_err() {
+                    // The tracked-process map is full: counted, not fatal.
+                    self.untracked += 1;
+                    continue;
+                }
+                tracked.push(pid);
             }
-            for &pid in &pending {
+            for pid in tracked {
                 self.snapshot_process(pid, Origin::Attached)?;
                 self.track_threads(pid)?;
                 self.cuda.scan(&mut self.programs, pid, monotonic_ns())?;
@@ -359,7 +551,11 @@ impl Session {
 
     fn track_threads(&mut self, pid: u32) -> Result<()> {
         for tid in procfs::tasks(pid) {
-            self.programs.track_thread(tid, pid)?;
+            if self.programs.track_thread(tid, pid).is_err() {
+                // The tracked-thread map is full: counted, not fatal.
+                self.untracked += 1;
+                continue;
+            }
             // A thread that exited between the listing and now would stay in
             // the map forever; drop it again.
             let Some(stat) = procfs::task_stat(pid, tid) else {
@@ -372,7 +568,7 @@ impl Session {
                 comm: stat.comm,
                 state: stat.state,
             };
-            self.writer.write_json(record::THREAD, &info)?;
+            self.out.write_json(record::THREAD, &info)?;
             self.threads_seen += 1;
         }
         Ok(())
@@ -390,7 +586,7 @@ impl Session {
             origin,
             seen_ns: monotonic_ns(),
         };
-        self.writer.write_json(record::PROCESS, &info)?;
+        self.out.write_json(record::PROCESS, &info)?;
         self.spaces.snapshot(pid);
         Ok(())
     }
@@ -401,7 +597,7 @@ impl Session {
             "tprof: recording {} process(es), {} thread(s) to {} (Ctrl-C to stop)",
             self.known.len(),
             self.threads_seen,
-            self.path.display()
+            self.out.path.display()
         );
         match &self.gpu_info.status {
             Some(reason) => eprintln!("tprof: no GPU data: {reason}"),
@@ -418,6 +614,8 @@ impl Session {
         let deadline = duration.map(|d| self.started + d);
         loop {
             tokio::select! {
+                // A stop request wins over another drain: the user is waiting.
+                biased;
                 _ = signals.interrupt.recv() => return Ok(StopReason::Interrupted),
                 _ = signals.terminate.recv() => return Ok(StopReason::Terminated),
                 _ = signals.hangup.recv() => return Ok(StopReason::HungUp),
@@ -440,7 +638,7 @@ impl Session {
         if self.ticks.is_multiple_of(SAMPLE_EVERY_TICKS)
             && let Some(sample) = procfs::system_sample(monotonic_ns())
         {
-            self.writer.write_json(record::SYSTEM, &sample)?;
+            self.out.write_json(record::SYSTEM, &sample)?;
         }
         if self.last_status.elapsed() >= STATUS_EVERY {
             self.last_status = Instant::now();
@@ -452,9 +650,7 @@ impl Session {
             self.refresh_cuda()?;
             self.status_line();
         }
-        self.writer
-            .flush()
-            .context("writing the recording failed")?;
+        self.out.flush()?;
         Ok(())
     }
 
@@ -471,9 +667,7 @@ impl Session {
                 }
                 new_processes.push(pid);
             }
-            self.writer
-                .push_event(bytes)
-                .context("writing the recording failed")?;
+            self.out.push_event(bytes)?;
         }
         for pid in new_processes {
             self.known.insert(pid);
@@ -482,7 +676,7 @@ impl Session {
             // a worker started with spawn).
             self.cuda.scan(&mut self.programs, pid, monotonic_ns())?;
         }
-        self.cuda.write(&mut self.writer, false)?;
+        self.write_cuda(false)?;
         Ok(())
     }
 
@@ -492,15 +686,22 @@ impl Session {
             return Ok(());
         };
         for batch in gpu.drain(&self.known) {
-            self.writer.write_json(record::GPU_SAMPLES, &batch)?;
+            self.out.write_json(record::GPU_SAMPLES, &batch)?;
         }
         Ok(())
     }
 
+    /// The kernel's drop counts plus what could not be tracked at attach.
+    fn lost_counts(&self) -> Result<LostCounts> {
+        let mut lost = self.programs.lost_counts()?;
+        lost.tracking_full += self.untracked;
+        Ok(lost)
+    }
+
     fn refresh_lost(&mut self) -> Result<()> {
-        let lost = self.programs.lost_counts()?;
+        let lost = self.lost_counts()?;
         if lost != self.lost {
-            self.writer.write_json(record::LOST, &lost)?;
+            self.out.write_json(record::LOST, &lost)?;
             self.lost = lost;
         }
         Ok(())
@@ -518,6 +719,12 @@ impl Session {
     }
 
     /// Looks for a CUDA runtime loaded since the last look (a job importing
+    /// Writes the CUDA record when it changed (or always, at the end).
+    fn write_cuda(&mut self, force: bool) -> Result<()> {
+        let failed = self.out.failed();
+        self.cuda.write(&mut self.out.writer, force).context(failed)
+    }
+
     /// torch now) and records the cudaLaunchKernel counts.
     fn refresh_cuda(&mut self) -> Result<()> {
         let now = monotonic_ns();
@@ -526,7 +733,7 @@ impl Session {
             self.cuda.scan(&mut self.programs, pid, now)?;
         }
         self.cuda.refresh_launches(&self.programs)?;
-        self.cuda.write(&mut self.writer, false)
+        self.write_cuda(false)
     }
 
     /// Reads the kernel's stack aggregate, symbolizes it and writes the
@@ -537,7 +744,7 @@ impl Session {
         };
         let raw = self.programs.read_stacks()?;
         let table = symbols::build_table(&raw, &self.spaces, hz, monotonic_ns());
-        self.writer.write_json(record::STACKS, &table)?;
+        self.out.write_json(record::STACKS, &table)?;
         Ok(())
     }
 
@@ -570,41 +777,40 @@ impl Session {
     }
 
     /// Drains what is left, writes the totals and the footer, and detaches.
-    /// On an earlier error the recording so far stays readable.
-    fn finish(mut self, result: Result<StopReason>) -> Result<RecordOutcome> {
+    /// On an error, before or here, the recording so far stays readable and
+    /// the error says so.
+    fn finish(self, result: Result<StopReason>) -> Result<RecordOutcome> {
         if std::io::stderr().is_terminal() {
             eprintln!();
         }
-        let kept = format!("the recording so far is kept in {}", self.path.display());
-        let stop_reason = result.context(kept.clone())?;
-        self.drain().context(kept.clone())?;
+        let path = self.out.path.clone();
+        // On an error `self` is dropped here: the programs detach.
+        result
+            .and_then(|reason| self.complete(reason))
+            .map_err(|e| cut_short_error(&path, e))
+    }
+
+    fn complete(mut self, stop_reason: StopReason) -> Result<RecordOutcome> {
+        self.drain()?;
         if let Some(gpu) = &mut self.gpu {
             gpu.stop();
         }
-        self.drain_gpu().context(kept.clone())?;
-        self.write_stacks().context(kept.clone())?;
-        self.cuda
-            .refresh_launches(&self.programs)
-            .and_then(|()| self.cuda.write(&mut self.writer, true))
-            .context(kept)?;
-        self.lost = self.programs.lost_counts()?;
-        self.writer.write_json(record::LOST, &self.lost)?;
+        self.drain_gpu()?;
+        self.write_stacks()?;
+        self.cuda.refresh_launches(&self.programs)?;
+        self.write_cuda(true)?;
+        self.lost = self.lost_counts()?;
+        self.out.write_json(record::LOST, &self.lost)?;
         let footer = Footer {
             end: anchor(),
             stop_reason: stop_reason.as_str().to_string(),
         };
-        self.writer.write_json(record::FOOTER, &footer)?;
-        let file = self
-            .writer
-            .finish()
-            .context("writing the recording failed")?
-            .into_inner()
-            .map_err(|e| e.into_error())
-            .context("writing the recording failed")?;
-        file.sync_all().context("writing the recording failed")?;
+        self.out.write_json(record::FOOTER, &footer)?;
+        let path = self.out.path.clone();
+        self.out.finish()?;
         drop(self.programs);
         Ok(RecordOutcome {
-            path: self.path,
+            path,
             stop_reason,
             events: self.events,
             lost: self.lost,
@@ -644,4 +850,25 @@ fn uname() -> (String, String) {
         String::from_utf8_lossy(&bytes).into_owned()
     };
     (field(&u.release), field(&u.nodename))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_the_missing_capabilities() {
+        let caps = |list: &[u32]| list.iter().fold(0u64, |acc, c| acc | 1 << c);
+        assert_eq!(missing_capabilities(caps(&[CAP_SYS_ADMIN]), false), None);
+        assert_eq!(
+            missing_capabilities(caps(&[CAP_BPF, CAP_PERFMON]), true),
+            None
+        );
+        let only_bpf = missing_capabilities(caps(&[CAP_BPF]), true).unwrap();
+        assert!(only_bpf.starts_with("CAP_PERFMON"), "{only_bpf}");
+        let none = missing_capabilities(0, true).unwrap();
+        assert!(none.contains("CAP_BPF and CAP_PERFMON"), "{none}");
+        let unmounted = missing_capabilities(caps(&[CAP_BPF, CAP_PERFMON]), false).unwrap();
+        assert!(unmounted.contains("tracefs"), "{unmounted}");
+    }
 }

@@ -24,32 +24,68 @@ fn invoking_user() -> Option<(u32, u32)> {
 pub fn create(path: &Path, force: bool) -> Result<File> {
     check_parent(path)?;
     let mut options = OpenOptions::new();
+    // O_NONBLOCK: opening a FIFO planted at the path would otherwise block
+    // until someone reads it; it fails or opens at once, and the check below
+    // refuses it. (No effect on regular files.)
     options
         .write(true)
         .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK);
     if force {
-        options.create(true).truncate(true);
+        // Not O_TRUNC: what is there is checked before anything is cut.
+        options.create(true);
     } else {
         options.create_new(true);
     }
     let file = options.open(path).map_err(|e| match e.raw_os_error() {
+        // O_EXCL does not follow a symlink either; name it for what it is.
+        Some(libc::EEXIST) if path.is_symlink() => symlink(path),
         Some(libc::EEXIST) => anyhow::anyhow!(
             "{} already exists; choose another path with -o or pass --force to overwrite it",
             path.display()
         ),
-        Some(libc::ELOOP) => anyhow::anyhow!(
-            "{} is a symbolic link; tprof does not write through links",
-            path.display()
-        ),
+        Some(libc::ELOOP) => symlink(path),
+        Some(libc::ENXIO) => not_a_file(path),
         _ => anyhow::Error::new(e).context(format!("cannot create {}", path.display())),
     })?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("cannot stat {}", path.display()))?;
+    if !meta.is_file() {
+        return Err(not_a_file(path));
+    }
+    // A second name for the file (a hard link planted next to, say,
+    // /etc/shadow) would let --force truncate what it points at.
+    if meta.nlink() > 1 {
+        bail!(
+            "{} has other hard links; tprof does not overwrite it; remove it or choose another path with -o",
+            path.display()
+        );
+    }
+    if force {
+        file.set_len(0)
+            .with_context(|| format!("cannot truncate {}", path.display()))?;
+    }
     if let Some((uid, gid)) = invoking_user() {
         use std::os::fd::AsRawFd as _;
         // SAFETY: fchown on a descriptor we own.
         unsafe { libc::fchown(file.as_raw_fd(), uid, gid) };
     }
     Ok(file)
+}
+
+fn symlink(path: &Path) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{} is a symbolic link; tprof does not write through links; choose another path with -o",
+        path.display()
+    )
+}
+
+fn not_a_file(path: &Path) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{} is not a regular file; choose another path with -o",
+        path.display()
+    )
 }
 
 fn check_parent(path: &Path) -> Result<()> {

@@ -200,6 +200,20 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
 }
 
 /// Online CPUs.
+/// This process's effective capability set (CapEff in /proc/self/status).
+pub fn effective_capabilities() -> Option<u64> {
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    parse_cap_eff(&status)
+}
+
+pub fn parse_cap_eff(status: &str) -> Option<u64> {
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))?
+        .trim();
+    u64::from_str_radix(hex, 16).ok()
+}
+
 pub fn online_cpus() -> u32 {
     // Not available_parallelism: that follows tprof's own affinity and
     // cgroup, and the job's limits are recorded apart (capture::limits).

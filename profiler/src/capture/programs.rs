@@ -20,7 +20,8 @@ use aya::{
 };
 use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
 use profiler_ebpf::{
-    LOST_TRACK_FULL, OffCpuStart, StackKey, TracepointOffsets, cuda_fn, kind, lost_stack,
+    LOST_TRACK_FULL, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, OffCpuStart, RING_BUFFER_BYTES, StackKey,
+    TracepointOffsets, cuda_fn, kind, lost_stack,
 };
 
 use super::tracefs;
@@ -115,6 +116,28 @@ pub struct RawStacks {
     pub pending: Vec<(u32, OffCpuStart)>,
 }
 
+/// Sizes of the kernel maps that bound what tprof can follow. The defaults
+/// are the ABI crate's constants; `tprof record`'s hidden
+/// `--max-tracked-threads` and `--ring-buffer-size` shrink them so tests can
+/// fill the tracked set or overflow the ring buffer with a modest workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapLimits {
+    /// Entries of TRACKED_TIDS, and of TRACKED_TGIDS when below its default.
+    pub tracked_threads: u32,
+    /// Bytes of the EVENTS ring buffer: a power of two, a multiple of the
+    /// page size.
+    pub ring_buffer_bytes: u32,
+}
+
+impl Default for MapLimits {
+    fn default() -> MapLimits {
+        MapLimits {
+            tracked_threads: MAX_TRACKED_TIDS,
+            ring_buffer_bytes: RING_BUFFER_BYTES,
+        }
+    }
+}
+
 pub struct KernelPrograms {
     // Field order is drop order: maps first, then the programs and links.
     pub events: RingBuf<MapData>,
@@ -132,16 +155,26 @@ impl KernelPrograms {
     /// Loads the programs with this kernel's tracepoint offsets, without
     /// attaching them.
     /// `sample_stacks` false turns off-CPU stack walks off in the kernel.
-    pub fn load(offsets: &TracepointOffsets, sample_stacks: bool) -> Result<KernelPrograms> {
+    pub fn load(
+        offsets: &TracepointOffsets,
+        sample_stacks: bool,
+        limits: MapLimits,
+    ) -> Result<KernelPrograms> {
         let sample_stacks = u32::from(sample_stacks);
         let mut ebpf = EbpfLoader::new()
             .override_global("OFFSETS", offsets, true)
             .override_global("SAMPLE_STACKS", &sample_stacks, true)
+            .map_max_entries("TRACKED_TIDS", limits.tracked_threads)
+            .map_max_entries(
+                "TRACKED_TGIDS",
+                limits.tracked_threads.min(MAX_TRACKED_TGIDS),
+            )
+            .map_max_entries("EVENTS", limits.ring_buffer_bytes)
             .load(OBJECT)
             .map_err(|e| anyhow!("loading the eBPF programs failed: {e}"))
             .context(
                 "the kernel refused tprof's programs; tprof needs Linux 5.15+ with \
-                 CONFIG_BPF_SYSCALL and BTF, run as root",
+                 CONFIG_BPF_SYSCALL, run as root (kernel BTF is not needed)",
             )?;
         for (name, program) in ebpf.programs_mut() {
             let loaded = match program {

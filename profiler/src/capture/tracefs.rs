@@ -10,9 +10,14 @@ use profiler_ebpf::TracepointOffsets;
 /// Where tprof expects tracefs, and mounts it when missing.
 pub const TRACEFS: &str = "/sys/kernel/tracing";
 
+/// True when tracefs is mounted at [`TRACEFS`].
+pub fn is_mounted() -> bool {
+    Path::new(TRACEFS).join("events").is_dir()
+}
+
 /// Mounts tracefs at [`TRACEFS`] unless it is already there.
 pub fn ensure_mounted() -> Result<()> {
-    if Path::new(TRACEFS).join("events").is_dir() {
+    if is_mounted() {
         return Ok(());
     }
     let (src, target, fstype) = (c"nodev", c"/sys/kernel/tracing", c"tracefs");

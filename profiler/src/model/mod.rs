@@ -21,6 +21,12 @@ pub use threads::{BlockReason, Breakdown, Interval, SwitchOut, Thread, ThreadSta
 
 use crate::recording::{Event, LostCounts, Origin, Recording, StackTable, SystemSample};
 
+/// The longest window a recording can describe. tprof records for minutes
+/// or hours; a timestamp further out is corruption, and analysis works per
+/// second of the window, so it must not stretch the window (events past it
+/// are left out).
+pub const MAX_WINDOW_NS: u64 = 7 * 24 * 3600 * 1_000_000_000;
+
 /// A tracked process.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Process {
@@ -58,7 +64,12 @@ pub struct Model {
     pub cores: u32,
     /// Every thread seen, in order of appearance (a reused tid is a new entry).
     pub threads: Vec<Thread>,
+    /// Tracked processes by pid; for a pid used twice in the window, its
+    /// latest holder.
     pub processes: BTreeMap<u32, Process>,
+    /// Earlier holders of pids that a later process took again within the
+    /// window (pid reuse), oldest first. Never merged with the later one.
+    pub earlier_processes: Vec<Process>,
     pub wakeups: Vec<WakeEdge>,
     /// Completed block requests on every device, by completion time.
     pub ios: Vec<IoRequest>,
@@ -88,7 +99,9 @@ impl Model {
         // The ring buffer is ordered by commit, not by timestamp: CPUs race.
         events.sort_by_key(|e| e.ts());
         let window_start_ns = rec.header.start.monotonic_ns;
-        let window_end_ns = window_end(rec, &events).max(window_start_ns);
+        let window_end_ns = window_end(rec, &events)
+            .max(window_start_ns)
+            .min(window_start_ns.saturating_add(MAX_WINDOW_NS));
 
         let mut builder = threads::Builder::new(window_start_ns, &rec.threads);
         let mut model = Model {
@@ -119,6 +132,7 @@ impl Model {
         }
         model.threads = builder.finish(window_end_ns);
         model.cuda = cuda::build(rec.cuda.as_ref(), cuda_raw);
+        model.name_reused_pids(rec);
         model.attribute_futex_wakers();
         reasons::assign(
             &mut model.threads,
@@ -253,6 +267,16 @@ impl Model {
                 comm,
                 ..
             } if child_tgid != parent_tgid => {
+                // The pid's previous holder exited: this is a new process
+                // that happens to get the same pid, not the same one.
+                if self
+                    .processes
+                    .get(child_tgid)
+                    .is_some_and(|p| p.exit_ns.is_some_and(|exit| exit <= *ts))
+                {
+                    let previous = self.processes.remove(child_tgid).expect("just seen");
+                    self.earlier_processes.push(previous);
+                }
                 let parent_cmdline = self
                     .processes
                     .get(parent_tgid)
@@ -292,6 +316,51 @@ impl Model {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Every process: earlier holders of reused pids, then the rest.
+    pub fn all_processes(&self) -> impl Iterator<Item = &Process> {
+        self.earlier_processes.iter().chain(self.processes.values())
+    }
+
+    /// The process a thread of `pid` that started at `start_ns` belongs to:
+    /// for a reused pid, the holder at that time.
+    pub fn process_of(&self, pid: u32, start_ns: u64) -> Option<&Process> {
+        let current = self.processes.get(&pid);
+        if current.is_some_and(|p| p.start_ns <= start_ns) {
+            return current;
+        }
+        self.earlier_processes
+            .iter()
+            .rev()
+            .find(|p| p.pid == pid && p.start_ns <= start_ns)
+            .or_else(|| self.earlier_processes.iter().find(|p| p.pid == pid))
+            .or(current)
+    }
+
+    /// Names each holder of a reused pid from the /proc snapshots taken
+    /// during its life (the snapshots of all holders were merged at first).
+    fn name_reused_pids(&mut self, rec: &Recording) {
+        if self.earlier_processes.is_empty() {
+            return;
+        }
+        let reused: Vec<u32> = self.earlier_processes.iter().map(|p| p.pid).collect();
+        let holders = self
+            .earlier_processes
+            .iter_mut()
+            .chain(self.processes.values_mut())
+            .filter(|p| reused.contains(&p.pid));
+        for p in holders {
+            let during = rec.processes.iter().rev().find(|info| {
+                info.pid == p.pid
+                    && info.seen_ns >= p.start_ns
+                    && p.exit_ns.is_none_or(|exit| info.seen_ns <= exit)
+            });
+            if let Some(info) = during {
+                p.comm = info.comm.clone();
+                p.cmdline = info.cmdline.clone();
+            }
         }
     }
 

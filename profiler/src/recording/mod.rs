@@ -212,18 +212,29 @@ impl LostCounts {
     /// Events lost: these make thread times approximate. Stack losses are
     /// counted apart ([`LostCounts::stack_lost`]): they only thin the
     /// flamegraphs.
+    /// (Sums saturate: the counts come from a file, which may be hostile.)
     pub fn total(&self) -> u64 {
-        self.ring_buffer_full.values().sum::<u64>()
-            + self.tracking_full
-            + self.undecodable
-            + self.recursion_misses
+        saturating_sum(self.ring_buffer_full.values().copied().chain([
+            self.tracking_full,
+            self.undecodable,
+            self.recursion_misses,
+        ]))
     }
 
     /// Stacks, samples and off-CPU intervals lost by stack sampling (a lost
     /// stack still counts its sample, under a "[user stack lost]" frame).
     pub fn stack_lost(&self) -> u64 {
-        self.stack_collisions + self.stack_failed + self.stack_aggregate_full + self.offcpu_full
+        saturating_sum([
+            self.stack_collisions,
+            self.stack_failed,
+            self.stack_aggregate_full,
+            self.offcpu_full,
+        ])
     }
+}
+
+fn saturating_sum(values: impl IntoIterator<Item = u64>) -> u64 {
+    values.into_iter().fold(0, u64::saturating_add)
 }
 
 /// Last record of a recording that ended normally.

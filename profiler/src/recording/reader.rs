@@ -62,6 +62,15 @@ pub enum ReadError {
 
 /// Reads and parses the recording at `path`.
 pub fn read(path: &Path) -> anyhow::Result<Recording> {
+    // A device or FIFO (`tprof report /dev/zero`) would be read forever.
+    let meta = std::fs::metadata(path)
+        .with_context(|| format!("cannot read recording {}", path.display()))?;
+    if !meta.is_file() {
+        anyhow::bail!(
+            "{} is not a recording: not a regular file; give the path of a file `tprof record` wrote",
+            path.display()
+        );
+    }
     let bytes =
         std::fs::read(path).with_context(|| format!("cannot read recording {}", path.display()))?;
     parse(&bytes).with_context(|| format!("cannot use recording {}", path.display()))

@@ -28,15 +28,18 @@ const KERNEL_VIOLET: Color = Color {
     b: 220,
 };
 
-/// Draws `lines` as an SVG. Fails when there is nothing to draw.
+/// Draws `lines` as an SVG, with `note` (what the recording lost, see
+/// [`super::loss_note`]) under the title. Fails when there is nothing to
+/// draw.
 pub fn svg(
     lines: &[(String, u64)],
     kind: FlameKind,
     title: &str,
+    note: Option<&str>,
     out: impl Write,
 ) -> io::Result<()> {
     let mut palette_map = fixed_colors(kind, lines);
-    let mut options = options(kind, title);
+    let mut options = options(kind, title, note);
     options.palette_map = Some(&mut palette_map);
     let text = folded_text(lines);
     flamegraph::from_lines(&mut options, text.lines(), out)
@@ -49,6 +52,7 @@ pub fn diff_svg(
     after: &[(String, u64)],
     kind: FlameKind,
     title: &str,
+    note: Option<&str>,
     out: impl Write,
 ) -> io::Result<()> {
     let mut merged = Vec::new();
@@ -64,13 +68,14 @@ pub fn diff_svg(
         &mut merged,
     )?;
     let merged = String::from_utf8(merged).map_err(io::Error::other)?;
-    let mut options = options(kind, title);
+    let mut options = options(kind, title, note);
     flamegraph::from_lines(&mut options, merged.lines(), out)
 }
 
-fn options(kind: FlameKind, title: &str) -> Options<'static> {
+fn options(kind: FlameKind, title: &str, note: Option<&str>) -> Options<'static> {
     let mut options = Options::default();
     options.title = title.to_string();
+    options.subtitle = note.map(str::to_string);
     options.count_name = kind.unit().replace("us", "µs");
     // On-CPU: warm colors, kernel frames ("_[k]") orange. Off-CPU: blues.
     options.colors = match kind {
@@ -124,14 +129,21 @@ mod tests {
             ("app;main;nanosleep_[k];[sleep]".to_string(), 1),
         ];
         let mut out = Vec::new();
-        svg(&lines, FlameKind::Wall, "t", &mut out).unwrap();
+        svg(
+            &lines,
+            FlameKind::Wall,
+            "t",
+            Some("warning: 3 events lost"),
+            &mut out,
+        )
+        .unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("<?xml"));
         // inferno draws "x_[k]" as "x", colored as a kernel frame.
-        for name in ["burn_a", "nanosleep", "[sleep]"] {
+        for name in ["burn_a", "nanosleep", "[sleep]", "warning: 3 events lost"] {
             assert!(text.contains(name), "{name} missing");
         }
-        assert!(svg(&[], FlameKind::Cpu, "t", Vec::new()).is_err());
+        assert!(svg(&[], FlameKind::Cpu, "t", None, Vec::new()).is_err());
     }
 
     #[test]
@@ -139,7 +151,7 @@ mod tests {
         let before = vec![("a;b".to_string(), 10)];
         let after = vec![("a;b".to_string(), 5), ("a;c".to_string(), 5)];
         let mut out = Vec::new();
-        diff_svg(&before, &after, FlameKind::Cpu, "d", &mut out).unwrap();
+        diff_svg(&before, &after, FlameKind::Cpu, "d", None, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("<title>c ("), "{text}");
     }

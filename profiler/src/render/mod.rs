@@ -6,3 +6,69 @@ pub mod flamegraph;
 pub mod json;
 pub mod report;
 pub mod timeline;
+
+use crate::recording::LostCounts;
+
+/// One line on what a recording lacks (events lost, per kind; stacks lost;
+/// cut short), for outputs with room for one line (flamegraph subtitles);
+/// None when it is whole.
+pub fn loss_note(lost: &LostCounts, cut_short: bool) -> Option<String> {
+    let mut parts = Vec::new();
+    if lost.total() > 0 {
+        let kinds: Vec<String> = lost
+            .ring_buffer_full
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let mut causes = Vec::new();
+        if !kinds.is_empty() {
+            causes.push(format!("ring buffer full: {}", kinds.join(", ")));
+        }
+        if lost.tracking_full > 0 {
+            causes.push(format!("untracked new tasks: {}", lost.tracking_full));
+        }
+        if lost.recursion_misses > 0 {
+            causes.push(format!(
+                "skipped while another BPF program ran: {}",
+                lost.recursion_misses
+            ));
+        }
+        if lost.undecodable > 0 {
+            causes.push(format!("undecodable: {}", lost.undecodable));
+        }
+        parts.push(format!(
+            "{} events lost ({})",
+            lost.total(),
+            causes.join("; ")
+        ));
+    }
+    if lost.stack_lost() > 0 {
+        parts.push(format!("{} stacks lost", lost.stack_lost()));
+    }
+    if cut_short {
+        parts.push("recording cut short".to_string());
+    }
+    (!parts.is_empty()).then(|| format!("warning: {}", parts.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_note_names_each_loss() {
+        assert_eq!(loss_note(&LostCounts::default(), false), None);
+        let lost = LostCounts {
+            ring_buffer_full: [("switch".to_string(), 3), ("exit".to_string(), 0)].into(),
+            tracking_full: 2,
+            stack_failed: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            loss_note(&lost, true).unwrap(),
+            "warning: 5 events lost (ring buffer full: switch 3; untracked new tasks: 2); \
+             1 stacks lost; recording cut short"
+        );
+    }
+}

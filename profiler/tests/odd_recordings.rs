@@ -1,0 +1,364 @@
+//! Recordings that parse but make little sense (events out of order, exits
+//! without forks, unknown pids, reused tids, zero-length or inverted
+//! windows, stacks pointing nowhere, GPU samples outside the window) go
+//! through model, analysis and every renderer without a panic. They are
+//! generated from a fixed seed, so a failure reproduces; the seed and case
+//! number are in the panic message.
+
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use profiler::analysis::{self, flame};
+use profiler::model::Model;
+use profiler::recording::{
+    ClockAnchor, Footer, Frame, GpuDevice, GpuInfo, GpuMetric, GpuSeries, Header, LostCounts,
+    Origin, ProcessInfo, Recording, StackKind, StackSample, StackTable, SystemSample, ThreadInfo,
+    events,
+};
+use profiler::render;
+use profiler_ebpf::{COMM_LEN, event_size, kind};
+
+/// xorshift64: deterministic, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn chance(&mut self, one_in: u64) -> bool {
+        self.below(one_in) == 0
+    }
+
+    /// Mostly small values (so pids, tids and times collide), sometimes
+    /// extremes.
+    fn value(&mut self) -> u64 {
+        match self.below(20) {
+            0 => u64::MAX,
+            1 => u64::from(u32::MAX),
+            2 => self.next(),
+            _ => self.below(8),
+        }
+    }
+}
+
+/// Raw events of random kinds whose every field is a small number (so they
+/// refer to each other), times from a small range and out of order.
+fn random_events(rng: &mut Rng, n: usize) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for _ in 0..n {
+        let kind = 1 + rng.below(u64::from(kind::COUNT - 1)) as u16;
+        let size = event_size(kind).expect("a known kind");
+        let mut event = vec![0u8; size];
+        let ts = match rng.below(10) {
+            0 => u64::MAX - rng.below(3),
+            1 => rng.value(),
+            _ => 1_000 + rng.below(1_000) * 1_000,
+        };
+        event[..8].copy_from_slice(&ts.to_le_bytes());
+        event[8..10].copy_from_slice(&kind.to_le_bytes());
+        event[10..12].copy_from_slice(&(rng.below(4) as u16).to_le_bytes());
+        for word in event[16..].chunks_mut(4) {
+            let v = rng.value() as u32;
+            let le = v.to_le_bytes();
+            word.copy_from_slice(&le[..word.len()]);
+        }
+        if rng.chance(4) {
+            // A comm of invalid UTF-8 where the event has one.
+            let end = event.len();
+            if end >= 16 + COMM_LEN {
+                event[end - COMM_LEN..end].fill(0xff);
+            }
+        }
+        bytes.extend(event);
+    }
+    bytes
+}
+
+fn random_recording(rng: &mut Rng) -> Recording {
+    let start = match rng.below(10) {
+        0 => u64::MAX - rng.below(1_000),
+        1 => 0,
+        _ => 1_000 + rng.below(2_000_000),
+    };
+    let mut events = Vec::new();
+    let n = rng.below(300) as usize;
+    events::decode_all(&random_events(rng, n), &mut events).expect("well-formed events");
+    let pid = |rng: &mut Rng| rng.value() as u32;
+    let processes = (0..rng.below(6))
+        .map(|_| ProcessInfo {
+            pid: pid(rng),
+            ppid: pid(rng),
+            comm: "p".repeat(rng.below(40) as usize),
+            cmdline: vec![String::new(); rng.below(3) as usize],
+            origin: [Origin::Attached, Origin::Launched, Origin::Forked][rng.below(3) as usize],
+            seen_ns: rng.value(),
+        })
+        .collect();
+    let threads = (0..rng.below(6))
+        .map(|_| ThreadInfo {
+            tid: pid(rng),
+            pid: pid(rng),
+            comm: String::new(),
+            state: ['R', 'S', 'D', 'Z', '?'][rng.below(5) as usize],
+        })
+        .collect();
+    let system = (0..rng.below(5))
+        .map(|_| SystemSample {
+            ts_ns: rng.value(),
+            procs_running: rng.value() as u32,
+            procs_blocked: rng.value() as u32,
+            busy_ticks: rng.value(),
+            total_ticks: rng.value(),
+        })
+        .collect();
+    let frames: Vec<Frame> = (0..rng.below(4))
+        .map(|i| Frame {
+            module: format!("m{i}"),
+            offset: rng.value(),
+            symbol: rng.chance(2).then(|| format!("f{i}")),
+            kernel: rng.chance(3),
+        })
+        .collect();
+    let stacks = (0..rng.below(4))
+        .map(|_| (0..rng.below(5)).map(|_| rng.value() as u32).collect())
+        .collect();
+    let samples = (0..rng.below(8))
+        .map(|_| StackSample {
+            pid: pid(rng),
+            tid: pid(rng),
+            kind: StackKind::from_abi(rng.value() as u32),
+            stack: rng.value() as u32,
+            weight: rng.value(),
+        })
+        .collect();
+    let gpu_series = (0..rng.below(4))
+        .map(|_| GpuSeries {
+            gpu: rng.value() as u32,
+            metric: [
+                GpuMetric::GpuUtilPct,
+                GpuMetric::MemUsedBytes,
+                GpuMetric::ProcessSmUtilPct,
+            ][rng.below(3) as usize],
+            pid: rng.chance(2).then(|| pid(rng)),
+            points: (0..rng.below(5))
+                .map(|_| (rng.value(), rng.value()))
+                .collect(),
+        })
+        .collect();
+    let end = match rng.below(4) {
+        0 => start,                     // zero-length window
+        1 => start.saturating_sub(500), // ends before it starts
+        _ => start.saturating_add(rng.below(2_000_000)),
+    };
+    Recording {
+        header: Header {
+            cores: rng.value() as u32,
+            start: ClockAnchor {
+                monotonic_ns: start,
+                realtime_ns: rng.value(),
+            },
+            targets: (0..rng.below(3)).map(|_| pid(rng)).collect(),
+            block_devices: BTreeMap::from([(rng.value() as u32, "vda".into())]),
+            ..Default::default()
+        },
+        processes,
+        threads,
+        events,
+        system,
+        lost: LostCounts {
+            ring_buffer_full: BTreeMap::from([("switch".into(), rng.value())]),
+            tracking_full: rng.value(),
+            ..Default::default()
+        },
+        gpu: rng.chance(2).then(|| GpuInfo {
+            status: None,
+            library: None,
+            devices: vec![GpuDevice {
+                index: rng.value() as u32,
+                ..Default::default()
+            }],
+        }),
+        gpu_series,
+        cuda: None,
+        stacks: rng.chance(2).then(|| StackTable {
+            sample_hz: rng.value(),
+            frames,
+            stacks,
+            samples,
+        }),
+        footer: rng.chance(2).then(|| Footer {
+            end: ClockAnchor {
+                monotonic_ns: end,
+                realtime_ns: 0,
+            },
+            stop_reason: "duration".into(),
+        }),
+        truncated: rng.chance(3),
+    }
+}
+
+/// Everything `tprof report` and `tprof flamegraph` do with a recording.
+fn every_output(rec: &Recording) {
+    let model = Model::build(rec);
+    let summary = analysis::summarize(&model);
+    let _ = render::report::render(&summary);
+    let _ = render::json::render(&summary);
+    for kind in [
+        flame::FlameKind::Cpu,
+        flame::FlameKind::OffCpu,
+        flame::FlameKind::Wall,
+    ] {
+        let lines = flame::fold(&model, kind, &flame::Filter::default());
+        let _ = flame::folded_text(&lines);
+        let note = render::loss_note(&model.lost, model.cut_short);
+        let note = note.as_deref();
+        let _ = render::flamegraph::svg(&lines, kind, "t", note, std::io::sink());
+        let _ = render::flamegraph::diff_svg(&lines, &lines, kind, "t", note, std::io::sink());
+    }
+}
+
+/// 2000 cases by default; `ODD_RECORDINGS_CASES` and `ODD_RECORDINGS_SEED`
+/// run more, or others, locally.
+#[test]
+fn odd_recordings_render_without_panics() {
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let seed = env("ODD_RECORDINGS_SEED", 0x7470_726f_6620_6f64);
+    let cases = env("ODD_RECORDINGS_CASES", 2_000);
+    let mut rng = Rng(seed);
+    for case in 0..cases {
+        let rec = random_recording(&mut rng);
+        let outcome = catch_unwind(AssertUnwindSafe(|| every_output(&rec)));
+        assert!(
+            outcome.is_ok(),
+            "case {case} of seed {seed:#x} panicked; recording: {rec:#?}"
+        );
+    }
+}
+
+/// The recording of a real-looking job with no events at all (the window
+/// opened and closed at once) still reports.
+#[test]
+fn empty_recording_reports() {
+    let rec = Recording {
+        footer: Some(Footer {
+            end: ClockAnchor::default(),
+            stop_reason: "duration".into(),
+        }),
+        ..Default::default()
+    };
+    every_output(&rec);
+}
+
+// Regressions: each crash the generator above found, as the smallest
+// recording that showed it.
+
+fn event<T: Copy>(event: &T) -> profiler::recording::Event {
+    events::decode(&events::encode(event)).expect("decodes").0
+}
+
+fn header(kind: u16, ts_ns: u64) -> profiler_ebpf::EventHeader {
+    profiler_ebpf::EventHeader {
+        ts_ns,
+        kind,
+        cpu: 0,
+        _pad: 0,
+    }
+}
+
+/// Lost counts near u64::MAX overflowed their sum (debug builds panicked).
+#[test]
+fn huge_lost_counts_saturate() {
+    let rec = Recording {
+        lost: LostCounts {
+            ring_buffer_full: BTreeMap::from([("switch".into(), u64::MAX)]),
+            tracking_full: u64::MAX,
+            stack_failed: u64::MAX,
+            offcpu_full: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(rec.lost.total(), u64::MAX);
+    assert_eq!(rec.lost.stack_lost(), u64::MAX);
+    every_output(&rec);
+}
+
+/// A cut-short recording whose last event has a wild timestamp stretched
+/// the window to centuries, and the per-second device series allocated
+/// one entry per second of it (out of memory).
+#[test]
+fn wild_timestamp_does_not_stretch_the_window() {
+    let io = profiler_ebpf::BlockIoEvent {
+        hdr: header(kind::BLOCK_IO, u64::MAX - 1),
+        start_ns: 5,
+        issue_ns: 6,
+        sector: 0,
+        dev: 1,
+        nr_sector: 8,
+        tid: 0,
+        tgid: 0,
+        error: 0,
+        rwbs: *b"R\0\0\0\0\0\0\0",
+        ..zeroed()
+    };
+    let rec = Recording {
+        header: Header {
+            start: ClockAnchor {
+                monotonic_ns: 1_000,
+                realtime_ns: 0,
+            },
+            ..Default::default()
+        },
+        events: vec![event(&io)],
+        ..Default::default()
+    };
+    let model = Model::build(&rec);
+    assert!(model.duration_ns() <= profiler::model::MAX_WINDOW_NS);
+    every_output(&rec);
+}
+
+fn zeroed<T>() -> T {
+    // SAFETY: only used for the kernel ABI structs, plain integers and byte
+    // arrays for which all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Stack weights near u64::MAX overflowed the folded sums, the wall-time
+/// conversion, and inferno's totals and diff colours.
+#[test]
+fn huge_stack_weights_fold_and_draw() {
+    let sample = |kind, weight| StackSample {
+        pid: 1,
+        tid: 1,
+        kind,
+        stack: 0,
+        weight,
+    };
+    let rec = Recording {
+        stacks: Some(StackTable {
+            sample_hz: 1,
+            frames: vec![Frame::default()],
+            stacks: vec![vec![0]],
+            samples: vec![
+                sample(StackKind::OnCpu, u64::MAX),
+                sample(StackKind::Sleep, u64::MAX),
+                sample(StackKind::Futex, u64::MAX - 1),
+            ],
+        }),
+        ..Default::default()
+    };
+    every_output(&rec);
+}

@@ -222,11 +222,14 @@ fn start_tool(paths: &Paths, tool: Tool, pid: u32) -> Result<Vec<Child>> {
         Tool::None => Vec::new(),
         Tool::Tprof => {
             let mut c = command(paths.tprof.to_str().unwrap());
+            // Recording only: no report, flamegraphs or timelines after it,
+            // so tprof's CPU and memory are those of capture.
             c.args([
                 "record",
                 "--force",
                 "--no-report",
                 "--no-flamegraphs",
+                "--no-timeline",
                 "-p",
                 &pid,
             ])

@@ -211,6 +211,8 @@ pub struct WakeupEvent {
     /// (common_flags included) before the program runs.
     pub waker_tid: u32,
     pub waker_tgid: u32,
+    /// The tracepoint's `target_cpu`: at sched_waking the CPU the task last
+    /// ran on (the scheduler has not chosen where to queue it yet).
     pub target_cpu: u32,
     /// [`WAKE_NEW_TASK`].
     pub flags: u32,

@@ -153,9 +153,9 @@ fn cuda_findings<'a>(f: &'a Facts) -> impl Iterator<Item = Finding> + 'a {
             evidence: vec![
                 c.evidence.clone(),
                 format!(
-                    "{} copies, {:.1} MB, blocking the trainer {:.2} s",
+                    "{} copies, {:.1} MiB, blocking the copying threads {:.2} s",
                     c.copies,
-                    c.bytes as f64 / 1e6,
+                    c.bytes as f64 / (1024.0 * 1024.0),
                     c.blocked_s
                 ),
             ],

@@ -45,6 +45,9 @@ pub struct Step {
     pub end_ns: u64,
     /// Waiting for the batch that ends the step.
     pub data_wait_ns: u64,
+    /// The trainer's time in CUDA syncs (stream, device, event) and
+    /// synchronous copies during the step; 0 when CUDA calls were not seen.
+    pub cuda_sync_ns: u64,
     /// The trainer's time in the step, by state.
     #[serde(skip)]
     pub trainer: Breakdown,
@@ -258,10 +261,23 @@ fn step(model: &Model, trainer: &Thread, from: &Delivery, to: &Delivery) -> Step
         start_ns: from.ts_ns,
         end_ns: to.ts_ns,
         data_wait_ns: to.data_wait_ns,
+        cuda_sync_ns: cuda_sync_ns(model, trainer.tid, from.ts_ns, to.ts_ns),
         trainer: trainer.breakdown(from.ts_ns, to.ts_ns),
         blame: worker_breakdown(model, to),
         worker_pid: to.worker_pid,
     }
+}
+
+/// The thread's time inside blocking CUDA calls (syncs, cudaMemcpy) that
+/// overlaps [start, end).
+fn cuda_sync_ns(model: &Model, tid: u32, start: u64, end: u64) -> u64 {
+    model
+        .cuda
+        .calls
+        .iter()
+        .filter(|c| c.tid == tid && (c.is_sync() || c.func == profiler_ebpf::cuda_fn::MEMCPY))
+        .map(|c| overlap((c.start_ns, c.end_ns), (start, end)))
+        .sum()
 }
 
 /// Nearest-rank percentile of sorted nanoseconds, in seconds.

@@ -177,6 +177,7 @@ mod tests {
             start_ns: start,
             end_ns: end,
             data_wait_ns: wait,
+            cuda_sync_ns: 0,
             trainer: Breakdown {
                 on_cpu: end - start - wait,
                 sleep: wait,

@@ -27,7 +27,7 @@ pub fn cpus_allowed(status: &str) -> Option<u32> {
     let mut count = 0;
     for part in list.split(',').filter(|p| !p.is_empty()) {
         count += match part.split_once('-') {
-            Some((a, b)) => b.parse::<u32>().ok()? - a.parse::<u32>().ok()? + 1,
+            Some((a, b)) => b.parse::<u32>().ok()?.checked_sub(a.parse::<u32>().ok()?)? + 1,
             None => {
                 part.parse::<u32>().ok()?;
                 1
@@ -100,6 +100,7 @@ mod tests {
         assert_eq!(cpus_allowed(status), Some(7));
         assert_eq!(cpus_allowed("Cpus_allowed_list:\t0\n"), Some(1));
         assert_eq!(cpus_allowed("nothing"), None);
+        assert_eq!(cpus_allowed("Cpus_allowed_list:\t3-1\n"), None);
     }
 
     #[test]

@@ -718,13 +718,13 @@ impl Session {
         }
     }
 
-    /// Looks for a CUDA runtime loaded since the last look (a job importing
     /// Writes the CUDA record when it changed (or always, at the end).
     fn write_cuda(&mut self, force: bool) -> Result<()> {
         let failed = self.out.failed();
         self.cuda.write(&mut self.out.writer, force).context(failed)
     }
 
+    /// Looks for a CUDA runtime loaded since the last look (a job importing
     /// torch now) and records the cudaLaunchKernel counts.
     fn refresh_cuda(&mut self) -> Result<()> {
         let now = monotonic_ns();

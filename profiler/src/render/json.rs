@@ -333,6 +333,8 @@ struct StepItem {
     start_s: f64,
     end_s: f64,
     data_wait_s: f64,
+    /// The trainer's time in CUDA syncs and synchronous copies in the step.
+    cuda_sync_s: f64,
     worker_pid: u32,
 }
 
@@ -364,6 +366,7 @@ fn steps(summary: &Summary) -> Steps<'_> {
                 start_s: rel(st.start_ns),
                 end_s: rel(st.end_ns),
                 data_wait_s: st.data_wait_ns as f64 / 1e9,
+                cuda_sync_s: st.cuda_sync_ns as f64 / 1e9,
                 worker_pid: st.worker_pid,
             })
             .collect(),

@@ -29,6 +29,8 @@ use crate::recording::GpuMetric;
 const STEPS_TID: u32 = 1_000_000_000;
 /// Pseudo-thread of a thread's stalls: this plus its tid.
 const STALLS_TID: u32 = 1_100_000_000;
+/// Pseudo-thread of a thread's CUDA runtime calls: this plus its tid.
+const CUDA_TID: u32 = 1_200_000_000;
 /// Pseudo-process of GPU n: this plus n.
 const GPU_PID: u32 = 2_000_000_000;
 /// Pseudo-process of the nth block device: this plus n.
@@ -207,6 +209,7 @@ pub fn write(input: &TimelineInput, out: impl Write) -> io::Result<()> {
         thread_track(&mut events, input, thread, slices)?;
     }
     steps_and_stalls(&mut events, input)?;
+    cuda_calls(&mut events, input)?;
     deliveries(&mut events, input)?;
     disks(&mut events, input, order.len() as i64)?;
 
@@ -302,6 +305,34 @@ fn steps_and_stalls<W: Write>(events: &mut Events<W>, input: &TimelineInput) -> 
 
 /// Flow arrows from producer to consumer, each end bound to the slice
 /// around it on its thread.
+/// CUDA runtime calls (copies, syncs, pinned allocations) as slices on a
+/// "cuda" track beside each calling thread: a blocking cudaMemcpy or stream
+/// sync in the trainer shows where the GPU made it wait. Calls of one thread
+/// never overlap except a traced call inside another; those nest.
+fn cuda_calls<W: Write>(events: &mut Events<W>, input: &TimelineInput) -> io::Result<()> {
+    let mut named = Vec::new();
+    for call in &input.model.cuda.calls {
+        let tid = CUDA_TID + call.tid;
+        if !named.contains(&tid) {
+            events.thread_meta(call.tgid, tid, "cuda", 0)?;
+            named.push(tid);
+        }
+        let args = json!({
+            "duration_us": call.duration_ns() as f64 / 1e3,
+            "returned": call.ret,
+        });
+        events.slice(
+            call.tgid,
+            tid,
+            "cuda",
+            call.name(),
+            (call.start_ns, call.end_ns),
+            Some(args),
+        )?;
+    }
+    Ok(())
+}
+
 fn deliveries<W: Write>(events: &mut Events<W>, input: &TimelineInput) -> io::Result<()> {
     let threads: HashMap<u32, &Thread> = input.model.threads.iter().map(|t| (t.tid, t)).collect();
     let alive = |tid: u32, ts: u64| {
@@ -807,6 +838,32 @@ mod tests {
             .collect();
         // 25001 pairs × 19 ns = 475 µs of two in flight: a mean of 0.95.
         assert_eq!(means, vec![0.95, 0.0]);
+    }
+
+    #[test]
+    fn cuda_calls_are_slices_beside_their_thread() {
+        use crate::model::cuda::{CudaCall, CudaOp};
+        let mut model = model();
+        model.cuda.calls = vec![CudaCall {
+            tid: 1,
+            tgid: 1,
+            start_ns: 1_700_000,
+            end_ns: 1_900_000,
+            func: profiler_ebpf::cuda_fn::STREAM_SYNCHRONIZE,
+            ret: 0,
+            op: CudaOp::Sync { stream: Some(0) },
+        }];
+        let trace = render(&model, &[], &[]);
+        let tid = u64::from(CUDA_TID + 1);
+        let name = meta(&trace, "thread_name", 1, Some(tid)).expect("cuda track");
+        assert_eq!(name["args"]["name"], "cuda");
+        let call = events(&trace)
+            .iter()
+            .find(|e| e["ph"] == "X" && e["tid"] == tid)
+            .expect("a cuda slice");
+        assert_eq!(call["name"], "cudaStreamSynchronize");
+        assert_eq!(call["ts"], 700.0);
+        assert_eq!(call["dur"], 200.0);
     }
 
     #[test]

@@ -121,7 +121,9 @@ pub fn stats(model: &Model) -> CudaStats {
         let status = if let Some(status) = &cuda.status {
             status.clone()
         } else if !cuda.looked_for {
-            "the recording predates CUDA tracing (made by an older tprof)".to_string()
+            "the recording holds no CUDA information (made by a tprof without CUDA tracing, \
+             or cut short before any was written)"
+                .to_string()
         } else if cuda.libraries.is_empty() {
             "no libcudart mapped by the job".to_string()
         } else {

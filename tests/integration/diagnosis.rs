@@ -3,9 +3,7 @@
 //! cause's finding must come first, with its evidence, and a pipeline that
 //! keeps up must get no input-pipeline finding at all.
 
-use tprof_tests::{
-    Report, Traced, require_root, trace_workload, trace_workload_env, workspace_root,
-};
+use tprof_tests::{Report, Traced, data_file, require_root, trace_workload, trace_workload_env};
 
 /// Findings about the input pipeline; the others (trainer, GPU) may appear
 /// on a healthy pipeline.
@@ -47,21 +45,8 @@ fn thread_pool_oversubscription() {
 #[test]
 fn disk_bound() {
     require_root();
-    let dir = tempfile::tempdir_in(workspace_root().join("target")).expect("temp dir");
-    let file = dir.path().join("dataset.bin");
-    let status = std::process::Command::new("dd")
-        .args([
-            "if=/dev/urandom",
-            "bs=1M",
-            "count=96",
-            "conv=fsync",
-            "status=none",
-        ])
-        .arg(format!("of={}", file.display()))
-        .status()
-        .expect("run dd");
-    assert!(status.success());
-    let args = ["1", "60", "4096", "1", "io", file.to_str().unwrap()];
+    let file = data_file(96);
+    let args = ["1", "60", "4096", "1", "io", file.path_str()];
     let traced = trace_workload("pipeline", &args);
     let top = top_finding(&traced, "disk_bound");
     assert!(

@@ -4,7 +4,7 @@
 //! time blocked waiting for them as ground truth.
 
 use serde_json::Value;
-use tprof_tests::{Report, close_to, require_root, trace_workload, workspace_root};
+use tprof_tests::{Report, close_to, data_file, require_root, trace_workload};
 
 /// Two workers whose batches arrive spread out, and a trainer that asks
 /// for the next batch at once: every batch is waited for, so the detected
@@ -49,21 +49,8 @@ fn oversubscribed_workers_are_blamed_on_runnable() {
 #[test]
 fn disk_reading_workers_are_blamed_on_io() {
     require_root();
-    let dir = tempfile::tempdir_in(workspace_root().join("target")).expect("temp dir");
-    let file = dir.path().join("batches.bin");
-    let status = std::process::Command::new("dd")
-        .args([
-            "if=/dev/urandom",
-            "bs=1M",
-            "count=64",
-            "conv=fsync",
-            "status=none",
-        ])
-        .arg(format!("of={}", file.display()))
-        .status()
-        .expect("run dd");
-    assert!(status.success());
-    let args = ["2", "100", "1024", "1", "io", file.to_str().unwrap()];
+    let file = data_file(64);
+    let args = ["2", "100", "1024", "1", "io", file.path_str()];
     let traced = trace_workload("pipeline", &args);
     let steps = &traced.report.steps;
     assert!(steps.count > 0, "{steps:#?}");

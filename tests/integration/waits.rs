@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tprof_tests::{
-    Report, Running, Thread, close_to, record_command, report_json, require_root, trace_workload,
-    workspace_root,
+    Report, Running, Thread, close_to, data_file, record_command, report_json, require_root,
+    trace_workload,
 };
 
 const MIB: u64 = 1024 * 1024;
@@ -28,7 +28,7 @@ const MIB: u64 = 1024 * 1024;
 #[test]
 fn direct_reads_are_attributed_to_the_reader() {
     require_root();
-    let file = data_file(64 * MIB);
+    let file = data_file(64);
     let traced = trace_workload("direct_reader", &[file.path_str(), "1024"]);
     let truth = &traced.truth[0];
     let thread = traced.report.thread(truth["tid"].as_i64().unwrap());
@@ -63,7 +63,7 @@ fn direct_reads_are_attributed_to_the_reader() {
 #[test]
 fn device_stats_agree_with_iostat() {
     require_root();
-    let file = data_file(128 * MIB);
+    let file = data_file(128);
     let device = device_of(&file.path);
     let dir = tempfile::tempdir().expect("temp dir");
     let recording = dir.path().join("io.tprof");
@@ -196,32 +196,6 @@ fn ns(truth: &Value, key: &str) -> f64 {
         .as_f64()
         .unwrap_or_else(|| panic!("ground truth lacks {key}: {truth}"))
         / 1e9
-}
-
-/// A file of random data on the workspace's disk (not tmpfs), on disk.
-struct DataFile {
-    path: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl DataFile {
-    fn path_str(&self) -> &str {
-        self.path.to_str().expect("utf-8 path")
-    }
-}
-
-fn data_file(size: u64) -> DataFile {
-    let parent = workspace_root().join("target");
-    let dir = tempfile::tempdir_in(&parent).expect("temp dir under target/");
-    let path = dir.path().join("data.bin");
-    let status = Command::new("dd")
-        .args(["if=/dev/urandom", "bs=1M", "conv=fsync", "status=none"])
-        .arg(format!("of={}", path.display()))
-        .arg(format!("count={}", size / MIB))
-        .status()
-        .expect("run dd");
-    assert!(status.success(), "dd failed");
-    DataFile { path, _dir: dir }
 }
 
 /// The whole-disk block device holding `path` (iostat's name for it).

@@ -30,7 +30,8 @@ pub use tprof::{
     trace_workload_env, trace_workload_with,
 };
 pub use workload::{
-    build_shared_lib, build_workload, parse_json_lines, read_truth_file, workspace_root,
+    DataFile, build_shared_lib, build_workload, data_file, parse_json_lines, read_truth_file,
+    workspace_root,
 };
 
 /// True when `actual` is within `rel` (a fraction) or `abs` of `expected`,

@@ -124,3 +124,31 @@ pub fn read_truth_file(path: &Path) -> Vec<Value> {
         .unwrap_or_else(|e| panic!("read ground truth {}: {e}", path.display()));
     parse_json_lines(&text)
 }
+
+/// A file of random data on the workspace's disk (under target/, not a
+/// tmpfs), written through to the device: what O_DIRECT tests read.
+pub struct DataFile {
+    pub path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl DataFile {
+    pub fn path_str(&self) -> &str {
+        self.path.to_str().expect("utf-8 path")
+    }
+}
+
+/// Writes `mib` MiB of random data to a fresh file under target/.
+pub fn data_file(mib: u64) -> DataFile {
+    let parent = workspace_root().join("target");
+    let dir = tempfile::tempdir_in(&parent).expect("temp dir under target/");
+    let path = dir.path().join("data.bin");
+    let status = Command::new("dd")
+        .args(["if=/dev/urandom", "bs=1M", "conv=fsync", "status=none"])
+        .arg(format!("of={}", path.display()))
+        .arg(format!("count={mib}"))
+        .status()
+        .expect("run dd");
+    assert!(status.success(), "dd failed");
+    DataFile { path, _dir: dir }
+}

@@ -91,15 +91,8 @@ fn write_timeline(
     force: bool,
 ) -> Result<()> {
     let facts = analysis::timeline::derive(model, summary);
-    let input = TimelineInput {
-        model,
-        roles: &summary.roles,
-        steps: &facts.steps,
-        deliveries: &facts.deliveries,
-        stalls: &facts.stalls,
-        title: format!("tprof timeline — {}", recording.display()),
-        limits,
-    };
+    let title = format!("tprof timeline — {}", recording.display());
+    let input = TimelineInput::new(model, summary, &facts, title, limits);
     let file = io::BufWriter::new(capture::output::create(out, force)?);
     match format {
         cli::TimelineFormat::Json => render::timeline::chrome::write(&input, file),

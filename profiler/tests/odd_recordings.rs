@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use profiler::analysis::{self, flame};
 use profiler::model::Model;
 use profiler::recording::{
     ClockAnchor, Footer, Frame, GpuDevice, GpuInfo, GpuMetric, GpuSeries, Header, LostCounts,
@@ -205,24 +204,10 @@ fn random_recording(rng: &mut Rng) -> Recording {
     }
 }
 
-/// Everything `tprof report` and `tprof flamegraph` do with a recording.
+/// Every output tprof makes of a recording (report, JSON, flamegraphs,
+/// timelines); an error writing to a sink is fine, a panic is not.
 fn every_output(rec: &Recording) {
-    let model = Model::build(rec);
-    let summary = analysis::summarize(&model);
-    let _ = render::report::render(&summary);
-    let _ = render::json::render(&summary);
-    for kind in [
-        flame::FlameKind::Cpu,
-        flame::FlameKind::OffCpu,
-        flame::FlameKind::Wall,
-    ] {
-        let lines = flame::fold(&model, kind, &flame::Filter::default());
-        let _ = flame::folded_text(&lines);
-        let note = render::loss_note(&model.lost, model.cut_short);
-        let note = note.as_deref();
-        let _ = render::flamegraph::svg(&lines, kind, "t", note, std::io::sink());
-        let _ = render::flamegraph::diff_svg(&lines, &lines, kind, "t", note, std::io::sink());
-    }
+    let _ = render::every_output(rec);
 }
 
 /// 2000 cases by default; `ODD_RECORDINGS_CASES` and `ODD_RECORDINGS_SEED`

@@ -31,6 +31,14 @@ const STEPS_TID: u32 = 1_000_000_000;
 const STALLS_TID: u32 = 1_100_000_000;
 /// Pseudo-thread of a thread's CUDA runtime calls: this plus its tid.
 const CUDA_TID: u32 = 1_200_000_000;
+/// The pseudo-thread (or pseudo-process) `base` + `id`. Real tids stay
+/// below pid_max (at most 2^22), GPU indexes and device counts small, far
+/// under the gaps between bases; an id from a damaged recording wraps
+/// rather than overflow.
+fn pseudo_tid(base: u32, id: u32) -> u32 {
+    base.wrapping_add(id)
+}
+
 /// Pseudo-process of GPU n: this plus n.
 const GPU_PID: u32 = 2_000_000_000;
 /// Pseudo-process of the nth block device: this plus n.
@@ -253,7 +261,7 @@ fn steps_and_stalls<W: Write>(events: &mut Events<W>, input: &TimelineInput) -> 
     let mut named = Vec::new();
     for step in input.steps {
         let pid = pid_of.get(&step.tid).copied().unwrap_or(step.tid);
-        let tid = STEPS_TID + step.tid;
+        let tid = pseudo_tid(STEPS_TID, step.tid);
         if !named.contains(&tid) {
             events.thread_meta(pid, tid, "steps", -2)?;
             named.push(tid);
@@ -285,7 +293,7 @@ fn steps_and_stalls<W: Write>(events: &mut Events<W>, input: &TimelineInput) -> 
             continue;
         }
         let pid = pid_of.get(&stall.tid).copied().unwrap_or(stall.tid);
-        let tid = STALLS_TID + stall.tid;
+        let tid = pseudo_tid(STALLS_TID, stall.tid);
         if !named.contains(&tid) {
             events.thread_meta(pid, tid, "stalls", -1)?;
             named.push(tid);
@@ -312,7 +320,7 @@ fn steps_and_stalls<W: Write>(events: &mut Events<W>, input: &TimelineInput) -> 
 fn cuda_calls<W: Write>(events: &mut Events<W>, input: &TimelineInput) -> io::Result<()> {
     let mut named = Vec::new();
     for call in &input.model.cuda.calls {
-        let tid = CUDA_TID + call.tid;
+        let tid = pseudo_tid(CUDA_TID, call.tid);
         if !named.contains(&tid) {
             events.thread_meta(call.tgid, tid, "cuda", 0)?;
             named.push(tid);
@@ -364,7 +372,7 @@ fn deliveries<W: Write>(events: &mut Events<W>, input: &TimelineInput) -> io::Re
 /// drawn from the previous sample on.
 fn gpus<W: Write>(events: &mut Events<W>, gpus: &[Gpu]) -> io::Result<()> {
     for (n, gpu) in gpus.iter().enumerate() {
-        let pid = GPU_PID + gpu.index;
+        let pid = pseudo_tid(GPU_PID, gpu.index);
         events.process_meta(
             pid,
             &format!("GPU {} {}", gpu.index, gpu.name),
@@ -412,7 +420,7 @@ fn disks<W: Write>(events: &mut Events<W>, input: &TimelineInput, rank: i64) -> 
         by_dev.entry(io.dev).or_default().push(io);
     }
     for (n, (dev, mut ios)) in by_dev.into_iter().enumerate() {
-        let pid = DISK_PID + n as u32;
+        let pid = pseudo_tid(DISK_PID, n as u32);
         let name = model
             .devices
             .get(&dev)
@@ -437,7 +445,7 @@ fn requests<W: Write>(
     device: u32,
     ios: &[&IoRequest],
 ) -> io::Result<()> {
-    let slot_tid = |slot: usize| DISK_SLOT_TID + device * 100 + slot as u32;
+    let slot_tid = |slot: usize| pseudo_tid(DISK_SLOT_TID, device * 100 + slot as u32);
     let mut slot_free_at: Vec<u64> = Vec::new();
     for io in ios {
         let slot = match slot_free_at.iter().position(|&free| free <= io.start_ns) {

@@ -73,7 +73,27 @@ pub struct TimelineInput<'a> {
     pub limits: Limits,
 }
 
-impl TimelineInput<'_> {
+impl<'a> TimelineInput<'a> {
+    /// The timeline of a recording's model, its summary and the steps,
+    /// deliveries and stalls analysis derived for it.
+    pub fn new(
+        model: &'a Model,
+        summary: &'a crate::analysis::Summary,
+        facts: &'a crate::analysis::timeline::TimelineFacts,
+        title: String,
+        limits: Limits,
+    ) -> TimelineInput<'a> {
+        TimelineInput {
+            model,
+            roles: &summary.roles,
+            steps: &facts.steps,
+            deliveries: &facts.deliveries,
+            stalls: &facts.stalls,
+            title,
+            limits,
+        }
+    }
+
     pub fn role(&self, tid: u32) -> Role {
         self.roles.of(tid)
     }

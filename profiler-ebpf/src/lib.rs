@@ -145,7 +145,7 @@ pub struct LastStacks {
 const _: () = assert!(size_of::<LastStacks>() == 16);
 
 /// A thread's off-CPU stacks are walked at most once per this long (per
-/// thread, blocked and preempted apart): walking two stacks costs a few
+/// thread and off-CPU reason): walking two stacks costs a few
 /// microseconds, and a thread switching out 100,000 times a second nearly
 /// always leaves from the same place.
 pub const STACK_REUSE_NS: u64 = 1_000_000;

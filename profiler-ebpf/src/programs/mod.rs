@@ -112,8 +112,14 @@ fn offsets() -> TracepointOffsets {
 
 #[inline(always)]
 fn header(kind: u16) -> EventHeader {
+    header_at(kind, unsafe { bpf_ktime_get_ns() })
+}
+
+/// A header stamped `ts_ns`, for a program that already read the clock.
+#[inline(always)]
+fn header_at(kind: u16, ts_ns: u64) -> EventHeader {
     EventHeader {
-        ts_ns: unsafe { bpf_ktime_get_ns() },
+        ts_ns,
         kind,
         cpu: unsafe { bpf_get_smp_processor_id() } as u16,
         _pad: 0,

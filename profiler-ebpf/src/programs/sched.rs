@@ -6,11 +6,13 @@
 //! switch-in.
 
 use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::tracepoint,
+    programs::TracePointContext,
 };
 use profiler_ebpf::{SwitchEvent, WAKE_NEW_TASK, WakeupEvent, kind};
 
-use super::{emit, header, offsets, stacks, stacks_enabled, tracked_tgid};
+use super::{emit, header, header_at, offsets, stacks, stacks_enabled, tracked_tgid};
 
 #[tracepoint]
 pub fn tprof_switch(ctx: TracePointContext) -> u32 {
@@ -28,18 +30,20 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
         return Ok(());
     }
     let prev_state = unsafe { ctx.read_at::<i64>(off.switch_prev_state as usize)? } as u64;
+    // One clock read for the event and both off-CPU halves.
+    let now = unsafe { bpf_ktime_get_ns() };
     if stacks_enabled() {
         if prev_tracked {
-            stacks::switch_out(ctx, prev_tid, prev_state);
+            stacks::switch_out(ctx, prev_tid, prev_state, now);
         }
         if next_tgid != 0 {
-            stacks::switch_in(next_tid);
+            stacks::switch_in(next_tid, now);
         }
     }
     emit(
         kind::SWITCH,
         SwitchEvent {
-            hdr: header(kind::SWITCH),
+            hdr: header_at(kind::SWITCH, now),
             prev_state,
             prev_tid,
             prev_tgid: (bpf_get_current_pid_tgid() >> 32) as u32,

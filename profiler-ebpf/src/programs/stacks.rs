@@ -4,7 +4,7 @@
 //! a ring-buffer record; userspace reads the totals when recording ends.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::bpf_get_current_pid_tgid,
     macros::{map, perf_event},
     maps::HashMap,
     programs::{PerfEventContext, tracing::StackIdContext},
@@ -16,7 +16,8 @@ use profiler_ebpf::{
 
 use super::{OFFCPU_START, STACK_COUNTS, STACKS, count_lost, tracked_tgid};
 
-/// Each thread's last walked off-CPU stacks, keyed tid * 2 + preempted;
+/// Each thread's last walked off-CPU stacks per off-CPU reason, keyed by
+/// [`reuse_key`];
 /// updated in place, removed at exit (see `OFFCPU_START`).
 #[map]
 static LAST_STACKS: HashMap<u64, LastStacks> = HashMap::with_max_entries(2 * MAX_TRACKED_TIDS, 0);
@@ -94,7 +95,7 @@ fn add_weight(key: &StackKey, weight: u64) {
 /// sched_switch, prev side: a tracked thread leaves the CPU. Runs in prev's
 /// context, so the stacks taken here are where it stopped.
 #[inline(always)]
-pub fn switch_out<C: StackIdContext>(ctx: &C, tid: u32, prev_state: u64) {
+pub fn switch_out<C: StackIdContext>(ctx: &C, tid: u32, prev_state: u64, now: u64) {
     let Some(reason) = offcpu_reason(prev_state) else {
         return; // exiting: it will not come back
     };
@@ -103,7 +104,6 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, tid: u32, prev_state: u64) {
     } else {
         reason
     };
-    let now = unsafe { bpf_ktime_get_ns() };
     let (user_stack_id, kernel_stack_id) = offcpu_stack_ids(ctx, tid, reason, now);
     let start = OffCpuStart {
         ts_ns: now,
@@ -122,12 +122,23 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, tid: u32, prev_state: u64) {
     }
 }
 
+/// Off-CPU reasons a thread's stack walks are cached under (the
+/// `stack_kind` values are all below this).
+const REASONS: u64 = 8;
+
+/// LAST_STACKS key: one slot per thread and off-CPU reason, so a page-fault
+/// wait (D) never lends its stack to the long sleep (S) that follows it.
+#[inline(always)]
+fn reuse_key(tid: u32, reason: u32) -> u64 {
+    u64::from(tid) * REASONS + u64::from(reason) % REASONS
+}
+
 /// The stacks a switch-out leaves from: walked, or the thread's last walk
-/// of the same kind (blocked or preempted) when that is under
-/// STACK_REUSE_NS old. Walking is the costliest thing tprof does per event.
+/// for the same reason when that is under STACK_REUSE_NS old. Walking is
+/// the costliest thing tprof does per event.
 #[inline(always)]
 fn offcpu_stack_ids<C: StackIdContext>(ctx: &C, tid: u32, reason: u32, now: u64) -> (i32, i32) {
-    let key = u64::from(tid) * 2 + u64::from(reason == stack_kind::RUNNABLE);
+    let key = reuse_key(tid, reason);
     let slot = LAST_STACKS.get_ptr_mut(&key);
     if let Some(last) = slot.map(|p| unsafe { *p })
         && now.saturating_sub(last.walked_ns) < STACK_REUSE_NS
@@ -153,14 +164,21 @@ fn offcpu_stack_ids<C: StackIdContext>(ctx: &C, tid: u32, reason: u32, now: u64)
 #[inline(always)]
 pub fn forget(tid: u32) {
     let _ = OFFCPU_START.remove(&tid);
-    let _ = LAST_STACKS.remove(&(u64::from(tid) * 2));
-    let _ = LAST_STACKS.remove(&(u64::from(tid) * 2 + 1));
+    for reason in [
+        stack_kind::RUNNABLE,
+        stack_kind::DISK_WAIT,
+        stack_kind::SLEEP,
+        stack_kind::OTHER,
+        stack_kind::FUTEX,
+    ] {
+        let _ = LAST_STACKS.remove(&reuse_key(tid, reason));
+    }
 }
 
 /// sched_switch, next side: a tracked thread runs again; the time since its
 /// switch-out goes to the stack it left from.
 #[inline(always)]
-pub fn switch_in(tid: u32) {
+pub fn switch_in(tid: u32, now: u64) {
     let Some(slot) = OFFCPU_START.get_ptr_mut(&tid) else {
         return; // off CPU since before the recording
     };
@@ -169,7 +187,6 @@ pub fn switch_in(tid: u32) {
         return; // already on a CPU (its switch-out was not seen)
     }
     unsafe { (*slot).ts_ns = 0 };
-    let now = unsafe { bpf_ktime_get_ns() };
     let key = StackKey {
         tgid: start.tgid,
         tid,

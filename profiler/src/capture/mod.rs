@@ -45,6 +45,8 @@ use symbols::AddressSpaces;
 /// timer instead of waking per event keeps tprof's cost flat under load (the
 /// kernel side submits with BPF_RB_NO_WAKEUP).
 const DRAIN_EVERY: Duration = Duration::from_millis(50);
+/// How long after it appears a process's maps are re-read on every drain.
+const YOUNG_FOR: Duration = Duration::from_secs(2);
 /// How often /proc/stat is sampled (every other drain).
 const SAMPLE_EVERY_TICKS: u32 = 2;
 /// How often the status line and the lost counts are refreshed, and the
@@ -417,6 +419,9 @@ struct Session {
     known: HashSet<u32>,
     /// Their executable mappings, for symbolizing stacks at the end.
     spaces: AddressSpaces,
+    /// Processes that appeared or exec'd lately, whose libraries are still
+    /// being mapped: their maps are re-read every tick, not every second.
+    young: Vec<(u32, Instant)>,
     sample_hz: Option<u64>,
     events: u64,
     lost: LostCounts,
@@ -451,6 +456,7 @@ impl Session {
             child: None,
             known: HashSet::new(),
             spaces: AddressSpaces::default(),
+            young: Vec::new(),
             sample_hz: opts.sample_hz,
             events: 0,
             lost: LostCounts::default(),
@@ -634,6 +640,7 @@ impl Session {
 
     fn on_tick(&mut self) -> Result<()> {
         self.drain()?;
+        self.refresh_young_maps();
         self.ticks += 1;
         if self.ticks.is_multiple_of(SAMPLE_EVERY_TICKS)
             && let Some(sample) = procfs::system_sample(monotonic_ns())
@@ -671,6 +678,7 @@ impl Session {
         }
         for pid in new_processes {
             self.known.insert(pid);
+            self.young.push((pid, Instant::now()));
             self.snapshot_process(pid, Origin::Forked)?;
             // An exec may have brought the CUDA runtime in (a launched job,
             // a worker started with spawn).
@@ -705,6 +713,19 @@ impl Session {
             self.lost = lost;
         }
         Ok(())
+    }
+
+    /// Re-reads the maps of processes younger than YOUNG_FOR: a process
+    /// maps its libraries (and a JIT its code) in its first moments, and a
+    /// short-lived worker may exit before the once-a-second refresh.
+    fn refresh_young_maps(&mut self) {
+        self.young.retain(|(_, seen)| seen.elapsed() < YOUNG_FOR);
+        if self.sample_hz.is_none() {
+            return;
+        }
+        for &(pid, _) in &self.young {
+            self.spaces.snapshot(pid);
+        }
     }
 
     /// Re-reads the maps of live processes, so libraries loaded since the

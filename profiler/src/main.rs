@@ -15,7 +15,7 @@ use profiler::{
         flame::{self, Filter, FlameKind},
     },
     capture,
-    model::Model,
+    model::{Assembly, Model},
     recording,
     render::{
         self,
@@ -67,7 +67,7 @@ fn run(cli: cli::Cli) -> Result<()> {
 /// an HTML page.
 fn timeline(args: &cli::TimelineArgs) -> Result<()> {
     let (out, format) = args.output_and_format()?;
-    let model = Model::build(&recording::read(&args.path)?);
+    let model = load_model(&args.path)?;
     let summary = analysis::summarize(&model);
     let limits = Limits {
         min_slice_ns: args.min_slice.as_nanos().max(1) as u64,
@@ -149,14 +149,13 @@ type Folded = Vec<(String, u64)>;
 /// The folded stacks of a recording and what it lost
 /// ([`render::loss_note`]); an error when there are no stacks.
 fn folded(path: &Path, kind: FlameKind, filter: &Filter) -> Result<(Folded, Option<String>)> {
-    let rec = recording::read(path)?;
-    if rec.stacks.is_none() {
+    let model = load_model(path)?;
+    if model.stacks.is_none() {
         bail!(
             "{} has no stacks (recorded with --no-stacks, or cut short before the end)",
             path.display()
         );
     }
-    let model = Model::build(&rec);
     let lines = flame::fold(&model, kind, filter);
     if lines.is_empty() {
         bail!(
@@ -188,7 +187,7 @@ fn diff_note(
 /// the timelines, from one reading of it. Each that fails is a warning and
 /// does not stop the others.
 fn record_outputs(recording: &Path, flamegraphs: bool, timelines: bool, force: bool) -> Result<()> {
-    let model = Model::build(&recording::read(recording)?);
+    let model = load_model(recording)?;
     if flamegraphs && let Err(err) = record_flamegraphs(&model, recording, force) {
         eprintln!("tprof: warning: {err:#}");
     }
@@ -253,8 +252,7 @@ fn title(kind: FlameKind, recording: &Path) -> String {
 
 /// recording → model → analysis → render: the one path every output takes.
 fn report(path: &Path, json: bool) -> Result<()> {
-    let rec = recording::read(path)?;
-    let model = Model::build(&rec);
+    let model = load_model(path)?;
     let summary = analysis::summarize(&model);
     let text = if json {
         render::json::render(&summary)
@@ -263,6 +261,15 @@ fn report(path: &Path, json: bool) -> Result<()> {
     };
     io::stdout().lock().write_all(text.as_bytes())?;
     Ok(())
+}
+
+/// The model of the recording at `path`, its events streamed from the file
+/// in timestamp order rather than held in memory all at once.
+fn load_model(path: &Path) -> Result<Model> {
+    let opened = recording::reader::open(path)?;
+    let mut assembly = Assembly::new(&opened.meta, opened.last_event_ns);
+    let stats = opened.events_in_order(|event| assembly.apply(event))?;
+    Ok(assembly.finish(stats))
 }
 
 /// A reader that closed our stdout (`tprof report x | head`) is not an error.

@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use profiler::model::Model;
+use profiler::model::{Assembly, Model};
 use profiler::recording::{
     ClockAnchor, Footer, Frame, GpuDevice, GpuInfo, GpuMetric, GpuSeries, Header, LostCounts,
     Origin, ProcessInfo, Recording, StackKind, StackSample, StackTable, SystemSample, ThreadInfo,
-    events,
+    Writer, events, reader, record,
 };
 use profiler::render;
 use profiler_ebpf::{COMM_LEN, event_size, kind};
@@ -82,6 +82,11 @@ fn random_events(rng: &mut Rng, n: usize) -> Vec<u8> {
 }
 
 fn random_recording(rng: &mut Rng) -> Recording {
+    random_recording_and_events(rng).0
+}
+
+/// A random recording, and its events as the kernel would have written them.
+fn random_recording_and_events(rng: &mut Rng) -> (Recording, Vec<u8>) {
     let start = match rng.below(10) {
         0 => u64::MAX - rng.below(1_000),
         1 => 0,
@@ -89,7 +94,8 @@ fn random_recording(rng: &mut Rng) -> Recording {
     };
     let mut events = Vec::new();
     let n = rng.below(300) as usize;
-    events::decode_all(&random_events(rng, n), &mut events).expect("well-formed events");
+    let raw_events = random_events(rng, n);
+    events::decode_all(&raw_events, &mut events).expect("well-formed events");
     let pid = |rng: &mut Rng| rng.value() as u32;
     let processes = (0..rng.below(6))
         .map(|_| ProcessInfo {
@@ -157,7 +163,7 @@ fn random_recording(rng: &mut Rng) -> Recording {
         1 => start.saturating_sub(500), // ends before it starts
         _ => start.saturating_add(rng.below(2_000_000)),
     };
-    Recording {
+    let rec = Recording {
         header: Header {
             cores: rng.value() as u32,
             start: ClockAnchor {
@@ -201,7 +207,53 @@ fn random_recording(rng: &mut Rng) -> Recording {
             stop_reason: "duration".into(),
         }),
         truncated: rng.chance(3),
+    };
+    (rec, raw_events)
+}
+
+/// The file `tprof record` would have written for `rec`, its events split
+/// over several EVENTS records.
+fn recording_file(rec: &Recording, raw_events: &[u8]) -> Vec<u8> {
+    let mut w = Writer::new(Vec::new()).unwrap();
+    w.write_json(record::HEADER, &rec.header).unwrap();
+    for p in &rec.processes {
+        w.write_json(record::PROCESS, p).unwrap();
     }
+    for t in &rec.threads {
+        w.write_json(record::THREAD, t).unwrap();
+    }
+    let mut rest = raw_events;
+    while !rest.is_empty() {
+        let kind = u16::from_le_bytes([rest[8], rest[9]]);
+        let size = event_size(kind).expect("a known kind");
+        w.push_event(&rest[..size]).unwrap();
+        rest = &rest[size..];
+        if rest.len().is_multiple_of(7) {
+            w.flush().unwrap(); // end this EVENTS record
+        }
+    }
+    w.flush().unwrap();
+    for s in &rec.system {
+        w.write_json(record::SYSTEM, s).unwrap();
+    }
+    w.write_json(record::LOST, &rec.lost).unwrap();
+    if let Some(gpu) = &rec.gpu {
+        w.write_json(record::GPU_INFO, gpu).unwrap();
+    }
+    for series in &rec.gpu_series {
+        w.write_json(record::GPU_SAMPLES, series).unwrap();
+    }
+    if let Some(stacks) = &rec.stacks {
+        w.write_json(record::STACKS, stacks).unwrap();
+    }
+    if let Some(footer) = &rec.footer {
+        w.write_json(record::FOOTER, footer).unwrap();
+    }
+    let mut bytes = w.finish().unwrap();
+    if rec.truncated {
+        bytes.extend([record::SYSTEM as u8, 0, 0, 0, 200]); // a record cut off
+    }
+    bytes
 }
 
 /// Every output tprof makes of a recording (report, JSON, flamegraphs,
@@ -231,6 +283,39 @@ fn odd_recordings_render_without_panics() {
             "case {case} of seed {seed:#x} panicked; recording: {rec:#?}"
         );
     }
+}
+
+/// `tprof report` streams a recording's events from the file through a
+/// reorder buffer instead of reading them all and sorting: the model must
+/// be the same as the one built from the recording held in memory.
+#[test]
+fn streamed_model_is_the_model_in_memory() {
+    let mut rng = Rng(0x7374_7265_616d);
+    let dir = std::env::temp_dir().join(format!("tprof-streamed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("case.tprof");
+    for case in 0..300 {
+        let (rec, raw_events) = random_recording_and_events(&mut rng);
+        let bytes = recording_file(&rec, &raw_events);
+        std::fs::write(&path, &bytes).unwrap();
+        let in_memory = Model::build(&reader::parse(&bytes).unwrap());
+        let opened = reader::open(&path).unwrap();
+        let mut assembly = Assembly::new(&opened.meta, opened.last_event_ns);
+        let stats = opened.events_in_order(|e| assembly.apply(e)).unwrap();
+        let streamed = assembly.finish(stats);
+        assert_eq!(stats.events as usize, rec.events.len(), "case {case}");
+        let (streamed, in_memory) = (format!("{streamed:#?}"), format!("{in_memory:#?}"));
+        if let Some((line, (a, b))) = streamed
+            .lines()
+            .zip(in_memory.lines())
+            .enumerate()
+            .find(|(_, (a, b))| a != b)
+        {
+            panic!("case {case}: models differ at line {line}: streamed {a:?}, in memory {b:?}");
+        }
+        assert_eq!(streamed, in_memory, "case {case}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The recording of a real-looking job with no events at all (the window

@@ -258,15 +258,8 @@ fn the_real_runtime_calls_are_recorded_with_their_arguments() {
     let calls: Vec<(u32, [u64; 5], i32, u64)> = rec
         .events
         .iter()
-        .filter_map(|e| match *e {
-            Event::CudaCall {
-                tid: t,
-                func,
-                args,
-                ret,
-                out_ptr,
-                ..
-            } if t == tid => Some((func, args, ret, out_ptr)),
+        .filter_map(|e| match e {
+            Event::CudaCall(c) if c.tid == tid => Some((c.func, c.args, c.ret, c.out_ptr)),
             _ => None,
         })
         .collect();

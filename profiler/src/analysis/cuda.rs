@@ -496,7 +496,7 @@ mod tests {
                 start_ns: 0,
                 end_ns: end,
                 exited: false,
-                intervals: vec![Interval::new(0, end, ThreadState::Sleeping)],
+                intervals: vec![Interval::new(0, end, ThreadState::Sleeping)].into(),
                 voluntary_switches: 0,
                 involuntary_switches: 0,
             }],

@@ -270,7 +270,7 @@ mod tests {
             start_ns: 0,
             end_ns: 0,
             exited: false,
-            intervals: Vec::new(),
+            intervals: Default::default(),
             involuntary_switches: 0,
             voluntary_switches: 0,
         }

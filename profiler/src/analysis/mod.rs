@@ -18,7 +18,7 @@ use serde::Serialize;
 pub use devices::{DeviceStats, DeviceUser, IoStat, device_stats, iostat};
 pub use futexes::{FutexStats, Waker, futex_stats};
 
-use crate::model::{BlockReason, IoOp, Model, Thread, ThreadState};
+use crate::model::{IoOp, Model, Thread, ThreadState};
 
 const NS: f64 = 1e9;
 
@@ -52,14 +52,16 @@ pub struct ThreadStats {
 
 impl ThreadStats {
     fn of(thread: &Thread, depth: usize, io_bytes: (u64, u64)) -> ThreadStats {
-        let secs = |state| thread.time_in(state) as f64 / NS;
-        let blocked_by = |reason| thread.time_blocked_by(reason) as f64 / NS;
-        let sleeping = secs(ThreadState::Sleeping);
-        let disk = secs(ThreadState::DiskSleep);
+        // One pass over what may be millions of intervals.
+        let life = thread.breakdown(thread.start_ns, thread.end_ns);
+        let disk_ns = thread.time_in(ThreadState::DiskSleep);
+        let secs = |ns: u64| ns as f64 / NS;
+        let sleeping = secs(life.blocked().saturating_sub(disk_ns));
+        let disk = secs(disk_ns);
         ThreadStats {
-            io_s: blocked_by(BlockReason::Io),
-            futex_s: blocked_by(BlockReason::Futex),
-            sleep_s: blocked_by(BlockReason::Sleep),
+            io_s: secs(life.io),
+            futex_s: secs(life.futex),
+            sleep_s: secs(life.sleep),
             read_bytes: io_bytes.0,
             write_bytes: io_bytes.1,
             pid: thread.pid,
@@ -67,8 +69,8 @@ impl ThreadStats {
             comm: thread.comm.clone(),
             depth,
             lifetime_s: thread.lifetime_ns() as f64 / NS,
-            on_cpu_s: secs(ThreadState::Running),
-            runnable_s: secs(ThreadState::Runnable),
+            on_cpu_s: secs(life.on_cpu),
+            runnable_s: secs(life.runnable),
             blocked_s: sleeping + disk,
             blocked_interruptible_s: sleeping,
             blocked_uninterruptible_s: disk,
@@ -123,6 +125,8 @@ pub struct Summary {
     /// Ranked causes, largest share of the trainer's time first.
     pub findings: Vec<diagnosis::Finding>,
     pub events: u64,
+    /// Events written so late that the reader delivered them out of order.
+    pub late_events: u64,
     pub lost_events: u64,
     pub lost: crate::recording::LostCounts,
     pub cut_short: bool,
@@ -184,6 +188,7 @@ pub fn summarize(model: &Model) -> Summary {
         cores_source,
         findings: Vec::new(),
         events: model.events,
+        late_events: model.late_events,
         lost_events: model.lost.total(),
         lost: model.lost.clone(),
         cut_short: model.cut_short,
@@ -320,7 +325,7 @@ mod tests {
             start_ns: 0,
             end_ns: t,
             exited: false,
-            intervals,
+            intervals: intervals.into(),
             voluntary_switches: 0,
             involuntary_switches: 0,
         }

@@ -179,7 +179,7 @@ mod tests {
             start_ns: 0,
             end_ns: 100,
             exited: false,
-            intervals: vec![],
+            intervals: Default::default(),
             voluntary_switches: 0,
             involuntary_switches: 0,
         }

@@ -177,6 +177,10 @@ fn deliveries(model: &Model, roles: &Roles, trainer: &Thread) -> Vec<Delivery> {
         .map(|t| (t.tid, t.end_ns))
         .collect();
     let mut out: Vec<Delivery> = Vec::new();
+    // The trainer's CPU time since the last delivery began, summed one
+    // wakeup at a time (re-measuring from the delivery's start at every
+    // wakeup merged into it is quadratic in the wakeups merged).
+    let (mut cpu_since, mut summed_to) = (0, 0);
     for w in model.wakeups.iter().filter(|w| w.tid == trainer.tid) {
         let producer = matches!(roles.of(w.waker_tid), Role::DataWorker | Role::PinMemory);
         // A worker's exit wakes the parent's wait(): not a batch.
@@ -187,11 +191,15 @@ fn deliveries(model: &Model, roles: &Roles, trainer: &Thread) -> Vec<Delivery> {
         let wait_start = blocked_since(trainer, w.ts);
         if let Some(last) = out.last_mut()
             && last.from_tid == w.waker_tid
-            && trainer.breakdown(last.ts_ns, w.ts).on_cpu < MERGE_CPU_NS
         {
-            last.data_wait_ns += trainer.breakdown(wait_start, w.ts).blocked();
-            continue;
+            cpu_since += trainer.breakdown(summed_to, w.ts).on_cpu;
+            summed_to = w.ts;
+            if cpu_since < MERGE_CPU_NS {
+                last.data_wait_ns += trainer.breakdown(wait_start, w.ts).blocked();
+                continue;
+            }
         }
+        (cpu_since, summed_to) = (0, w.ts);
         out.push(Delivery {
             ts_ns: w.ts,
             from_tid: w.waker_tid,
@@ -211,11 +219,11 @@ fn was_blocked(t: &Thread, ts: u64) -> bool {
 /// Start of the blocked stretch that ends at `ts`.
 fn blocked_since(t: &Thread, ts: u64) -> u64 {
     // Intervals up to and including the one that ends at `ts`.
-    let mut i = (t.intervals.partition_point(|iv| iv.end_ns < ts) + 1).min(t.intervals.len());
+    let mut i = (t.intervals.partition_by_end(|end| end < ts) + 1).min(t.intervals.len());
     let mut since = ts;
     while i > 0 {
         i -= 1;
-        let iv = &t.intervals[i];
+        let iv = t.intervals.get(i).expect("in range");
         if !matches!(iv.state, ThreadState::Sleeping | ThreadState::DiskSleep) {
             break;
         }

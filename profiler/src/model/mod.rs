@@ -12,13 +12,16 @@ mod io;
 mod reasons;
 mod threads;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashMapExt as _};
 
 pub use cuda::{Cuda, CudaCall, CudaOp};
 pub use gpu::{Gpu, Gpus};
 pub use io::{FutexWait, IoOp, IoRequest};
-pub use threads::{BlockReason, Breakdown, Interval, SwitchOut, Thread, ThreadState};
+pub use threads::{BlockReason, Breakdown, Interval, Intervals, SwitchOut, Thread, ThreadState};
 
+use crate::recording::reader::StreamStats;
 use crate::recording::{Event, LostCounts, Origin, Recording, StackTable, SystemSample};
 
 /// The longest window a recording can describe. tprof records for minutes
@@ -78,6 +81,10 @@ pub struct Model {
     pub futex_waits: Vec<FutexWait>,
     pub system: Vec<SystemSample>,
     pub events: u64,
+    /// Events delivered out of timestamp order because they were written
+    /// more than the reader's reorder window late (0 in any recording seen
+    /// so far); their threads' states may be off by that much.
+    pub late_events: u64,
     pub lost: LostCounts,
     /// The recording did not end normally; the window is what was saved.
     pub cut_short: bool,
@@ -93,24 +100,47 @@ pub struct Model {
 }
 
 impl Model {
-    /// Builds the model of a recording.
+    /// Builds the model of a recording held in memory.
     pub fn build(rec: &Recording) -> Model {
         let mut events: Vec<&Event> = rec.events.iter().collect();
         // The ring buffer is ordered by commit, not by timestamp: CPUs race.
         events.sort_by_key(|e| e.ts());
+        let mut assembly = Assembly::new(rec, events.last().map(|e| e.ts()));
+        for event in events {
+            assembly.apply(event);
+        }
+        assembly.finish(StreamStats {
+            events: rec.events.len() as u64,
+            late: 0,
+        })
+    }
+}
+
+/// A model being built from a stream of events in timestamp order: what
+/// [`Model::build`] does for a recording in memory, and what a report does
+/// while [`crate::recording::reader::Opened::events_in_order`] streams a
+/// file, so that it never holds every event at once.
+pub struct Assembly<'a> {
+    rec: &'a Recording,
+    model: Model,
+    threads: threads::Builder,
+    cuda_raw: Vec<cuda::RawCall>,
+}
+
+impl<'a> Assembly<'a> {
+    /// Starts a model of `rec`'s metadata (its `events` are not read).
+    /// `last_event_ns` bounds the window of a recording without a footer.
+    pub fn new(rec: &'a Recording, last_event_ns: Option<u64>) -> Assembly<'a> {
         let window_start_ns = rec.header.start.monotonic_ns;
-        let window_end_ns = window_end(rec, &events)
+        let window_end_ns = window_end(rec, last_event_ns)
             .max(window_start_ns)
             .min(window_start_ns.saturating_add(MAX_WINDOW_NS));
-
-        let mut builder = threads::Builder::new(window_start_ns, &rec.threads);
-        let mut model = Model {
+        let model = Model {
             window_start_ns,
             window_end_ns,
             cores: rec.header.cores,
             processes: initial_processes(rec, window_start_ns),
             system: rec.system.clone(),
-            events: rec.events.len() as u64,
             lost: rec.lost.clone(),
             cut_short: rec.cut_short(),
             stop_reason: rec.footer.as_ref().map(|f| f.stop_reason.clone()),
@@ -121,16 +151,37 @@ impl Model {
             stacks: rec.stacks.clone(),
             ..Default::default()
         };
-        let mut cuda_raw = Vec::new();
-        for event in events {
-            if event.ts() < window_start_ns || event.ts() > window_end_ns {
-                continue;
-            }
-            model.apply_process_event(event);
-            model.collect(event, &mut cuda_raw);
-            builder.apply(event);
+        Assembly {
+            rec,
+            threads: threads::Builder::new(window_start_ns, &rec.threads),
+            model,
+            cuda_raw: Vec::new(),
         }
-        model.threads = builder.finish(window_end_ns);
+    }
+
+    /// Applies the next event (in timestamp order); events outside the
+    /// window are left out.
+    pub fn apply(&mut self, event: &Event) {
+        let ts = event.ts();
+        if ts < self.model.window_start_ns || ts > self.model.window_end_ns {
+            return;
+        }
+        self.model.apply_process_event(event);
+        self.model.collect(event, &mut self.cuda_raw);
+        self.threads.apply(event);
+    }
+
+    /// The finished model; `stats` says what streaming saw.
+    pub fn finish(self, stats: StreamStats) -> Model {
+        let Assembly {
+            rec,
+            mut model,
+            threads,
+            cuda_raw,
+        } = self;
+        model.events = stats.events;
+        model.late_events = stats.late;
+        model.threads = threads.finish(model.window_end_ns);
         model.cuda = cuda::build(rec.cuda.as_ref(), cuda_raw);
         model.name_reused_pids(rec);
         model.attribute_futex_wakers();
@@ -142,7 +193,9 @@ impl Model {
         );
         model
     }
+}
 
+impl Model {
     /// Keeps the events that are not thread state changes.
     fn collect(&mut self, event: &Event, cuda_raw: &mut Vec<cuda::RawCall>) {
         match *event {
@@ -162,33 +215,22 @@ impl Model {
                     flags,
                 });
             }
-            Event::BlockIo {
-                ts,
-                start_ns,
-                issue_ns,
-                dev,
-                bytes,
-                tid,
-                tgid,
-                error,
-                ref rwbs,
-                ..
-            } => {
+            Event::BlockIo(ref io) => {
                 // A request that began before tracing has no start; its
                 // issue, or else its completion, is the best bound we have.
-                let start = [start_ns, issue_ns, ts]
+                let start = [io.start_ns, io.issue_ns, io.ts]
                     .into_iter()
                     .find(|&t| t != 0)
-                    .unwrap_or(ts);
+                    .unwrap_or(io.ts);
                 self.ios.push(IoRequest {
-                    dev,
-                    start_ns: start.min(ts),
-                    end_ns: ts,
-                    bytes,
-                    op: IoOp::from_rwbs(rwbs),
-                    tid,
-                    tgid,
-                    error,
+                    dev: io.dev,
+                    start_ns: start.min(io.ts),
+                    end_ns: io.ts,
+                    bytes: io.bytes,
+                    op: IoOp::from_rwbs(&io.rwbs),
+                    tid: io.tid,
+                    tgid: io.tgid,
+                    error: io.error,
                 });
             }
             Event::FutexWait {
@@ -210,24 +252,15 @@ impl Model {
                     waker: None,
                 });
             }
-            Event::CudaCall {
-                ts,
-                enter_ns,
-                tid,
-                tgid,
-                func,
-                args,
-                ret,
-                out_ptr,
-            } => cuda_raw.push(cuda::RawCall {
-                tid,
-                tgid,
-                start_ns: enter_ns.max(self.window_start_ns).min(ts),
-                end_ns: ts,
-                func,
-                args,
-                ret,
-                out_ptr,
+            Event::CudaCall(ref call) => cuda_raw.push(cuda::RawCall {
+                tid: call.tid,
+                tgid: call.tgid,
+                start_ns: call.enter_ns.max(self.window_start_ns).min(call.ts),
+                end_ns: call.ts,
+                func: call.func,
+                args: call.args,
+                ret: call.ret,
+                out_ptr: call.out_ptr,
             }),
             _ => {}
         }
@@ -385,11 +418,11 @@ impl Model {
 
 /// End of the window: the footer's anchor, or the last thing recorded when
 /// the recording was cut short.
-fn window_end(rec: &Recording, events: &[&Event]) -> u64 {
+fn window_end(rec: &Recording, last_event_ns: Option<u64>) -> u64 {
     if let Some(footer) = &rec.footer {
         return footer.end.monotonic_ns;
     }
-    let last_event = events.last().map(|e| e.ts()).unwrap_or(0);
+    let last_event = last_event_ns.unwrap_or(0);
     let last_sample = rec.system.last().map(|s| s.ts_ns).unwrap_or(0);
     last_event.max(last_sample)
 }

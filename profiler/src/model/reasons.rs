@@ -7,12 +7,12 @@
 //! microseconds after the request completes: the window of a request runs
 //! to its owner's first wakeup after completion (within [`DELIVERY_SLACK_NS`]).
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt as _};
 
 use super::{
     Thread, WakeEdge,
     io::{FutexWait, IoRequest},
-    threads::{BlockReason, Interval},
+    threads::{BlockReason, Interval, Intervals},
 };
 
 /// Longest gap between a request's completion and its owner's wakeup that
@@ -28,9 +28,16 @@ pub(super) fn assign(
     futexes: &[FutexWait],
     wakeups: &[WakeEdge],
 ) {
-    let mut wakeups_of: HashMap<u32, Vec<u64>> = HashMap::new();
+    // Only the submitters' wakeups: there may be millions of others.
+    let mut wakeups_of: HashMap<u32, Vec<u64>> = ios
+        .iter()
+        .filter(|io| io.tid != 0)
+        .map(|io| (io.tid, Vec::new()))
+        .collect();
     for w in wakeups {
-        wakeups_of.entry(w.tid).or_default().push(w.ts);
+        if let Some(times) = wakeups_of.get_mut(&w.tid) {
+            times.push(w.ts);
+        }
     }
     let mut windows: HashMap<u32, Windows> = HashMap::new();
     for io in ios.iter().filter(|io| io.tid != 0) {
@@ -71,11 +78,11 @@ fn delivered(end: u64, wakeups: &[u64]) -> u64 {
 }
 
 /// Splits every blocked interval at the window edges inside it.
-fn split_all(intervals: &[Interval], windows: &Windows) -> Vec<Interval> {
-    let mut out = Vec::with_capacity(intervals.len());
-    for iv in intervals {
+fn split_all(intervals: &Intervals, windows: &Windows) -> Intervals {
+    let mut out = Intervals::default();
+    for iv in intervals.iter() {
         if iv.reason.is_none() {
-            out.push(*iv);
+            out.push(iv);
             continue;
         }
         // Windows are few per thread compared with intervals; the linear
@@ -125,13 +132,13 @@ fn reason_at(windows: &[(u64, u64, BlockReason)], a: u64, b: u64) -> BlockReason
     reason
 }
 
-fn push_merged(out: &mut Vec<Interval>, iv: Interval) {
-    if let Some(last) = out.last_mut()
+fn push_merged(out: &mut Intervals, iv: Interval) {
+    if let Some(last) = out.last()
         && last.state == iv.state
         && last.reason == iv.reason
         && last.end_ns == iv.start_ns
     {
-        last.end_ns = iv.end_ns;
+        out.extend_last(iv.end_ns);
         return;
     }
     out.push(iv);
@@ -149,7 +156,7 @@ mod tests {
             Interval::new(10, 100, ThreadState::Sleeping),
         ];
         let windows = vec![(5, 40, BlockReason::Futex), (60, 70, BlockReason::Io)];
-        let out = split_all(&intervals, &windows);
+        let out = split_all(&intervals.into(), &windows);
         let reasons: Vec<(u64, u64, Option<BlockReason>)> = out
             .iter()
             .map(|i| (i.start_ns, i.end_ns, i.reason))
@@ -164,7 +171,7 @@ mod tests {
                 (70, 100, Some(BlockReason::Sleep)),
             ]
         );
-        let total: u64 = out.iter().map(Interval::duration_ns).sum();
+        let total: u64 = out.iter().map(|i| i.duration_ns()).sum();
         assert_eq!(total, 100);
     }
 }

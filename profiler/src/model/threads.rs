@@ -7,7 +7,7 @@
 //! (a switch-out: running; a switch-in: runnable; a wakeup: blocked), so the
 //! first interval is filled in backwards from it.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt as _};
 
 use profiler_ebpf::{PREV_STATE_DEAD, PREV_STATE_PREEMPTED, PREV_STATE_UNINTERRUPTIBLE};
 
@@ -95,6 +95,257 @@ impl Interval {
     }
 }
 
+/// A thread's intervals, stored the way they are: gapless and in order, so
+/// each needs only its start, and a start only its low 32 bits next to its
+/// neighbours' (the high half changes every 4.3 s), plus one byte for its
+/// state and reason: 5 bytes, where an [`Interval`] is 24. The model holds
+/// one or two intervals per event, so they are most of a report's memory.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Intervals {
+    /// Low halves of the starts. Interval `i` runs from start `i` to start
+    /// `i + 1` (the last one to `end_ns`).
+    lows: Vec<u32>,
+    kinds: Vec<u8>,
+    /// (first index, high half): where the starts' high half changes.
+    highs: Vec<(usize, u32)>,
+    end_ns: u64,
+}
+
+impl Intervals {
+    pub fn len(&self) -> usize {
+        self.lows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lows.is_empty()
+    }
+
+    /// Start of interval `i` (< len).
+    fn start(&self, i: usize) -> u64 {
+        let epoch = match self.highs.len() {
+            1 => 0, // a life under 4.3 s, or one not crossing a boundary
+            _ => self.highs.partition_point(|&(first, _)| first <= i) - 1,
+        };
+        u64::from(self.highs[epoch].1) << 32 | u64::from(self.lows[i])
+    }
+
+    /// End of interval `i` (< len).
+    fn end(&self, i: usize) -> u64 {
+        if i + 1 < self.len() {
+            self.start(i + 1)
+        } else {
+            self.end_ns
+        }
+    }
+
+    pub fn get(&self, i: usize) -> Option<Interval> {
+        if i >= self.len() {
+            return None;
+        }
+        let (state, reason) = unpack(self.kinds[i]);
+        Some(Interval {
+            start_ns: self.start(i),
+            end_ns: self.end(i),
+            state,
+            reason,
+        })
+    }
+
+    pub fn iter(&self) -> Iter<'_> {
+        self.iter_from(0)
+    }
+
+    /// The intervals from index `i` on.
+    pub fn iter_from(&self, i: usize) -> Iter<'_> {
+        let epoch = self.highs.partition_point(|&(first, _)| first <= i);
+        Iter {
+            ivs: self,
+            i,
+            epoch: epoch.saturating_sub(1),
+        }
+    }
+
+    pub fn last(&self) -> Option<Interval> {
+        self.len().checked_sub(1).and_then(|i| self.get(i))
+    }
+
+    /// How many leading intervals have an end for which `pred` holds
+    /// (`pred` must hold for a prefix of the ends, as for
+    /// `slice::partition_point`).
+    pub fn partition_by_end(&self, pred: impl Fn(u64) -> bool) -> usize {
+        // The ends are starts 1.. and then `end_ns`.
+        let n = self.count_leading_starts(&pred);
+        if n + 1 == self.len() && pred(self.end_ns) {
+            self.len()
+        } else {
+            n
+        }
+    }
+
+    /// How many of starts 1.. satisfy `pred` (a prefix of them): a search
+    /// for the epoch, then one over its low halves.
+    fn count_leading_starts(&self, pred: &impl Fn(u64) -> bool) -> usize {
+        let len = self.len();
+        // Starts 1.. of epoch k: indices [from(k), to(k)).
+        let from = |k: usize| self.highs[k].0.max(1).min(len);
+        let to = |k: usize| self.highs.get(k + 1).map_or(len, |&(first, _)| first);
+        let passes = |k: usize| {
+            let (a, b) = (from(k), to(k));
+            a >= b || pred(u64::from(self.highs[k].1) << 32 | u64::from(self.lows[b - 1]))
+        };
+        let mut lo_k = 0;
+        let mut hi_k = self.highs.len();
+        while lo_k < hi_k {
+            let mid = lo_k + (hi_k - lo_k) / 2;
+            if passes(mid) {
+                lo_k = mid + 1;
+            } else {
+                hi_k = mid;
+            }
+        }
+        let Some(&(_, high)) = self.highs.get(lo_k) else {
+            return len.saturating_sub(1); // every start passes
+        };
+        let (a, b) = (from(lo_k), to(lo_k));
+        let high = u64::from(high) << 32;
+        let p = self.lows[a..b].partition_point(|&low| pred(high | u64::from(low)));
+        a - 1 + p
+    }
+
+    /// Appends `iv`. Intervals are gapless: it starts where the last one
+    /// ended (whatever its `start_ns`), and an empty one is left out.
+    pub fn push(&mut self, iv: Interval) {
+        let start_ns = if self.is_empty() {
+            iv.start_ns
+        } else {
+            self.end_ns
+        };
+        if iv.end_ns <= start_ns {
+            return;
+        }
+        let high = (start_ns >> 32) as u32;
+        if self.highs.last().is_none_or(|&(_, h)| h != high) {
+            self.highs.push((self.len(), high));
+        }
+        self.lows.push(start_ns as u32);
+        self.kinds.push(pack(iv.state, iv.reason));
+        self.end_ns = iv.end_ns;
+    }
+
+    /// Moves the last interval's end to `end_ns` (if later).
+    pub fn extend_last(&mut self, end_ns: u64) {
+        if !self.is_empty() {
+            self.end_ns = self.end_ns.max(end_ns);
+        }
+    }
+}
+
+/// Walks [`Intervals`] in order, following the high halves of the starts
+/// instead of searching for each.
+pub struct Iter<'a> {
+    ivs: &'a Intervals,
+    i: usize,
+    /// Index into `highs` of the epoch interval `i` is in.
+    epoch: usize,
+}
+
+impl Iter<'_> {
+    /// The high half for index `i`, given that it is in `epoch` or the next.
+    fn high(&self, i: usize) -> (usize, u64) {
+        let highs = &self.ivs.highs;
+        match highs.get(self.epoch + 1) {
+            Some(&(first, high)) if first <= i => (self.epoch + 1, u64::from(high) << 32),
+            _ => (self.epoch, u64::from(highs[self.epoch].1) << 32),
+        }
+    }
+}
+
+impl Iterator for Iter<'_> {
+    type Item = Interval;
+
+    fn next(&mut self) -> Option<Interval> {
+        let i = self.i;
+        let kind = *self.ivs.kinds.get(i)?;
+        let (epoch, high) = self.high(i);
+        self.epoch = epoch;
+        let start_ns = high | u64::from(self.ivs.lows[i]);
+        let end_ns = match self.ivs.lows.get(i + 1) {
+            Some(&low) => self.high(i + 1).1 | u64::from(low),
+            None => self.ivs.end_ns,
+        };
+        self.i += 1;
+        let (state, reason) = unpack(kind);
+        Some(Interval {
+            start_ns,
+            end_ns,
+            state,
+            reason,
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.ivs.len().saturating_sub(self.i);
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
+
+impl FromIterator<Interval> for Intervals {
+    fn from_iter<I: IntoIterator<Item = Interval>>(iter: I) -> Intervals {
+        let mut out = Intervals::default();
+        for iv in iter {
+            out.push(iv);
+        }
+        out
+    }
+}
+
+impl From<Vec<Interval>> for Intervals {
+    fn from(v: Vec<Interval>) -> Intervals {
+        v.into_iter().collect()
+    }
+}
+
+impl std::fmt::Debug for Intervals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+const STATES: [ThreadState; 4] = [
+    ThreadState::Running,
+    ThreadState::Runnable,
+    ThreadState::Sleeping,
+    ThreadState::DiskSleep,
+];
+const REASONS: [Option<BlockReason>; 4] = [
+    None,
+    Some(BlockReason::Io),
+    Some(BlockReason::Futex),
+    Some(BlockReason::Sleep),
+];
+
+/// State in the low two bits, reason in the next two.
+fn pack(state: ThreadState, reason: Option<BlockReason>) -> u8 {
+    let s = STATES
+        .iter()
+        .position(|&x| x == state)
+        .expect("every state") as u8;
+    let r = REASONS
+        .iter()
+        .position(|&x| x == reason)
+        .expect("every reason") as u8;
+    s | r << 2
+}
+
+fn unpack(kind: u8) -> (ThreadState, Option<BlockReason>) {
+    (
+        STATES[usize::from(kind & 3)],
+        REASONS[usize::from(kind >> 2 & 3)],
+    )
+}
+
 /// Where a thread's time went within some window, by state (blocked time
 /// by reason). The five fields sum to the part of the window it was alive.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -150,7 +401,7 @@ pub struct Thread {
     pub end_ns: u64,
     pub exited: bool,
     /// Gapless and ordered, from `start_ns` to `end_ns`.
-    pub intervals: Vec<Interval>,
+    pub intervals: Intervals,
     pub voluntary_switches: u64,
     pub involuntary_switches: u64,
 }
@@ -165,27 +416,28 @@ impl Thread {
         self.intervals
             .iter()
             .filter(|i| i.state == state)
-            .map(Interval::duration_ns)
+            .map(|i| i.duration_ns())
             .sum()
     }
 
     /// Where the time in [start_ns, end_ns) went.
     pub fn breakdown(&self, start_ns: u64, end_ns: u64) -> Breakdown {
         let mut out = Breakdown::default();
-        let first = self.intervals.partition_point(|i| i.end_ns <= start_ns);
-        for iv in self.intervals[first..]
-            .iter()
+        let first = self.intervals.partition_by_end(|end| end <= start_ns);
+        for iv in self
+            .intervals
+            .iter_from(first)
             .take_while(|i| i.start_ns < end_ns)
         {
             let len = iv.end_ns.min(end_ns) - iv.start_ns.max(start_ns);
-            out.add_interval(iv, len);
+            out.add_interval(&iv, len);
         }
         out
     }
 
     /// The interval covering `ts`, if the thread was alive then.
-    pub fn interval_at(&self, ts: u64) -> Option<&Interval> {
-        let i = self.intervals.partition_point(|iv| iv.end_ns <= ts);
+    pub fn interval_at(&self, ts: u64) -> Option<Interval> {
+        let i = self.intervals.partition_by_end(|end| end <= ts);
         self.intervals.get(i).filter(|iv| iv.start_ns <= ts)
     }
 
@@ -194,7 +446,7 @@ impl Thread {
         self.intervals
             .iter()
             .filter(|i| i.reason == Some(reason))
-            .map(Interval::duration_ns)
+            .map(|i| i.duration_ns())
             .sum()
     }
 }
@@ -206,14 +458,17 @@ struct Live {
     current: Option<(ThreadState, u64)>,
     /// The /proc state letter at attach, for a thread with no events at all.
     attach_state: char,
+    /// Order of appearance, so output is stable (a reused tid, even one
+    /// born twice at the same time in a damaged recording, is still told apart).
+    seq: usize,
 }
 
 pub(super) struct Builder {
     window_start_ns: u64,
     live: HashMap<u32, Live>,
-    done: Vec<Thread>,
-    /// Order of first appearance, so output is stable.
-    order: Vec<(u32, u64)>,
+    /// Finished threads with their `Live::seq`.
+    done: Vec<(usize, Thread)>,
+    spawned: usize,
 }
 
 impl Builder {
@@ -222,7 +477,7 @@ impl Builder {
             window_start_ns,
             live: HashMap::new(),
             done: Vec::new(),
-            order: Vec::new(),
+            spawned: 0,
         };
         for t in initial {
             b.spawn(t.tid, t.pid, &t.comm, window_start_ns, None, t.state);
@@ -283,7 +538,7 @@ impl Builder {
                 rename(&mut live.thread, *ts, comm);
             }
             // Not state changes: `reasons` matches them to blocked time.
-            Event::BlockIo { .. } | Event::FutexWait { .. } | Event::CudaCall { .. } => {}
+            Event::BlockIo(_) | Event::FutexWait { .. } | Event::CudaCall(_) => {}
         }
     }
 
@@ -293,18 +548,8 @@ impl Builder {
         for l in live {
             self.retire(l, window_end_ns);
         }
-        let rank: HashMap<(u32, u64), usize> = self
-            .order
-            .iter()
-            .enumerate()
-            .map(|(i, k)| (*k, i))
-            .collect();
-        self.done.sort_by_key(|t| {
-            rank.get(&(t.tid, t.start_ns))
-                .copied()
-                .unwrap_or(usize::MAX)
-        });
-        self.done
+        self.done.sort_by_key(|(seq, _)| *seq);
+        self.done.into_iter().map(|(_, t)| t).collect()
     }
 
     fn spawn(
@@ -316,7 +561,7 @@ impl Builder {
         state: Option<ThreadState>,
         attach_state: char,
     ) {
-        self.order.push((tid, start_ns));
+        self.spawned += 1;
         let thread = Thread {
             tid,
             pid,
@@ -325,7 +570,7 @@ impl Builder {
             start_ns,
             end_ns: start_ns,
             exited: false,
-            intervals: Vec::new(),
+            intervals: Intervals::default(),
             voluntary_switches: 0,
             involuntary_switches: 0,
         };
@@ -336,6 +581,7 @@ impl Builder {
                 thread,
                 current,
                 attach_state,
+                seq: self.spawned,
             },
         );
     }
@@ -406,7 +652,7 @@ impl Builder {
         });
         push(&mut live.thread, since, end_ns, state);
         live.thread.end_ns = end_ns;
-        self.done.push(live.thread);
+        self.done.push((live.seq, live.thread));
     }
 }
 
@@ -424,11 +670,11 @@ fn push(thread: &mut Thread, start_ns: u64, end_ns: u64, state: ThreadState) {
     if end_ns <= start_ns {
         return;
     }
-    if let Some(last) = thread.intervals.last_mut()
+    if let Some(last) = thread.intervals.last()
         && last.state == state
         && last.end_ns == start_ns
     {
-        last.end_ns = end_ns;
+        thread.intervals.extend_last(end_ns);
         return;
     }
     thread
@@ -561,6 +807,60 @@ mod tests {
         assert_eq!(t.time_in(ThreadState::Running), 8);
         assert_eq!(t.comm, "pt_data_worker");
         assert_eq!(t.renamed_from, vec![(13, "python".to_string())]);
+    }
+
+    #[test]
+    fn intervals_store_every_state_and_reason_and_stay_gapless() {
+        let mut all = Vec::new();
+        let mut t = 10;
+        for state in STATES {
+            for reason in REASONS {
+                all.push(Interval {
+                    start_ns: t,
+                    end_ns: t + 5,
+                    state,
+                    reason,
+                });
+                t += 5;
+            }
+        }
+        let ivs: Intervals = all.clone().into();
+        assert_eq!(ivs.iter().collect::<Vec<_>>(), all);
+        assert_eq!(ivs.last(), all.last().copied());
+        // A gap closes (the interval starts where the last ended); an
+        // empty interval is left out.
+        let mut ivs = Intervals::default();
+        ivs.push(Interval::new(0, 10, ThreadState::Running));
+        ivs.push(Interval::new(15, 20, ThreadState::Sleeping));
+        ivs.push(Interval::new(20, 20, ThreadState::Runnable));
+        ivs.extend_last(30);
+        let got: Vec<(u64, u64)> = ivs.iter().map(|i| (i.start_ns, i.end_ns)).collect();
+        assert_eq!(got, vec![(0, 10), (10, 30)]);
+    }
+
+    #[test]
+    fn partition_by_end_is_slice_partition_point() {
+        // Ends either side of 2^32 and 2^33 ns, where starts' high half changes.
+        let (a, b) = (1u64 << 32, 1u64 << 33);
+        let bounds = [0, 10, a - 5, a, a + 7, b - 1, b + 3, 3 * b];
+        let all: Vec<Interval> = bounds
+            .windows(2)
+            .map(|w| Interval::new(w[0], w[1], ThreadState::Running))
+            .collect();
+        let ivs: Intervals = all.clone().into();
+        assert_eq!(ivs.iter().collect::<Vec<_>>(), all);
+        let probes = bounds.iter().flat_map(|&t| [t.saturating_sub(1), t, t + 1]);
+        for ts in probes {
+            assert_eq!(
+                ivs.partition_by_end(|end| end <= ts),
+                all.partition_point(|i| i.end_ns <= ts)
+            );
+            assert_eq!(
+                ivs.partition_by_end(|end| end < ts),
+                all.partition_point(|i| i.end_ns < ts)
+            );
+        }
+        assert_eq!(Intervals::default().partition_by_end(|_| true), 0);
     }
 
     #[test]

@@ -58,23 +58,9 @@ pub enum Event {
         tgid: u32,
         comm: String,
     },
-    /// A completed block request; `ts` is its completion.
-    BlockIo {
-        ts: u64,
-        /// Queue entry (0: before tracing began).
-        start_ns: u64,
-        /// Driver issue (0: unknown).
-        issue_ns: u64,
-        dev: u32,
-        sector: u64,
-        bytes: u64,
-        /// Submitting tracked thread, 0 if none.
-        tid: u32,
-        tgid: u32,
-        error: i32,
-        /// The kernel's rwbs string: R, W, D, F, N, then flags (S, M, A, …).
-        rwbs: String,
-    },
+    /// A completed block request. Boxed, like [`Event::CudaCall`]: the
+    /// largest variants are rare, and an enum is as big as its largest.
+    BlockIo(Box<BlockIo>),
     /// A futex wait of a tracked thread; `ts` is the syscall's exit.
     FutexWait {
         ts: u64,
@@ -85,22 +71,45 @@ pub enum Event {
         op: u32,
         ret: i64,
     },
-    /// A completed CUDA runtime call of a tracked thread; `ts` is its
-    /// return. `args` are the raw integer arguments (their meaning depends
-    /// on `func`, one of `profiler_ebpf::cuda_fn`).
-    CudaCall {
-        ts: u64,
-        enter_ns: u64,
-        tid: u32,
-        tgid: u32,
-        func: u32,
-        args: [u64; CUDA_ARGS],
-        /// The cudaError_t returned (0: success).
-        ret: i32,
-        /// cudaHostAlloc / cudaMallocHost: the pointer stored through the
-        /// first argument; 0 otherwise.
-        out_ptr: u64,
-    },
+    /// A completed CUDA runtime call (boxed: rare and large).
+    CudaCall(Box<CudaCall>),
+}
+
+/// A completed block request; `ts` is its completion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockIo {
+    pub ts: u64,
+    /// Queue entry (0: before tracing began).
+    pub start_ns: u64,
+    /// Driver issue (0: unknown).
+    pub issue_ns: u64,
+    pub dev: u32,
+    pub sector: u64,
+    pub bytes: u64,
+    /// Submitting tracked thread, 0 if none.
+    pub tid: u32,
+    pub tgid: u32,
+    pub error: i32,
+    /// The kernel's rwbs string: R, W, D, F, N, then flags (S, M, A, …).
+    pub rwbs: String,
+}
+
+/// A completed CUDA runtime call of a tracked thread; `ts` is its
+/// return. `args` are the raw integer arguments (their meaning depends
+/// on `func`, one of `profiler_ebpf::cuda_fn`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaCall {
+    pub ts: u64,
+    pub enter_ns: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    pub func: u32,
+    pub args: [u64; CUDA_ARGS],
+    /// The cudaError_t returned (0: success).
+    pub ret: i32,
+    /// cudaHostAlloc / cudaMallocHost: the pointer stored through the
+    /// first argument; 0 otherwise.
+    pub out_ptr: u64,
 }
 
 impl Event {
@@ -112,9 +121,9 @@ impl Event {
             | Event::Exec { ts, .. }
             | Event::Exit { ts, .. }
             | Event::Comm { ts, .. }
-            | Event::BlockIo { ts, .. }
-            | Event::FutexWait { ts, .. }
-            | Event::CudaCall { ts, .. } => ts,
+            | Event::FutexWait { ts, .. } => ts,
+            Event::BlockIo(ref io) => io.ts,
+            Event::CudaCall(ref call) => call.ts,
         }
     }
 }
@@ -232,7 +241,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Event, usize), DecodeError> {
         }
         kind::BLOCK_IO => {
             let e: BlockIoEvent = read_plain(bytes)?;
-            Event::BlockIo {
+            Event::BlockIo(Box::new(BlockIo {
                 ts: hdr.ts_ns,
                 start_ns: e.start_ns,
                 issue_ns: e.issue_ns,
@@ -243,7 +252,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Event, usize), DecodeError> {
                 tgid: e.tgid,
                 error: e.error,
                 rwbs: comm_string(&e.rwbs),
-            }
+            }))
         }
         kind::FUTEX => {
             let e: FutexEvent = read_plain(bytes)?;
@@ -259,7 +268,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Event, usize), DecodeError> {
         }
         kind::CUDA => {
             let e: CudaCallEvent = read_plain(bytes)?;
-            Event::CudaCall {
+            Event::CudaCall(Box::new(CudaCall {
                 ts: hdr.ts_ns,
                 enter_ns: e.enter_ns,
                 tid: e.tid,
@@ -268,7 +277,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Event, usize), DecodeError> {
                 args: e.args,
                 ret: e.ret as i32,
                 out_ptr: e.out_ptr,
-            }
+            }))
         }
         other => return Err(DecodeError::UnknownKind(other)),
     };
@@ -281,6 +290,25 @@ pub fn decode_all(mut bytes: &[u8], out: &mut Vec<Event>) -> Result<(), DecodeEr
         let (event, len) = decode(bytes)?;
         out.push(event);
         bytes = &bytes[len..];
+    }
+    Ok(())
+}
+
+/// Calls `f` with the timestamp of each event in a block of back-to-back
+/// events, checking kinds and lengths the way [`decode_all`] does but
+/// decoding nothing else.
+pub fn for_each_timestamp(mut bytes: &[u8], mut f: impl FnMut(u64)) -> Result<(), DecodeError> {
+    while !bytes.is_empty() {
+        let hdr: EventHeader = read_plain(bytes)?;
+        let size = event_size(hdr.kind).ok_or(DecodeError::UnknownKind(hdr.kind))?;
+        if bytes.len() < size {
+            return Err(DecodeError::Short {
+                needed: size,
+                left: bytes.len(),
+            });
+        }
+        f(hdr.ts_ns);
+        bytes = &bytes[size..];
     }
     Ok(())
 }
@@ -322,6 +350,13 @@ pub fn encode<T: Copy>(event: &T) -> Vec<u8> {
 mod tests {
     use super::*;
     use profiler_ebpf::COMM_LEN;
+
+    #[test]
+    fn the_common_events_set_the_size() {
+        // Every decoded event waiting in the reader's reorder window costs
+        // this much; the large rare variants are boxed to keep it down.
+        assert!(size_of::<Event>() <= 56, "{}", size_of::<Event>());
+    }
 
     fn hdr(kind: u16, ts: u64) -> EventHeader {
         EventHeader {
@@ -390,7 +425,7 @@ mod tests {
         assert_eq!(len, 96);
         assert_eq!(
             event,
-            Event::CudaCall {
+            Event::CudaCall(Box::new(CudaCall {
                 ts: 20,
                 enter_ns: 15,
                 tid: 5,
@@ -399,7 +434,7 @@ mod tests {
                 args: [0x1000, 0x2000, 4096, 1, 7],
                 ret: -1,
                 out_ptr: 0,
-            }
+            }))
         );
         assert_eq!(kind_name(kind::CUDA), "cuda");
     }

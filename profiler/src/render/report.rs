@@ -70,6 +70,15 @@ fn header(out: &mut String, s: &Summary) {
             s.lost.offcpu_full
         );
     }
+    if s.late_events > 0 {
+        let _ = writeln!(
+            out,
+            "warning: {} event(s) were written more than {} ms after later ones and were \
+             used out of order; the states of their threads may be off by that much",
+            s.late_events,
+            crate::recording::reader::REORDER_WINDOW_NS / 1_000_000
+        );
+    }
     if s.cut_short {
         let _ = writeln!(
             out,

@@ -269,7 +269,7 @@ fn pool_lane(input: &TimelineInput, threads: &[&Thread], bin_ns: u64) -> Lane {
     let mut busy = vec![0u64; bins];
     let mut runnable = vec![0u64; bins];
     for thread in threads {
-        for iv in &thread.intervals {
+        for iv in thread.intervals.iter() {
             let into = match iv.state {
                 ThreadState::Running => &mut busy,
                 ThreadState::Runnable => &mut runnable,

@@ -302,11 +302,11 @@ impl Slice {
 /// the slice before it (or after, at the start); neighbours left with the
 /// same dominant state are joined. Time is conserved and slices stay
 /// gapless and ordered.
-pub fn merge_slices(intervals: &[Interval], min_ns: u64) -> Vec<Slice> {
+pub fn merge_slices(intervals: impl IntoIterator<Item = Interval>, min_ns: u64) -> Vec<Slice> {
     // Long intervals alone, maximal runs of short ones together.
     let mut groups: Vec<(Slice, bool)> = Vec::new();
     for interval in intervals {
-        let slice = Slice::of(interval);
+        let slice = Slice::of(&interval);
         let short = slice.duration_ns() < min_ns;
         match groups.last_mut() {
             Some((last, true)) if short && last.end_ns == slice.start_ns => last.absorb(&slice),
@@ -354,7 +354,7 @@ pub fn fit_slices(threads: &[&Thread], limits: Limits) -> (u64, Vec<Vec<Slice>>)
     loop {
         let slices: Vec<Vec<Slice>> = threads
             .iter()
-            .map(|t| merge_slices(&t.intervals, min_ns))
+            .map(|t| merge_slices(t.intervals.iter(), min_ns))
             .collect();
         let total: usize = slices.iter().map(Vec::len).sum();
         if total <= limits.max_slices || min_ns >= 1_000_000_000 {
@@ -427,7 +427,7 @@ pub(crate) mod tests {
             start_ns: intervals.first().map_or(0, |i| i.start_ns),
             end_ns: intervals.last().map_or(0, |i| i.end_ns),
             exited: false,
-            intervals,
+            intervals: intervals.into(),
             voluntary_switches: 0,
             involuntary_switches: 0,
         }
@@ -456,12 +456,12 @@ pub(crate) mod tests {
     #[test]
     fn long_intervals_stay_as_they_are() {
         use ThreadState::*;
-        let ivs = vec![
+        let ivs = [
             iv(0, 100, Running),
             iv(100, 300, Runnable),
             iv(300, 400, Sleeping),
         ];
-        let slices = merge_slices(&ivs, 50);
+        let slices = merge_slices(ivs, 50);
         assert_eq!(slices.len(), 3);
         assert!(slices.iter().all(|s| s.parts == 1));
         assert_eq!(slices[1].kind(), SliceKind::Runnable);
@@ -483,7 +483,7 @@ pub(crate) mod tests {
         // first tiny one joins the long one only through merging.
         ivs[1].state = Runnable;
         ivs.push(iv(t, t + 1000, Sleeping));
-        let slices = merge_slices(&ivs, 50);
+        let slices = merge_slices(ivs.iter().copied(), 50);
         assert!(gapless(&slices), "{slices:?}");
         assert_eq!(total(&slices), t + 1000);
         // The run of tiny ones (100 ns, mostly running) joins the running
@@ -503,15 +503,15 @@ pub(crate) mod tests {
     #[test]
     fn a_short_run_at_the_start_joins_the_next_slice() {
         use ThreadState::*;
-        let ivs = vec![iv(0, 10, Runnable), iv(10, 500, Running)];
-        let slices = merge_slices(&ivs, 50);
+        let ivs = [iv(0, 10, Runnable), iv(10, 500, Running)];
+        let slices = merge_slices(ivs, 50);
         assert_eq!(slices.len(), 1);
         assert_eq!((slices[0].start_ns, slices[0].end_ns), (0, 500));
         assert_eq!(slices[0].kind(), SliceKind::Running);
         // A life shorter than the threshold is still one slice.
-        let slices = merge_slices(&[iv(0, 10, Runnable)], 50);
+        let slices = merge_slices([iv(0, 10, Runnable)], 50);
         assert_eq!(slices.len(), 1);
-        assert!(merge_slices(&[], 50).is_empty());
+        assert!(merge_slices([], 50).is_empty());
     }
 
     #[test]

@@ -11,8 +11,9 @@
 //! - tprof's own CPU time and peak RSS while recording (rusage of the tprof
 //!   process, which does not reap the job).
 //! - Capacity: event rate and drops as producer pairs grow.
-//! - Recording size per event and per second; `tprof report` time and peak
-//!   memory per million events.
+//! - Recording size per event and per second; `tprof report` and `tprof
+//!   timeline` speed (million events/s) and peak memory (also as a multiple
+//!   of the recording's size).
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -305,48 +306,78 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 /// Event rates and drops as the job's switch rate grows; recording size;
-/// report speed on the largest recording.
+/// `tprof report` and `tprof timeline` speed and peak memory on each
+/// recording (memory as a multiple of the recording's size: they stream
+/// the events, so it is the model's size that counts).
 fn capacity(paths: &Paths, md: &mut String) -> Result<()> {
     md.push_str(
         "## Capacity, recording size, analysis speed\n\n\
          tprof record -p on pingpong with more pairs each row (default settings).\n\n\
-         | pairs | events/s | lost | bytes/event | recording MB/s | tprof CPU % | report s per M events | report peak RSS MiB |\n\
-         |---|---|---|---|---|---|---|---|\n",
+         | pairs | events/s | lost | bytes/event | recording MB/s | tprof CPU % | \
+         report M events/s | report peak RSS MiB (x recording) | \
+         timeline M events/s | timeline peak RSS MiB (x recording) |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
     );
     for pairs in [1, 2, 4, 8, 16] {
         let run = run_once(paths, Tool::Tprof, pairs)?;
         let recording = paths.dir.join("bench.tprof");
         let bytes = std::fs::metadata(&recording)?.len() as f64;
-        let (json, report_s, report_rss) = timed_report(&paths.tprof, &recording)?;
+        let report = timed(&paths.tprof, &["report", "--json"], &recording)?;
+        let json: serde_json::Value =
+            serde_json::from_slice(&report.stdout).context("tprof report --json output")?;
+        let timeline_out = paths.dir.join("bench.timeline.html");
+        let timeline = timed(
+            &paths.tprof,
+            &["timeline", "--force", "-o", timeline_out.to_str().unwrap()],
+            &recording,
+        )?;
         let events = json["events"].as_f64().unwrap_or(0.0);
         let lost = json["lost_events"].as_u64().unwrap_or(0);
         let duration = json["duration_s"].as_f64().unwrap_or(1.0).max(1e-9);
+        let rate = |t: &Timed| events / t.secs.max(1e-9) / 1e6;
+        let rss = |t: &Timed| {
+            let mib = t.maxrss_kib as f64 / 1024.0;
+            format!("{mib:.0} ({:.2})", mib * 1024.0 * 1024.0 / bytes.max(1.0))
+        };
         md.push_str(&format!(
-            "| {pairs} | {:.0} | {lost} | {:.1} | {:.2} | {:.1} | {:.3} | {:.1} |\n",
+            "| {pairs} | {:.0} | {lost} | {:.1} | {:.2} | {:.1} | {:.2} | {} | {:.2} | {} |\n",
             events / duration,
             bytes / events.max(1.0),
             bytes / duration / 1e6,
             100.0 * run.tool_cpu_s / duration,
-            report_s / (events / 1e6).max(1e-9),
-            report_rss as f64 / 1024.0
+            rate(&report),
+            rss(&report),
+            rate(&timeline),
+            rss(&timeline),
         ));
     }
     md.push('\n');
     Ok(())
 }
 
-/// `tprof report --json` on `recording`: the JSON, wall seconds, peak RSS.
-fn timed_report(tprof: &Path, recording: &Path) -> Result<(serde_json::Value, f64, i64)> {
+/// One timed tprof command.
+struct Timed {
+    stdout: Vec<u8>,
+    secs: f64,
+    maxrss_kib: i64,
+}
+
+/// `tprof ARGS RECORDING`: its stdout, wall seconds and peak RSS.
+fn timed(tprof: &Path, args: &[&str], recording: &Path) -> Result<Timed> {
     let started = Instant::now();
     let mut child = Command::new(tprof)
-        .args(["report", "--json"])
+        .args(args)
         .arg(recording)
         .stdout(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()?;
-    let mut out = Vec::new();
-    std::io::Read::read_to_end(&mut child.stdout.take().context("stdout")?, &mut out)?;
-    let (_, rss) = wait_rusage(child)?;
+    let mut stdout = Vec::new();
+    std::io::Read::read_to_end(&mut child.stdout.take().context("stdout")?, &mut stdout)?;
+    let (_, maxrss_kib) = wait_rusage(child)?;
     let secs = started.elapsed().as_secs_f64();
-    let json = serde_json::from_slice(&out).context("tprof report --json output")?;
-    Ok((json, secs, rss))
+    Ok(Timed {
+        stdout,
+        secs,
+        maxrss_kib,
+    })
 }

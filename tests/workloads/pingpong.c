@@ -6,10 +6,14 @@
  * over two pipes (every round trip is two wakeups and two context switches
  * at least); consumer threads count round trips under one shared mutex (futex
  * contention); with FILE, one more process reads it with O_DIRECT, 64 KiB at
- * a time, 100 times a second (block IO). Runs SECONDS, printing one JSON line
- * per second: {"t":s,"round_trips":cumulative}.
+ * a time, 100 times a second (block IO). With WORK, each producer also runs
+ * WORK steps of arithmetic per byte (the "decode" of an item), which paces
+ * the job from ~800,000 context switches/s on two cores down to a chosen
+ * rate while keeping the CPUs busy. Runs SECONDS, printing one JSON line per
+ * second: {"t":s,"round_trips":cumulative,"ctxt":machine-wide context
+ * switches so far (/proc/stat)}.
  *
- * usage: pingpong PAIRS SECONDS [FILE]
+ * usage: pingpong PAIRS SECONDS [FILE [WORK]]
  */
 #include "truth.h"
 
@@ -22,6 +26,32 @@
 static pthread_mutex_t count_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long long round_trips;
 static volatile int stop;
+static unsigned long work;
+static volatile unsigned long sink;
+
+/* WORK steps of a dependent multiply-add chain: CPU time that cannot be
+ * optimized away or overlapped. */
+static void decode(char byte)
+{
+	unsigned long x = (unsigned char)byte;
+	for (unsigned long i = 0; i < work; i++)
+		x = x * 6364136223846793005UL + 1442695040888963407UL;
+	sink = x;
+}
+
+/* Context switches on the machine since boot. */
+static unsigned long long ctxt(void)
+{
+	FILE *f = fopen("/proc/stat", "r");
+	char line[256];
+	unsigned long long n = 0;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "ctxt %llu", &n) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return n;
+}
 
 struct pair {
 	int to_producer, from_producer;
@@ -31,9 +61,11 @@ static void producer(int in, int out)
 {
 	set_thread_name("producer");
 	char byte;
-	while (read(in, &byte, 1) == 1)
+	while (read(in, &byte, 1) == 1) {
+		decode(byte);
 		if (write(out, &byte, 1) != 1)
 			break;
+	}
 	exit(0);
 }
 
@@ -91,13 +123,15 @@ static pid_t spawn_producer(struct pair *p)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: %s PAIRS SECONDS [FILE]\n", argv[0]);
+		fprintf(stderr, "usage: %s PAIRS SECONDS [FILE [WORK]]\n", argv[0]);
 		return 2;
 	}
 	int pairs = atoi(argv[1]);
 	double seconds = atof(argv[2]);
 	if (pairs < 1 || pairs > MAX_PAIRS)
 		return 2;
+	if (argc > 4)
+		work = strtoul(argv[4], NULL, 10);
 	static struct pair p[MAX_PAIRS];
 	pid_t pids[MAX_PAIRS + 1];
 	int children = 0;
@@ -118,7 +152,7 @@ int main(int argc, char **argv)
 		pthread_mutex_lock(&count_lock);
 		unsigned long long n = round_trips;
 		pthread_mutex_unlock(&count_lock);
-		emit("{\"t\":%d,\"round_trips\":%llu}", t, n);
+		emit("{\"t\":%d,\"round_trips\":%llu,\"ctxt\":%llu}", t, n, ctxt());
 	}
 	stop = 1;
 	for (int i = 0; i < pairs; i++) {

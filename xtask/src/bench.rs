@@ -6,8 +6,11 @@
 //!   processes ping-ponging with consumer threads, a shared mutex, O_DIRECT
 //!   reads) untraced, under `tprof record -p`, under libbpf-tools'
 //!   offcputime, runqlat and biolatency together, and under `perf sched
-//!   record`. Rounds alternate the configurations; each ratio is the median
-//!   over rounds of the throughput against the same round's untraced run.
+//!   record`; once paced by per-item work (`--work`) to a pipeline's rate
+//!   above the issue's 100,000 switches/s, once at full tilt (the most
+//!   switches two cores can make). Rounds alternate the configurations;
+//!   each ratio is the median over rounds of the throughput against the same
+//!   round's untraced run.
 //! - tprof's own CPU time and peak RSS while recording (rusage of the tprof
 //!   process, which does not reap the job).
 //! - Capacity: event rate and drops as producer pairs grow.
@@ -34,6 +37,20 @@ pub struct Args {
     /// Producer/consumer pairs of the overhead workload.
     #[arg(long, default_value_t = 2)]
     pairs: usize,
+    /// Arithmetic steps per item of the paced job's producers (pingpong's
+    /// WORK): the default brings it to roughly 150,000 context switches/s
+    /// on the 2-CPU development VM, above the issue's floor of 100,000.
+    #[arg(long, default_value_t = 8000)]
+    work: u64,
+}
+
+/// One setting of the overhead job.
+#[derive(Clone, Copy)]
+struct Job {
+    name: &'static str,
+    pairs: usize,
+    /// pingpong's WORK: 0 is full tilt.
+    work: u64,
 }
 
 /// The workload runs this long; throughput is measured from second
@@ -67,6 +84,8 @@ impl Tool {
 struct Run {
     /// Round trips per second over the measured seconds.
     rate: f64,
+    /// Machine-wide context switches per second over the same seconds.
+    switches: f64,
     /// The tools' CPU seconds and largest peak RSS (KiB).
     tool_cpu_s: f64,
     tool_maxrss_kib: i64,
@@ -87,7 +106,19 @@ pub fn run(args: &Args) -> Result<()> {
     run_cmd(cargo().args(["build", "--release", "-p", "profiler"]))?;
     let paths = prepare()?;
     let mut md = header(args);
-    overhead(&paths, args, &mut md)?;
+    let full_tilt = Job {
+        name: "full tilt",
+        pairs: args.pairs,
+        work: 0,
+    };
+    let paced = Job {
+        name: "paced",
+        pairs: args.pairs,
+        work: args.work,
+    };
+    for job in [paced, full_tilt] {
+        overhead(&paths, job, args.rounds, &mut md)?;
+    }
     capacity(&paths, &mut md)?;
     let out = paths.dir.join("results.md");
     std::fs::write(&out, &md)?;
@@ -131,38 +162,44 @@ fn header(args: &Args) -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     format!(
-        "Command: `sudo cargo xtask bench --rounds {} --pairs {}`\n\
+        "Command: `sudo cargo xtask bench --rounds {} --pairs {} --work {}`\n\
          Machine: {cpus} CPUs, kernel {}\n\n",
         args.rounds,
         args.pairs,
+        args.work,
         kernel.trim()
     )
 }
 
-fn overhead(paths: &Paths, args: &Args, md: &mut String) -> Result<()> {
+fn overhead(paths: &Paths, job: Job, rounds: usize, md: &mut String) -> Result<()> {
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); Tool::ALL.len()];
-    for round in 0..args.rounds {
+    for round in 0..rounds {
         // Rotate the order so no tool always runs first (warm caches, drift).
         for k in 0..Tool::ALL.len() {
             let i = (k + round) % Tool::ALL.len();
-            let run = run_once(paths, Tool::ALL[i], args.pairs)?;
+            let run = run_once(paths, Tool::ALL[i], job)?;
             eprintln!(
-                "round {round}: {:<36} {:>10.0} round trips/s",
+                "{} round {round}: {:<36} {:>10.0} round trips/s {:>10.0} switches/s",
+                job.name,
                 Tool::ALL[i].name(),
-                run.rate
+                run.rate,
+                run.switches
             );
             runs[i].push(run);
         }
     }
     md.push_str(&format!(
-        "## Overhead on the job\n\n\
-         pingpong with {} producer/consumer pairs plus futex and O_DIRECT traffic; \
-         {} rounds; throughput = round trips/s over seconds {MEASURE_FROM}-{}; \
+        "## Overhead on the job: {}\n\n\
+         pingpong with {} producer/consumer pairs plus futex and O_DIRECT traffic, \
+         WORK {} (untraced: {:.0} context switches/s on the machine); \
+         {rounds} rounds; throughput = round trips/s over seconds {MEASURE_FROM}-{}; \
          ratio = median over rounds of (throughput / the same round's untraced throughput).\n\n\
          | configuration | median round trips/s | ratio to untraced | throughput loss | tool CPU s (median) | tool peak RSS MiB (max) |\n\
          |---|---|---|---|---|---|\n",
-        args.pairs,
-        args.rounds,
+        job.name,
+        job.pairs,
+        job.work,
+        median(runs[0].iter().map(|r| r.switches).collect()),
         RUN_S - 1
     ));
     for (i, tool) in Tool::ALL.iter().enumerate() {
@@ -187,10 +224,11 @@ fn overhead(paths: &Paths, args: &Args, md: &mut String) -> Result<()> {
 }
 
 /// Runs the workload for RUN_S seconds with `tool` attached from ~0.3 s on.
-fn run_once(paths: &Paths, tool: Tool, pairs: usize) -> Result<Run> {
+fn run_once(paths: &Paths, tool: Tool, job_kind: Job) -> Result<Run> {
     let mut job = command(paths.pingpong.to_str().unwrap())
-        .args([pairs.to_string(), RUN_S.to_string()])
+        .args([job_kind.pairs.to_string(), RUN_S.to_string()])
         .arg(&paths.io_file)
+        .arg(job_kind.work.to_string())
         .stdout(Stdio::piped())
         .spawn()
         .context("start pingpong")?;
@@ -199,7 +237,8 @@ fn run_once(paths: &Paths, tool: Tool, pairs: usize) -> Result<Run> {
     let counts = read_counts(&mut job)?;
     job.wait()?;
     let mut run = Run {
-        rate: rate(&counts),
+        rate: rate(&counts, |c| c.round_trips),
+        switches: rate(&counts, |c| c.ctxt),
         ..Run::default()
     };
     for child in tools {
@@ -258,22 +297,32 @@ fn start_tool(paths: &Paths, tool: Tool, pid: u32) -> Result<Vec<Child>> {
 }
 
 /// The job's per-second cumulative round-trip counts.
-fn read_counts(job: &mut Child) -> Result<Vec<(u64, u64)>> {
+/// One second's line of pingpong's output.
+struct Count {
+    t: u64,
+    round_trips: u64,
+    ctxt: u64,
+}
+
+fn read_counts(job: &mut Child) -> Result<Vec<Count>> {
     let stdout = job.stdout.take().context("pingpong stdout")?;
     let mut counts = Vec::new();
     for line in BufReader::new(stdout).lines() {
         let line = line?;
         let v: serde_json::Value = serde_json::from_str(&line).context("pingpong output")?;
-        counts.push((
-            v["t"].as_u64().unwrap_or(0),
-            v["round_trips"].as_u64().unwrap_or(0),
-        ));
+        let field = |name: &str| v[name].as_u64().unwrap_or(0);
+        counts.push(Count {
+            t: field("t"),
+            round_trips: field("round_trips"),
+            ctxt: field("ctxt"),
+        });
     }
     Ok(counts)
 }
 
-fn rate(counts: &[(u64, u64)]) -> f64 {
-    let at = |t: u64| counts.iter().find(|c| c.0 == t).map_or(0, |c| c.1);
+/// Per-second rate of a cumulative count over the measured seconds.
+fn rate(counts: &[Count], value: impl Fn(&Count) -> u64) -> f64 {
+    let at = |t: u64| counts.iter().find(|c| c.t == t).map_or(0, &value);
     let (from, to) = (MEASURE_FROM, RUN_S - 1);
     at(to).saturating_sub(at(from)) as f64 / (to - from) as f64
 }
@@ -319,7 +368,12 @@ fn capacity(paths: &Paths, md: &mut String) -> Result<()> {
          |---|---|---|---|---|---|---|---|---|---|\n",
     );
     for pairs in [1, 2, 4, 8, 16] {
-        let run = run_once(paths, Tool::Tprof, pairs)?;
+        let job = Job {
+            name: "capacity",
+            pairs,
+            work: 0,
+        };
+        let run = run_once(paths, Tool::Tprof, job)?;
         let recording = paths.dir.join("bench.tprof");
         let bytes = std::fs::metadata(&recording)?.len() as f64;
         let report = timed(&paths.tprof, &["report", "--json"], &recording)?;

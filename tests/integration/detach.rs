@@ -129,7 +129,7 @@ fn kill_9_leaves_readable_prefix_and_no_programs() {
     );
 }
 
-/// `tprof record -- pingpong 60`, a second after it says it is recording:
+/// `tprof record -- flood 60`, a second after it says it is recording:
 /// by then events have been flushed to the file.
 fn record_flood(recording: &Path) -> Running {
     let flood = build_workload("flood");

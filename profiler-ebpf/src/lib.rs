@@ -51,7 +51,10 @@ pub mod lost_stack {
     pub const FAILED: u32 = 25;
     /// `STACK_COUNTS` was full: a sample or off-CPU interval was dropped.
     pub const AGGREGATE_FULL: u32 = 26;
-    /// `OFFCPU_START` could not hold a switch-out: its off-CPU time is lost.
+    /// A switch-out could not be kept: its off-CPU time is lost. No longer
+    /// produced (the off-CPU start lives in the thread's `TRACKED_TIDS`
+    /// entry, which exists whenever the thread is tracked); the slot is kept
+    /// so the `offcpu_full` count userspace reports stays meaningful (0).
     pub const OFFCPU_FULL: u32 = 27;
 }
 /// Size of the `LOST` array.
@@ -143,6 +146,61 @@ pub struct LastStacks {
     pub kernel_stack_id: i32,
 }
 const _: () = assert!(size_of::<LastStacks>() == 16);
+
+/// Slots of [`ThreadState::last_stacks`]: one per [`stack_kind`] value,
+/// indexed by it (a power of two, so a masked index is always in bounds).
+pub const STACK_KINDS: usize = 8;
+const _: () = assert!((stack_kind::FUTEX as usize) < STACK_KINDS);
+
+/// Kernel-side value of `TRACKED_TIDS`: a tracked thread's tgid and every
+/// piece of per-thread state the hot programs keep, in one preallocated
+/// hash entry updated in place. A context switch then does one lookup per
+/// task: the lookup that tells whether the task is tracked also finds its
+/// off-CPU start, its cached stack walks and whether it is in a futex
+/// wait (four more lookups when these lived in maps of their own).
+/// Userspace seeds it with [`ThreadState::new`] and reads `offcpu` of the
+/// threads still off CPU when recording ends. 184 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadState {
+    /// The last switch-out; `ts_ns` 0 while on a CPU (or never seen off).
+    pub offcpu: OffCpuStart,
+    /// The futex wait in progress; `ts_ns` 0 when none.
+    pub futex: FutexEnter,
+    /// The last walked off-CPU stacks, by off-CPU reason ([`stack_kind`]).
+    pub last_stacks: [LastStacks; STACK_KINDS],
+    pub tgid: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<ThreadState>() == 184);
+
+impl ThreadState {
+    /// A thread of process `tgid` with nothing in progress.
+    pub const fn new(tgid: u32) -> ThreadState {
+        ThreadState {
+            offcpu: OffCpuStart {
+                ts_ns: 0,
+                user_stack_id: 0,
+                kernel_stack_id: 0,
+                reason: 0,
+                tgid: 0,
+            },
+            futex: FutexEnter {
+                ts_ns: 0,
+                uaddr: 0,
+                op: 0,
+                syscall: 0,
+            },
+            last_stacks: [LastStacks {
+                walked_ns: 0,
+                user_stack_id: 0,
+                kernel_stack_id: 0,
+            }; STACK_KINDS],
+            tgid,
+            _pad: 0,
+        }
+    }
+}
 
 /// A thread's off-CPU stacks are walked at most once per this long (per
 /// thread and off-CPU reason): walking two stacks costs a few
@@ -538,4 +596,5 @@ mod pod {
     unsafe impl aya::Pod for TracepointOffsets {}
     unsafe impl aya::Pod for StackKey {}
     unsafe impl aya::Pod for OffCpuStart {}
+    unsafe impl aya::Pod for ThreadState {}
 }

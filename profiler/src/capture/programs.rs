@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
+    maps::{HashMap, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
     programs::{
         PerfEvent, Program, TracePoint, UProbe,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
@@ -21,11 +21,14 @@ use aya::{
 use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
 use profiler_ebpf::{
     LOST_TRACK_FULL, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, OffCpuStart, RING_BUFFER_BYTES, StackKey,
-    TracepointOffsets, cuda_fn, kind, lost_stack,
+    ThreadState, TracepointOffsets, cuda_fn, kind, lost_stack,
 };
 
 use super::tracefs;
 use crate::recording::{LostCounts, events::kind_name};
+
+/// bpf_map_update_elem flag: create only, never overwrite.
+const BPF_NOEXIST: u64 = 1;
 
 /// The object built by build.rs from profiler-ebpf.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
@@ -142,11 +145,11 @@ pub struct KernelPrograms {
     // Field order is drop order: maps first, then the programs and links.
     pub events: RingBuf<MapData>,
     tracked_tgids: HashMap<MapData, u32, u8>,
-    tracked_tids: HashMap<MapData, u32, u32>,
+    /// tid → the thread's state in the kernel, off-CPU start included.
+    tracked_tids: HashMap<MapData, u32, ThreadState>,
     lost: PerCpuArray<MapData, u64>,
     stacks: StackTraceMap<MapData>,
     stack_counts: PerCpuHashMap<MapData, StackKey, u64>,
-    offcpu_start: HashMap<MapData, u32, OffCpuStart>,
     cuda_launches: PerCpuHashMap<MapData, u32, u64>,
     _ebpf: Ebpf,
 }
@@ -197,7 +200,6 @@ impl KernelPrograms {
             lost: PerCpuArray::try_from(take_map(&mut ebpf, "LOST")?)?,
             stacks: StackTraceMap::try_from(take_map(&mut ebpf, "STACKS")?)?,
             stack_counts: PerCpuHashMap::try_from(take_map(&mut ebpf, "STACK_COUNTS")?)?,
-            offcpu_start: HashMap::try_from(take_map(&mut ebpf, "OFFCPU_START")?)?,
             cuda_launches: PerCpuHashMap::try_from(take_map(&mut ebpf, "CUDA_LAUNCHES")?)?,
             _ebpf: ebpf,
         })
@@ -326,9 +328,9 @@ impl KernelPrograms {
                 }
             }
         }
-        for item in self.offcpu_start.iter() {
-            raw.pending
-                .push(item.context("reading the off-CPU threads failed")?);
+        for item in self.tracked_tids.iter() {
+            let (tid, state) = item.context("reading the off-CPU threads failed")?;
+            raw.pending.push((tid, state.offcpu));
         }
         Ok(raw)
     }
@@ -342,10 +344,21 @@ impl KernelPrograms {
     }
 
     /// Starts tracking one thread of a tracked process.
+    /// A thread the kernel already tracks (`tprof_newtask` added it since
+    /// its process was tracked) keeps its entry: overwriting it would drop
+    /// the off-CPU start or futex wait the programs keep there.
     pub fn track_thread(&mut self, tid: u32, tgid: u32) -> Result<()> {
-        self.tracked_tids
-            .insert(tid, tgid, 0)
-            .with_context(|| format!("cannot track thread {tid}: tracked-thread map full"))
+        match self
+            .tracked_tids
+            .insert(tid, ThreadState::new(tgid), BPF_NOEXIST)
+        {
+            Ok(()) => Ok(()),
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EEXIST) => {
+                Ok(())
+            }
+            Err(e) => Err(e)
+                .with_context(|| format!("cannot track thread {tid}: tracked-thread map full")),
+        }
     }
 
     /// Stops tracking a thread that turned out to be gone.

@@ -218,6 +218,41 @@ pub const CLONE_THREAD: u64 = 0x0001_0000;
 /// `prev_state` of sched_switch for a preempted task (TASK_REPORT_MAX on
 /// 5.14+ kernels, where `__trace_sched_switch_state` reports preemption).
 pub const PREV_STATE_PREEMPTED: u64 = 0x100;
+/// Raw `task_struct::__state` bits the raw sched_switch program turns into
+/// the classic tracepoint's `prev_state` (`__trace_sched_switch_state`):
+/// the reportable states are the low seven bits; TASK_DEAD, a task at its
+/// last switch, reports its `exit_state` (EXIT_ZOMBIE or EXIT_DEAD); an
+/// idle kthread (TASK_IDLE) reports TASK_REPORT_IDLE; a task blocked on an
+/// rtlock or frozen reports uninterruptible.
+pub const TASK_REPORT: u32 = 0x7f;
+pub const TASK_DEAD: u32 = 0x80;
+pub const TASK_IDLE: u32 = 0x402;
+pub const TASK_REPORT_IDLE: u32 = 0x80;
+pub const TASK_RTLOCK_WAIT: u32 = 0x1000;
+pub const TASK_FROZEN: u32 = 0x8000;
+
+/// The classic sched_switch tracepoint's `prev_state` for a switch with
+/// `preempt` and the raw `state` (and, for a dead task, `exit_state`),
+/// as Linux 5.18+ computes it. Shared by the raw program and its test.
+pub const fn report_prev_state(preempt: bool, state: u32, exit_state: u32) -> u64 {
+    if preempt {
+        return PREV_STATE_PREEMPTED;
+    }
+    let mut report = (state | exit_state) & TASK_REPORT;
+    if state & TASK_IDLE == TASK_IDLE {
+        report = TASK_REPORT_IDLE;
+    }
+    if state & (TASK_RTLOCK_WAIT | TASK_FROZEN) != 0 {
+        report = PREV_STATE_UNINTERRUPTIBLE as u32;
+    }
+    // 1 << (fls(report) - 1): the highest reported bit.
+    if report == 0 {
+        0
+    } else {
+        1 << (31 - report.leading_zeros())
+    }
+}
+
 /// `prev_state` bits of sched_switch, as the tracepoint reports them.
 pub const PREV_STATE_INTERRUPTIBLE: u64 = 0x1;
 pub const PREV_STATE_UNINTERRUPTIBLE: u64 = 0x2;
@@ -401,7 +436,13 @@ pub struct TracepointOffsets {
     pub futex_waitv_waiters: u16,
     /// syscalls/sys_exit_futex* (same layout for all three)
     pub futex_ret: u16,
-    pub _pad: [u16; 6],
+    /// `task_struct` fields for the raw sched_switch / sched_waking programs,
+    /// from the kernel's BTF (0 when they are not used: classic tracepoints).
+    pub task_pid: u16,
+    pub task_exit_state: u16,
+    /// `thread_info.cpu` (or `cpu`) within task_struct.
+    pub task_cpu: u16,
+    pub _pad: [u16; 3],
 }
 const _: () = assert!(size_of::<TracepointOffsets>() == 64);
 

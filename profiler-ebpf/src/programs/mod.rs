@@ -87,7 +87,10 @@ static OFFSETS: TracepointOffsets = TracepointOffsets {
     futex_wait_uaddr: 16,
     futex_waitv_waiters: 16,
     futex_ret: 16,
-    _pad: [0; 6],
+    task_pid: 0,
+    task_exit_state: 0,
+    task_cpu: 0,
+    _pad: [0; 3],
 };
 
 /// Non-zero when stacks are sampled (`tprof record --no-stacks` clears it,

@@ -12,7 +12,7 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
     programs::{
-        PerfEvent, Program, TracePoint, UProbe,
+        PerfEvent, Program, RawTracePoint, TracePoint, UProbe,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
@@ -21,10 +21,10 @@ use aya::{
 use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
 use profiler_ebpf::{
     LOST_TRACK_FULL, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, OffCpuStart, RING_BUFFER_BYTES, StackKey,
-    ThreadState, TracepointOffsets, cuda_fn, kind, lost_stack,
+    ThreadState, TracepointOffsets, cuda_fn, kind, lost_stack, stack_kind,
 };
 
-use super::tracefs;
+use super::{btf, tracefs};
 use crate::recording::{LostCounts, events::kind_name};
 
 /// bpf_map_update_elem flag: create only, never overwrite.
@@ -64,10 +64,24 @@ const fn optional(
     }
 }
 
+/// The scheduler programs, each in two builds: (classic tracepoint program,
+/// raw tracepoint program, tracepoint). The raw ones skip the perf record
+/// the kernel fills for a classic tracepoint on every context switch and
+/// wakeup on the machine; they need task_struct offsets from the kernel's
+/// BTF, so without BTF (or before Linux 5.18, whose sched_switch lacks
+/// `prev_state`) the classic ones are loaded instead. Only one of each pair
+/// is loaded.
+const SCHED: &[(&str, &str, &str)] = &[
+    ("tprof_switch", "tprof_switch_r", "sched_switch"),
+    ("tprof_waking", "tprof_waking_r", "sched_waking"),
+    ("tprof_wakeup_new", "tprof_wakenew_r", "sched_wakeup_new"),
+];
+
+/// Set to 1 to use the classic scheduler tracepoints even where the raw
+/// ones work (to compare the two, and to test the fallback).
+pub const CLASSIC_SCHED_ENV: &str = "TPROF_CLASSIC_SCHED";
+
 const TRACEPOINTS: &[Attachment] = &[
-    tp("tprof_switch", "sched", "sched_switch"),
-    tp("tprof_waking", "sched", "sched_waking"),
-    tp("tprof_wakeup_new", "sched", "sched_wakeup_new"),
     tp("tprof_newtask", "task", "task_newtask"),
     tp("tprof_exec", "sched", "sched_process_exec"),
     tp("tprof_exit", "sched", "sched_process_exit"),
@@ -151,6 +165,8 @@ pub struct KernelPrograms {
     stacks: StackTraceMap<MapData>,
     stack_counts: PerCpuHashMap<MapData, StackKey, u64>,
     cuda_launches: PerCpuHashMap<MapData, u32, u64>,
+    /// The raw scheduler programs are loaded (else the classic ones).
+    raw_sched: bool,
     _ebpf: Ebpf,
 }
 
@@ -164,8 +180,21 @@ impl KernelPrograms {
         limits: MapLimits,
     ) -> Result<KernelPrograms> {
         let sample_stacks = u32::from(sample_stacks);
+        let mut offsets = *offsets;
+        let raw_sched = std::env::var_os(CLASSIC_SCHED_ENV).is_none_or(|v| v != "1")
+            && match btf::task_offsets() {
+                Ok(task) => {
+                    offsets.task_pid = task.pid;
+                    offsets.task_exit_state = task.exit_state;
+                    offsets.task_cpu = task.cpu;
+                    true
+                }
+                // No BTF (or an older kernel): the classic tracepoints
+                // record the same events, at a higher cost per event.
+                Err(_) => false,
+            };
         let mut ebpf = EbpfLoader::new()
-            .override_global("OFFSETS", offsets, true)
+            .override_global("OFFSETS", &offsets, true)
             .override_global("SAMPLE_STACKS", &sample_stacks, true)
             .map_max_entries("TRACKED_TIDS", limits.tracked_threads)
             .map_max_entries(
@@ -179,9 +208,18 @@ impl KernelPrograms {
                 "the kernel refused tprof's programs; tprof needs Linux 5.15+ with \
                  CONFIG_BPF_SYSCALL, run as root (kernel BTF is not needed)",
             )?;
+        let unused = |name: &str| {
+            SCHED
+                .iter()
+                .any(|&(classic, raw, _)| name == if raw_sched { classic } else { raw })
+        };
         for (name, program) in ebpf.programs_mut() {
+            if unused(name) {
+                continue;
+            }
             let loaded = match program {
                 Program::TracePoint(p) => p.load(),
+                Program::RawTracePoint(p) => p.load(),
                 Program::PerfEvent(p) => p.load(),
                 Program::UProbe(p) => p.load(),
                 other => bail!(
@@ -201,12 +239,33 @@ impl KernelPrograms {
             stacks: StackTraceMap::try_from(take_map(&mut ebpf, "STACKS")?)?,
             stack_counts: PerCpuHashMap::try_from(take_map(&mut ebpf, "STACK_COUNTS")?)?,
             cuda_launches: PerCpuHashMap::try_from(take_map(&mut ebpf, "CUDA_LAUNCHES")?)?,
+            raw_sched,
             _ebpf: ebpf,
         })
     }
 
     /// Attaches every program to its tracepoint.
     pub fn attach(&mut self) -> Result<()> {
+        for &(classic, raw, tracepoint) in SCHED {
+            let what = || format!("attaching to tracepoint sched/{tracepoint} failed");
+            if self.raw_sched {
+                let program: &mut RawTracePoint = self
+                    ._ebpf
+                    .program_mut(raw)
+                    .with_context(|| format!("program {raw} missing from the eBPF object"))?
+                    .try_into()?;
+                program.attach(tracepoint).with_context(what)?;
+            } else {
+                let program: &mut TracePoint = self
+                    ._ebpf
+                    .program_mut(classic)
+                    .with_context(|| format!("program {classic} missing from the eBPF object"))?
+                    .try_into()?;
+                program
+                    .attach("sched", tracepoint)
+                    .with_context(|| format!("{}; is the kernel built with it?", what()))?;
+            }
+        }
         for a in TRACEPOINTS {
             if a.optional && !tracefs::exists(a.category, a.tracepoint) {
                 continue;
@@ -316,21 +375,39 @@ impl KernelPrograms {
             let total: u64 = per_cpu.iter().sum();
             raw.counts.push((key, total));
         }
+        for item in self.tracked_tids.iter() {
+            let (tid, state) = item.context("reading the off-CPU threads failed")?;
+            raw.pending.push((tid, state.offcpu));
+        }
+        // The raw sched_switch program walks the kernel stack from inside
+        // itself: its first frames are the program and the tracepoint's
+        // BPF trampoline (bpf_trace_run4), not where the thread stopped.
+        let trampoline = if self.raw_sched {
+            Trampolines::read()
+        } else {
+            Trampolines::default()
+        };
+        let offcpu_kernel: std::collections::HashSet<i32> = raw
+            .counts
+            .iter()
+            .filter(|(key, _)| key.kind != stack_kind::ON_CPU)
+            .map(|(key, _)| key.kernel_stack_id)
+            .collect();
         for (key, _) in &raw.counts {
             for id in [key.user_stack_id, key.kernel_stack_id] {
                 if id >= 0 && !raw.stacks.contains_key(&id) {
-                    let ips = self
+                    let mut ips: Vec<u64> = self
                         .stacks
                         .get(&(id as u32), 0)
                         .map(|trace| trace.frames().iter().map(|f| f.ip).collect())
                         .unwrap_or_default();
+                    if id == key.kernel_stack_id && offcpu_kernel.contains(&id) {
+                        let skip = ips.iter().take_while(|&&ip| trampoline.holds(ip)).count();
+                        ips.drain(..skip.min(ips.len().saturating_sub(1)));
+                    }
                     raw.stacks.insert(id, ips);
                 }
             }
-        }
-        for item in self.tracked_tids.iter() {
-            let (tid, state) = item.context("reading the off-CPU threads failed")?;
-            raw.pending.push((tid, state.offcpu));
         }
         Ok(raw)
     }
@@ -431,4 +508,41 @@ fn prog_info(fd: BorrowedFd<'_>) -> std::io::Result<bpf_prog_info> {
 fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map> {
     ebpf.take_map(name)
         .with_context(|| format!("map {name} missing from the eBPF object"))
+}
+
+/// Kernel text of BPF programs and the raw tracepoint trampolines, from
+/// /proc/kallsyms: the frames a stack walked inside a raw tracepoint
+/// program starts with.
+#[derive(Debug, Default)]
+struct Trampolines {
+    /// (start address, is BPF machinery), sorted by address.
+    symbols: Vec<(u64, bool)>,
+}
+
+impl Trampolines {
+    fn read() -> Trampolines {
+        let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+        let mut symbols: Vec<(u64, bool)> = text
+            .lines()
+            .filter_map(|line| {
+                let mut parts = line.split_whitespace();
+                let addr = u64::from_str_radix(parts.next()?, 16).ok()?;
+                let name = parts.nth(1)?;
+                let machinery = ["bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_"]
+                    .iter()
+                    .any(|prefix| name.starts_with(prefix));
+                Some((addr, machinery))
+            })
+            .collect();
+        symbols.sort_unstable();
+        Trampolines { symbols }
+    }
+
+    /// True when `ip` falls in a BPF program or trampoline symbol.
+    fn holds(&self, ip: u64) -> bool {
+        match self.symbols.partition_point(|&(addr, _)| addr <= ip) {
+            0 => false,
+            i => self.symbols[i - 1].1,
+        }
+    }
 }

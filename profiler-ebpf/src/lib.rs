@@ -639,3 +639,42 @@ mod pod {
     unsafe impl aya::Pod for OffCpuStart {}
     unsafe impl aya::Pod for ThreadState {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The raw sched_switch program's `prev_state` matches what the classic
+    /// tracepoint reports for the same switch.
+    #[test]
+    fn raw_prev_state_matches_the_tracepoint() {
+        assert_eq!(report_prev_state(true, 1, 0), PREV_STATE_PREEMPTED);
+        assert_eq!(report_prev_state(false, 0, 0), 0);
+        assert_eq!(report_prev_state(false, 0x1, 0), PREV_STATE_INTERRUPTIBLE);
+        assert_eq!(report_prev_state(false, 0x2, 0), PREV_STATE_UNINTERRUPTIBLE);
+        // TASK_DEAD reports exit_state: EXIT_ZOMBIE, EXIT_DEAD.
+        assert_eq!(report_prev_state(false, TASK_DEAD, 0x20), 0x20);
+        assert_eq!(report_prev_state(false, TASK_DEAD, 0x10), 0x10);
+        // TASK_IDLE (D | NOLOAD) reports TASK_REPORT_IDLE, not D.
+        assert_eq!(report_prev_state(false, TASK_IDLE, 0), 0x80);
+        // TASK_KILLABLE (D | WAKEKILL) reports D; a frozen task reports D.
+        assert_eq!(
+            report_prev_state(false, 0x102, 0),
+            PREV_STATE_UNINTERRUPTIBLE
+        );
+        assert_eq!(
+            report_prev_state(false, TASK_FROZEN | 1, 0),
+            PREV_STATE_UNINTERRUPTIBLE
+        );
+        // Stopped (__TASK_STOPPED) and parked (TASK_PARKED).
+        assert_eq!(report_prev_state(false, 0x4, 0), 0x4);
+        assert_eq!(report_prev_state(false, 0x40, 0), 0x40);
+        for state in [0x1, 0x2, 0x4, 0x8, 0x40, TASK_IDLE] {
+            assert!(offcpu_reason(report_prev_state(false, state, 0)).is_some());
+        }
+        assert_eq!(
+            offcpu_reason(report_prev_state(false, TASK_DEAD, 0x20)),
+            None
+        );
+    }
+}

@@ -208,26 +208,46 @@ impl KernelPrograms {
                 "the kernel refused tprof's programs; tprof needs Linux 5.15+ with \
                  CONFIG_BPF_SYSCALL, run as root (kernel BTF is not needed)",
             )?;
-        let unused = |name: &str| {
+        let is_sched = |name: &str| {
             SCHED
                 .iter()
-                .any(|&(classic, raw, _)| name == if raw_sched { classic } else { raw })
+                .any(|&(classic, raw, _)| name == classic || name == raw)
         };
         for (name, program) in ebpf.programs_mut() {
-            if unused(name) {
-                continue;
+            if !is_sched(name) {
+                load_program(name, program)?;
             }
-            let loaded = match program {
-                Program::TracePoint(p) => p.load(),
-                Program::RawTracePoint(p) => p.load(),
-                Program::PerfEvent(p) => p.load(),
-                Program::UProbe(p) => p.load(),
-                other => bail!(
-                    "program {name} has an unexpected type {:?}",
-                    other.prog_type()
-                ),
-            };
-            loaded.with_context(|| format!("the kernel's verifier rejected {name}"))?;
+        }
+        // The raw scheduler programs where they load; a kernel whose
+        // verifier refuses one (BTF present but something else missing)
+        // gets the classic ones rather than no recording.
+        let mut raw_sched = raw_sched;
+        if raw_sched {
+            for &(_, raw, _) in SCHED {
+                let loaded = ebpf
+                    .program_mut(raw)
+                    .with_context(|| format!("program {raw} missing from the eBPF object"))
+                    .and_then(|program| load_program(raw, program));
+                if loaded.is_err() {
+                    raw_sched = false;
+                    break;
+                }
+            }
+        }
+        if !raw_sched {
+            for &(classic, raw, _) in SCHED {
+                if let Some(program) = ebpf.program_mut(raw) {
+                    // Unloading one that did load; one that did not is a no-op error.
+                    let _ = match program {
+                        Program::RawTracePoint(p) => p.unload(),
+                        _ => Ok(()),
+                    };
+                }
+                let program = ebpf
+                    .program_mut(classic)
+                    .with_context(|| format!("program {classic} missing from the eBPF object"))?;
+                load_program(classic, program)?;
+            }
         }
         ebpf.program(SAMPLER)
             .with_context(|| format!("program {SAMPLER} missing from the eBPF object"))?;
@@ -503,6 +523,21 @@ fn prog_info(fd: BorrowedFd<'_>) -> std::io::Result<bpf_prog_info> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(info)
+}
+
+/// Loads one program into the kernel (verifier included).
+fn load_program(name: &str, program: &mut Program) -> Result<()> {
+    let loaded = match program {
+        Program::TracePoint(p) => p.load(),
+        Program::RawTracePoint(p) => p.load(),
+        Program::PerfEvent(p) => p.load(),
+        Program::UProbe(p) => p.load(),
+        other => bail!(
+            "program {name} has an unexpected type {:?}",
+            other.prog_type()
+        ),
+    };
+    loaded.with_context(|| format!("the kernel's verifier rejected {name}"))
 }
 
 fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map> {

@@ -51,7 +51,10 @@ pub mod lost_stack {
     pub const FAILED: u32 = 25;
     /// `STACK_COUNTS` was full: a sample or off-CPU interval was dropped.
     pub const AGGREGATE_FULL: u32 = 26;
-    /// `OFFCPU_START` could not hold a switch-out: its off-CPU time is lost.
+    /// A switch-out could not be kept: its off-CPU time is lost. No longer
+    /// produced (the off-CPU start lives in the thread's `TRACKED_TIDS`
+    /// entry, which exists whenever the thread is tracked); the slot is kept
+    /// so the `offcpu_full` count userspace reports stays meaningful (0).
     pub const OFFCPU_FULL: u32 = 27;
 }
 /// Size of the `LOST` array.
@@ -144,6 +147,61 @@ pub struct LastStacks {
 }
 const _: () = assert!(size_of::<LastStacks>() == 16);
 
+/// Slots of [`ThreadState::last_stacks`]: one per [`stack_kind`] value,
+/// indexed by it (a power of two, so a masked index is always in bounds).
+pub const STACK_KINDS: usize = 8;
+const _: () = assert!((stack_kind::FUTEX as usize) < STACK_KINDS);
+
+/// Kernel-side value of `TRACKED_TIDS`: a tracked thread's tgid and every
+/// piece of per-thread state the hot programs keep, in one preallocated
+/// hash entry updated in place. A context switch then does one lookup per
+/// task: the lookup that tells whether the task is tracked also finds its
+/// off-CPU start, its cached stack walks and whether it is in a futex
+/// wait (four more lookups when these lived in maps of their own).
+/// Userspace seeds it with [`ThreadState::new`] and reads `offcpu` of the
+/// threads still off CPU when recording ends. 184 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadState {
+    /// The last switch-out; `ts_ns` 0 while on a CPU (or never seen off).
+    pub offcpu: OffCpuStart,
+    /// The futex wait in progress; `ts_ns` 0 when none.
+    pub futex: FutexEnter,
+    /// The last walked off-CPU stacks, by off-CPU reason ([`stack_kind`]).
+    pub last_stacks: [LastStacks; STACK_KINDS],
+    pub tgid: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<ThreadState>() == 184);
+
+impl ThreadState {
+    /// A thread of process `tgid` with nothing in progress.
+    pub const fn new(tgid: u32) -> ThreadState {
+        ThreadState {
+            offcpu: OffCpuStart {
+                ts_ns: 0,
+                user_stack_id: 0,
+                kernel_stack_id: 0,
+                reason: 0,
+                tgid: 0,
+            },
+            futex: FutexEnter {
+                ts_ns: 0,
+                uaddr: 0,
+                op: 0,
+                syscall: 0,
+            },
+            last_stacks: [LastStacks {
+                walked_ns: 0,
+                user_stack_id: 0,
+                kernel_stack_id: 0,
+            }; STACK_KINDS],
+            tgid,
+            _pad: 0,
+        }
+    }
+}
+
 /// A thread's off-CPU stacks are walked at most once per this long (per
 /// thread and off-CPU reason): walking two stacks costs a few
 /// microseconds, and a thread switching out 100,000 times a second nearly
@@ -160,6 +218,41 @@ pub const CLONE_THREAD: u64 = 0x0001_0000;
 /// `prev_state` of sched_switch for a preempted task (TASK_REPORT_MAX on
 /// 5.14+ kernels, where `__trace_sched_switch_state` reports preemption).
 pub const PREV_STATE_PREEMPTED: u64 = 0x100;
+/// Raw `task_struct::__state` bits the raw sched_switch program turns into
+/// the classic tracepoint's `prev_state` (`__trace_sched_switch_state`):
+/// the reportable states are the low seven bits; TASK_DEAD, a task at its
+/// last switch, reports its `exit_state` (EXIT_ZOMBIE or EXIT_DEAD); an
+/// idle kthread (TASK_IDLE) reports TASK_REPORT_IDLE; a task blocked on an
+/// rtlock or frozen reports uninterruptible.
+pub const TASK_REPORT: u32 = 0x7f;
+pub const TASK_DEAD: u32 = 0x80;
+pub const TASK_IDLE: u32 = 0x402;
+pub const TASK_REPORT_IDLE: u32 = 0x80;
+pub const TASK_RTLOCK_WAIT: u32 = 0x1000;
+pub const TASK_FROZEN: u32 = 0x8000;
+
+/// The classic sched_switch tracepoint's `prev_state` for a switch with
+/// `preempt` and the raw `state` (and, for a dead task, `exit_state`),
+/// as Linux 5.18+ computes it. Shared by the raw program and its test.
+pub const fn report_prev_state(preempt: bool, state: u32, exit_state: u32) -> u64 {
+    if preempt {
+        return PREV_STATE_PREEMPTED;
+    }
+    let mut report = (state | exit_state) & TASK_REPORT;
+    if state & TASK_IDLE == TASK_IDLE {
+        report = TASK_REPORT_IDLE;
+    }
+    if state & (TASK_RTLOCK_WAIT | TASK_FROZEN) != 0 {
+        report = PREV_STATE_UNINTERRUPTIBLE as u32;
+    }
+    // 1 << (fls(report) - 1): the highest reported bit.
+    if report == 0 {
+        0
+    } else {
+        1 << (31 - report.leading_zeros())
+    }
+}
+
 /// `prev_state` bits of sched_switch, as the tracepoint reports them.
 pub const PREV_STATE_INTERRUPTIBLE: u64 = 0x1;
 pub const PREV_STATE_UNINTERRUPTIBLE: u64 = 0x2;
@@ -343,7 +436,13 @@ pub struct TracepointOffsets {
     pub futex_waitv_waiters: u16,
     /// syscalls/sys_exit_futex* (same layout for all three)
     pub futex_ret: u16,
-    pub _pad: [u16; 6],
+    /// `task_struct` fields for the raw sched_switch / sched_waking programs,
+    /// from the kernel's BTF (0 when they are not used: classic tracepoints).
+    pub task_pid: u16,
+    pub task_exit_state: u16,
+    /// `thread_info.cpu` (or `cpu`) within task_struct.
+    pub task_cpu: u16,
+    pub _pad: [u16; 3],
 }
 const _: () = assert!(size_of::<TracepointOffsets>() == 64);
 
@@ -538,4 +637,44 @@ mod pod {
     unsafe impl aya::Pod for TracepointOffsets {}
     unsafe impl aya::Pod for StackKey {}
     unsafe impl aya::Pod for OffCpuStart {}
+    unsafe impl aya::Pod for ThreadState {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The raw sched_switch program's `prev_state` matches what the classic
+    /// tracepoint reports for the same switch.
+    #[test]
+    fn raw_prev_state_matches_the_tracepoint() {
+        assert_eq!(report_prev_state(true, 1, 0), PREV_STATE_PREEMPTED);
+        assert_eq!(report_prev_state(false, 0, 0), 0);
+        assert_eq!(report_prev_state(false, 0x1, 0), PREV_STATE_INTERRUPTIBLE);
+        assert_eq!(report_prev_state(false, 0x2, 0), PREV_STATE_UNINTERRUPTIBLE);
+        // TASK_DEAD reports exit_state: EXIT_ZOMBIE, EXIT_DEAD.
+        assert_eq!(report_prev_state(false, TASK_DEAD, 0x20), 0x20);
+        assert_eq!(report_prev_state(false, TASK_DEAD, 0x10), 0x10);
+        // TASK_IDLE (D | NOLOAD) reports TASK_REPORT_IDLE, not D.
+        assert_eq!(report_prev_state(false, TASK_IDLE, 0), 0x80);
+        // TASK_KILLABLE (D | WAKEKILL) reports D; a frozen task reports D.
+        assert_eq!(
+            report_prev_state(false, 0x102, 0),
+            PREV_STATE_UNINTERRUPTIBLE
+        );
+        assert_eq!(
+            report_prev_state(false, TASK_FROZEN | 1, 0),
+            PREV_STATE_UNINTERRUPTIBLE
+        );
+        // Stopped (__TASK_STOPPED) and parked (TASK_PARKED).
+        assert_eq!(report_prev_state(false, 0x4, 0), 0x4);
+        assert_eq!(report_prev_state(false, 0x40, 0), 0x40);
+        for state in [0x1, 0x2, 0x4, 0x8, 0x40, TASK_IDLE] {
+            assert!(offcpu_reason(report_prev_state(false, state, 0)).is_some());
+        }
+        assert_eq!(
+            offcpu_reason(report_prev_state(false, TASK_DEAD, 0x20)),
+            None
+        );
+    }
 }

@@ -187,9 +187,10 @@ fn missing_tracepoint() {
     );
 }
 
-/// Without kernel BTF tprof still records: its programs are classic
-/// tracepoints and a perf event with offsets read from tracefs, so they
-/// need no BTF relocations.
+/// Without kernel BTF tprof still records: the scheduler programs fall back
+/// from raw tracepoints (task_struct offsets from BTF) to classic ones, and
+/// every other program is a classic tracepoint, a perf event or a uprobe
+/// with offsets read from tracefs, so none needs BTF.
 #[test]
 fn no_btf_is_fine() {
     require_root();

@@ -1,12 +1,13 @@
 //! Futex waits of tracked threads: entry and exit of futex(), futex_wait()
 //! and futex_waitv(). Only waiting operations are kept (wakes return at
-//! once; who woke a waiter comes from the wakeup events). Untracked threads
-//! cost one hash lookup on futex entry and one on exit.
+//! once; who woke a waiter comes from the wakeup events). The wait in
+//! progress lives in the thread's `TRACKED_TIDS` entry (`ThreadState::futex`),
+//! written in place, so entry and exit each cost one hash lookup, tracked or
+//! not, and `tprof_switch` sees a futex wait without a lookup of its own.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::{map, tracepoint},
-    maps::LruHashMap,
+    macros::tracepoint,
     programs::TracePointContext,
 };
 use profiler_ebpf::{
@@ -15,18 +16,7 @@ use profiler_ebpf::{
     FutexEvent, kind,
 };
 
-use super::{emit, header, is_tracked_process, offsets};
-
-/// Waits in progress: tid → entry.
-#[map]
-static FUTEX_WAITS: LruHashMap<u32, FutexEnter> = LruHashMap::with_max_entries(16384, 0);
-
-/// True while `tid` is inside a futex wait: its off-CPU stacks are futex
-/// waits, not plain sleep.
-#[inline(always)]
-pub(super) fn in_futex_wait(tid: u32) -> bool {
-    unsafe { FUTEX_WAITS.get(&tid) }.is_some()
-}
+use super::{emit, header, offsets, thread_state};
 
 fn is_wait(op: u32) -> bool {
     matches!(
@@ -35,19 +25,20 @@ fn is_wait(op: u32) -> bool {
     )
 }
 
-/// Remembers a tracked thread's wait until the syscall returns.
+/// Remembers a tracked thread's wait until the syscall returns. Runs in
+/// the waiting thread's context, which alone writes its `futex` slot.
 fn enter(uaddr: u64, op: u32, syscall: u32) -> Result<(), i32> {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    if !is_tracked_process((pid_tgid >> 32) as u32) {
+    let Some(state) = thread_state(bpf_get_current_pid_tgid() as u32) else {
         return Ok(());
-    }
+    };
     let entry = FutexEnter {
         ts_ns: unsafe { bpf_ktime_get_ns() },
         uaddr,
         op,
         syscall,
     };
-    FUTEX_WAITS.insert(&(pid_tgid as u32), &entry, 0)
+    unsafe { (*state).futex = entry };
+    Ok(())
 }
 
 #[tracepoint]
@@ -98,10 +89,14 @@ pub fn tprof_futex_exit(ctx: TracePointContext) -> u32 {
 fn try_futex_exit(ctx: &TracePointContext) -> Result<(), i32> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    let Some(entry) = (unsafe { FUTEX_WAITS.get(&tid) }).copied() else {
+    let Some(state) = thread_state(tid) else {
         return Ok(());
     };
-    let _ = FUTEX_WAITS.remove(&tid);
+    let entry = unsafe { (*state).futex };
+    if entry.ts_ns == 0 {
+        return Ok(()); // not a wait, or one that began before tracking
+    }
+    unsafe { (*state).futex.ts_ns = 0 };
     emit(
         kind::FUTEX,
         FutexEvent {

@@ -15,7 +15,7 @@ use aya_ebpf::{
 };
 use profiler_ebpf::{
     EventHeader, LOST_SLOTS, MAX_STACK_KEYS, MAX_STACKS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS,
-    OffCpuStart, RING_BUFFER_BYTES, StackKey, TracepointOffsets,
+    RING_BUFFER_BYTES, StackKey, ThreadState, TracepointOffsets,
 };
 
 /// bpf_ringbuf_submit flag: do not wake the consumer.
@@ -30,10 +30,15 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
 #[map]
 static TRACKED_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TRACKED_TGIDS, 0);
 
-/// Tracked threads (tid → tgid). sched_switch and the wakeups name the other
-/// task only by tid, so they need this map, and it gives them its tgid.
+/// Tracked threads (tid → [`ThreadState`]). sched_switch and the wakeups
+/// name the other task only by tid, so they need this map; it gives them
+/// its tgid, and holds all the per-thread state of the hot paths (off-CPU
+/// start, cached stack walks, the futex wait in progress), updated in place
+/// through the pointer the filtering lookup returns. A preallocated hash
+/// updated in place costs nothing beyond that lookup, where an insert and a
+/// delete per event (or an LRU map) cost an allocation and a lock.
 #[map]
-static TRACKED_TIDS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TRACKED_TIDS, 0);
+static TRACKED_TIDS: HashMap<u32, ThreadState> = HashMap::with_max_entries(MAX_TRACKED_TIDS, 0);
 
 /// Drop counters: slot 0 = tracked maps full, slot k = ring buffer full for
 /// event kind k, and the `lost_stack` slots. Per CPU so counting never
@@ -51,14 +56,6 @@ static STACKS: StackTrace = StackTrace::with_max_entries(MAX_STACKS, 0);
 #[map]
 static STACK_COUNTS: PerCpuHashMap<StackKey, u64> =
     PerCpuHashMap::with_max_entries(MAX_STACK_KEYS, 0);
-
-/// Each tracked thread's last switch-out: when and where it left (`ts_ns`
-/// 0 once it is back on a CPU). One entry per thread, updated in place on
-/// every switch and removed when the thread exits: a preallocated hash
-/// updated in place costs a lookup, where inserting and deleting on every
-/// switch (or an LRU map) costs an allocation and a lock.
-#[map]
-static OFFCPU_START: HashMap<u32, OffCpuStart> = HashMap::with_max_entries(MAX_TRACKED_TIDS, 0);
 
 /// Tracepoint field offsets, overridden by userspace at load time from the
 /// running kernel's tracefs format files. The defaults are 6.x's layout.
@@ -90,7 +87,10 @@ static OFFSETS: TracepointOffsets = TracepointOffsets {
     futex_wait_uaddr: 16,
     futex_waitv_waiters: 16,
     futex_ret: 16,
-    _pad: [0; 6],
+    task_pid: 0,
+    task_exit_state: 0,
+    task_cpu: 0,
+    _pad: [0; 3],
 };
 
 /// Non-zero when stacks are sampled (`tprof record --no-stacks` clears it,
@@ -129,7 +129,13 @@ fn header_at(kind: u16, ts_ns: u64) -> EventHeader {
 /// Tgid of a tracked thread, or None.
 #[inline(always)]
 fn tracked_tgid(tid: u32) -> Option<u32> {
-    unsafe { TRACKED_TIDS.get(&tid) }.copied()
+    unsafe { TRACKED_TIDS.get(&tid) }.map(|t| t.tgid)
+}
+
+/// A tracked thread's state, to read and update in place, or None.
+#[inline(always)]
+fn thread_state(tid: u32) -> Option<*mut ThreadState> {
+    TRACKED_TIDS.get_ptr_mut(&tid)
 }
 
 #[inline(always)]

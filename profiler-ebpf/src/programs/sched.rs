@@ -1,19 +1,23 @@
 //! Scheduler tracepoints: context switches and wakeups of tracked threads.
 //! These are the hottest programs (every context switch on the machine runs
 //! `tprof_switch`), so they do two map lookups and nothing else when neither
-//! task is tracked. For tracked tasks the switch also feeds off-CPU stack
-//! sampling (see `stacks`): two stack walks at switch-out, one map update at
+//! task is tracked. Those two lookups also return the tracked tasks' state
+//! (`ThreadState`), so a tracked switch adds no further per-thread lookup:
+//! off-CPU stack sampling (see `stacks`) updates that state in place, with
+//! at most one stack walk pair at switch-out and one aggregate update at
 //! switch-in.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
-    macros::tracepoint,
-    programs::TracePointContext,
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::{raw_tracepoint, tracepoint},
+    programs::{RawTracePointContext, TracePointContext, tracing::StackIdContext},
 };
-use profiler_ebpf::{SwitchEvent, WAKE_NEW_TASK, WakeupEvent, kind};
+use profiler_ebpf::{SwitchEvent, TASK_DEAD, WAKE_NEW_TASK, WakeupEvent, kind, report_prev_state};
 
-use super::{emit, header, header_at, offsets, stacks, stacks_enabled, tracked_tgid};
+use super::{emit, header, header_at, offsets, stacks, stacks_enabled, thread_state, tracked_tgid};
 
+/// Classic `sched/sched_switch`: used where the raw program below cannot be
+/// (no kernel BTF for its task_struct offsets, or a kernel before 5.18).
 #[tracepoint]
 pub fn tprof_switch(ctx: TracePointContext) -> u32 {
     let _ = try_switch(&ctx);
@@ -24,20 +28,75 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
     let off = offsets();
     let prev_tid = unsafe { ctx.read_at::<i32>(off.switch_prev_pid as usize)? } as u32;
     let next_tid = unsafe { ctx.read_at::<i32>(off.switch_next_pid as usize)? } as u32;
-    let prev_tracked = tracked_tgid(prev_tid).is_some();
-    let next_tgid = tracked_tgid(next_tid).unwrap_or(0);
-    if !prev_tracked && next_tgid == 0 {
+    switch(ctx, prev_tid, next_tid, || unsafe {
+        ctx.read_at::<i64>(off.switch_prev_state as usize)
+            .map(|state| state as u64)
+    })
+}
+
+/// Raw `sched_switch(bool preempt, struct task_struct *prev, struct
+/// task_struct *next, unsigned int prev_state)`. The classic tracepoint
+/// makes the kernel fill a perf record (both comms, pids, prios, the
+/// state) for every context switch on the machine before our program
+/// runs; the raw one hands us the arguments and we read the one field we
+/// need, next->pid (prev is `current`). Same event, same `prev_state`
+/// encoding as the classic tracepoint's.
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn tprof_switch_r(ctx: RawTracePointContext) -> u32 {
+    let _ = try_switch_raw(&ctx);
+    0
+}
+
+fn try_switch_raw(ctx: &RawTracePointContext) -> Result<(), i32> {
+    let off = offsets();
+    let prev_tid = bpf_get_current_pid_tgid() as u32;
+    let next: u64 = ctx.arg(2);
+    let next_tid =
+        unsafe { bpf_probe_read_kernel((next + u64::from(off.task_pid)) as *const i32)? } as u32;
+    switch(ctx, prev_tid, next_tid, || {
+        let preempt: u64 = ctx.arg(0);
+        let state: u64 = ctx.arg(3);
+        let state = state as u32;
+        let exit_state = if state & TASK_DEAD != 0 {
+            let prev: u64 = ctx.arg(1);
+            let exit_state = (prev + u64::from(off.task_exit_state)) as *const i32;
+            (unsafe { bpf_probe_read_kernel(exit_state)? }) as u32
+        } else {
+            0
+        };
+        Ok(report_prev_state(preempt & 0xff != 0, state, exit_state))
+    })
+}
+
+/// Both sched_switch programs, once they have the two tids: filter, then
+/// the off-CPU halves and the event. `prev_state` is only computed for a
+/// switch involving a tracked task.
+#[inline(always)]
+fn switch<C: StackIdContext>(
+    ctx: &C,
+    prev_tid: u32,
+    next_tid: u32,
+    prev_state: impl FnOnce() -> Result<u64, i32>,
+) -> Result<(), i32> {
+    let prev = thread_state(prev_tid);
+    let next = thread_state(next_tid);
+    // Tested through the tgids (never 0 for a tracked thread), not the
+    // pointers: LLVM merges two null tests into `prev | next`, and the
+    // verifier refuses arithmetic on map-value pointers.
+    let prev_tgid = prev.map_or(0, |state| unsafe { (*state).tgid });
+    let next_tgid = next.map_or(0, |state| unsafe { (*state).tgid });
+    if prev_tgid == 0 && next_tgid == 0 {
         return Ok(());
     }
-    let prev_state = unsafe { ctx.read_at::<i64>(off.switch_prev_state as usize)? } as u64;
+    let prev_state = prev_state()?;
     // One clock read for the event and both off-CPU halves.
     let now = unsafe { bpf_ktime_get_ns() };
     if stacks_enabled() {
-        if prev_tracked {
-            stacks::switch_out(ctx, prev_tid, prev_state, now);
+        if let Some(state) = prev {
+            stacks::switch_out(ctx, state, prev_state, now);
         }
-        if next_tgid != 0 {
-            stacks::switch_in(next_tid, now);
+        if let Some(state) = next {
+            stacks::switch_in(next_tid, state, now);
         }
     }
     emit(
@@ -75,10 +134,50 @@ pub fn tprof_wakeup_new(ctx: TracePointContext) -> u32 {
 fn try_wakeup(ctx: &TracePointContext, new_task: bool) -> Result<(), i32> {
     let off = offsets();
     let tid = unsafe { ctx.read_at::<i32>(off.wakeup_pid as usize)? } as u32;
+    wakeup(tid, new_task, || unsafe {
+        ctx.read_at::<i32>(off.wakeup_target_cpu as usize)
+            .map(|cpu| cpu as u32)
+    })
+}
+
+/// Raw `sched_waking(struct task_struct *p)`: as `tprof_waking`, without
+/// the perf record (comm, pid, prio, target_cpu) the classic tracepoint
+/// fills for every wakeup on the machine.
+#[raw_tracepoint(tracepoint = "sched_waking")]
+pub fn tprof_waking_r(ctx: RawTracePointContext) -> u32 {
+    let _ = try_wakeup_raw(&ctx, false);
+    0
+}
+
+/// Raw `sched_wakeup_new(struct task_struct *p)`.
+#[raw_tracepoint(tracepoint = "sched_wakeup_new")]
+pub fn tprof_wakenew_r(ctx: RawTracePointContext) -> u32 {
+    let _ = try_wakeup_raw(&ctx, true);
+    0
+}
+
+fn try_wakeup_raw(ctx: &RawTracePointContext, new_task: bool) -> Result<(), i32> {
+    let off = offsets();
+    let task: u64 = ctx.arg(0);
+    let tid =
+        unsafe { bpf_probe_read_kernel((task + u64::from(off.task_pid)) as *const i32)? } as u32;
+    // The classic tracepoint's target_cpu is task_cpu(p).
+    wakeup(tid, new_task, || unsafe {
+        bpf_probe_read_kernel((task + u64::from(off.task_cpu)) as *const u32)
+    })
+}
+
+/// Both wakeup programs, once they have the wakee's tid.
+#[inline(always)]
+fn wakeup(
+    tid: u32,
+    new_task: bool,
+    target_cpu: impl FnOnce() -> Result<u32, i32>,
+) -> Result<(), i32> {
     let Some(tgid) = tracked_tgid(tid) else {
         return Ok(());
     };
-    let target_cpu = unsafe { ctx.read_at::<i32>(off.wakeup_target_cpu as usize)? } as u32;
+    let target_cpu = target_cpu()?;
     let waker = bpf_get_current_pid_tgid();
     let flags = if new_task { WAKE_NEW_TASK } else { 0 };
     emit(

@@ -5,22 +5,15 @@
 
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
-    macros::{map, perf_event},
-    maps::HashMap,
+    macros::perf_event,
     programs::{PerfEventContext, tracing::StackIdContext},
 };
 use profiler_ebpf::{
-    BPF_F_USER_STACK, LastStacks, MAX_TRACKED_TIDS, OffCpuStart, STACK_REUSE_NS, StackKey,
+    BPF_F_USER_STACK, LastStacks, OffCpuStart, STACK_KINDS, STACK_REUSE_NS, StackKey, ThreadState,
     lost_stack, offcpu_reason, stack_kind,
 };
 
-use super::{OFFCPU_START, STACK_COUNTS, STACKS, count_lost, tracked_tgid};
-
-/// Each thread's last walked off-CPU stacks per off-CPU reason, keyed by
-/// [`reuse_key`];
-/// updated in place, removed at exit (see `OFFCPU_START`).
-#[map]
-static LAST_STACKS: HashMap<u64, LastStacks> = HashMap::with_max_entries(2 * MAX_TRACKED_TIDS, 0);
+use super::{STACK_COUNTS, STACKS, count_lost, tracked_tgid};
 
 /// bpf_map_update_elem flag: only create, never overwrite.
 const BPF_NOEXIST: u64 = 1;
@@ -93,100 +86,69 @@ fn add_weight(key: &StackKey, weight: u64) {
 }
 
 /// sched_switch, prev side: a tracked thread leaves the CPU. Runs in prev's
-/// context, so the stacks taken here are where it stopped.
+/// context, so the stacks taken here are where it stopped. `state` is the
+/// thread's `TRACKED_TIDS` entry.
 #[inline(always)]
-pub fn switch_out<C: StackIdContext>(ctx: &C, tid: u32, prev_state: u64, now: u64) {
+pub fn switch_out<C: StackIdContext>(ctx: &C, state: *mut ThreadState, prev_state: u64, now: u64) {
     let Some(reason) = offcpu_reason(prev_state) else {
         return; // exiting: it will not come back
     };
-    let reason = if reason == stack_kind::SLEEP && super::futex::in_futex_wait(tid) {
+    // SAFETY: state points into a live TRACKED_TIDS entry; only this
+    // thread's own switches and syscalls write it, and they cannot overlap.
+    let state = unsafe { &mut *state };
+    let reason = if reason == stack_kind::SLEEP && state.futex.ts_ns != 0 {
         stack_kind::FUTEX
     } else {
         reason
     };
-    let (user_stack_id, kernel_stack_id) = offcpu_stack_ids(ctx, tid, reason, now);
-    let start = OffCpuStart {
+    let (user_stack_id, kernel_stack_id) = offcpu_stack_ids(ctx, state, reason, now);
+    state.offcpu = OffCpuStart {
         ts_ns: now,
         user_stack_id,
         kernel_stack_id,
         reason,
-        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        tgid: state.tgid,
     };
-    match OFFCPU_START.get_ptr_mut(&tid) {
-        Some(slot) => unsafe { *slot = start },
-        None => {
-            if OFFCPU_START.insert(&tid, &start, 0).is_err() {
-                count_lost(lost_stack::OFFCPU_FULL);
-            }
-        }
-    }
-}
-
-/// Off-CPU reasons a thread's stack walks are cached under (the
-/// `stack_kind` values are all below this).
-const REASONS: u64 = 8;
-
-/// LAST_STACKS key: one slot per thread and off-CPU reason, so a page-fault
-/// wait (D) never lends its stack to the long sleep (S) that follows it.
-#[inline(always)]
-fn reuse_key(tid: u32, reason: u32) -> u64 {
-    u64::from(tid) * REASONS + u64::from(reason) % REASONS
 }
 
 /// The stacks a switch-out leaves from: walked, or the thread's last walk
-/// for the same reason when that is under STACK_REUSE_NS old. Walking is
-/// the costliest thing tprof does per event.
+/// for the same reason when that is under STACK_REUSE_NS old (one slot per
+/// reason, so a page-fault wait (D) never lends its stack to the long sleep
+/// (S) that follows it). Walking is the costliest thing tprof does per
+/// event.
 #[inline(always)]
-fn offcpu_stack_ids<C: StackIdContext>(ctx: &C, tid: u32, reason: u32, now: u64) -> (i32, i32) {
-    let key = reuse_key(tid, reason);
-    let slot = LAST_STACKS.get_ptr_mut(&key);
-    if let Some(last) = slot.map(|p| unsafe { *p })
-        && now.saturating_sub(last.walked_ns) < STACK_REUSE_NS
-    {
+fn offcpu_stack_ids<C: StackIdContext>(
+    ctx: &C,
+    state: &mut ThreadState,
+    reason: u32,
+    now: u64,
+) -> (i32, i32) {
+    let last = &mut state.last_stacks[reason as usize % STACK_KINDS];
+    if now.saturating_sub(last.walked_ns) < STACK_REUSE_NS {
         return (last.user_stack_id, last.kernel_stack_id);
     }
     let (user_stack_id, kernel_stack_id) = stack_ids(ctx);
-    let last = LastStacks {
+    *last = LastStacks {
         walked_ns: now,
         user_stack_id,
         kernel_stack_id,
     };
-    match slot {
-        Some(p) => unsafe { *p = last },
-        None => {
-            let _ = LAST_STACKS.insert(&key, &last, 0);
-        }
-    }
     (user_stack_id, kernel_stack_id)
 }
 
-/// A thread exits: drop its per-thread stack state.
-#[inline(always)]
-pub fn forget(tid: u32) {
-    let _ = OFFCPU_START.remove(&tid);
-    for reason in [
-        stack_kind::RUNNABLE,
-        stack_kind::DISK_WAIT,
-        stack_kind::SLEEP,
-        stack_kind::OTHER,
-        stack_kind::FUTEX,
-    ] {
-        let _ = LAST_STACKS.remove(&reuse_key(tid, reason));
-    }
-}
-
 /// sched_switch, next side: a tracked thread runs again; the time since its
-/// switch-out goes to the stack it left from.
+/// switch-out goes to the stack it left from. `state` is the thread's
+/// `TRACKED_TIDS` entry.
 #[inline(always)]
-pub fn switch_in(tid: u32, now: u64) {
-    let Some(slot) = OFFCPU_START.get_ptr_mut(&tid) else {
-        return; // off CPU since before the recording
-    };
-    let start = unsafe { *slot };
+pub fn switch_in(tid: u32, state: *mut ThreadState, now: u64) {
+    // SAFETY: as in switch_out; the switch-out that wrote `offcpu` happened
+    // before this switch-in (the scheduler orders them).
+    let state = unsafe { &mut *state };
+    let start = state.offcpu;
     if start.ts_ns == 0 {
-        return; // already on a CPU (its switch-out was not seen)
+        return; // on a CPU since before the recording, or its switch-out was not seen
     }
-    unsafe { (*slot).ts_ns = 0 };
+    state.offcpu.ts_ns = 0;
     let key = StackKey {
         tgid: start.tgid,
         tid,

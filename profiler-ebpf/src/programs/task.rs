@@ -8,7 +8,8 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use profiler_ebpf::{
-    CLONE_THREAD, COMM_LEN, CommEvent, ExecEvent, ExitEvent, ForkEvent, LOST_TRACK_FULL, kind,
+    CLONE_THREAD, COMM_LEN, CommEvent, ExecEvent, ExitEvent, ForkEvent, LOST_TRACK_FULL,
+    ThreadState, kind,
 };
 
 use super::{
@@ -42,7 +43,9 @@ fn try_newtask(ctx: &TracePointContext) -> Result<(), i32> {
     // One count per task left untracked, whichever map was full.
     let process_full =
         child_tgid != parent_tgid && TRACKED_TGIDS.insert(&child_tgid, &1, 0).is_err();
-    let thread_full = TRACKED_TIDS.insert(&child_tid, &child_tgid, 0).is_err();
+    let thread_full = TRACKED_TIDS
+        .insert(&child_tid, &ThreadState::new(child_tgid), 0)
+        .is_err();
     if process_full || thread_full {
         count_lost(LOST_TRACK_FULL);
     }
@@ -107,8 +110,9 @@ fn try_exit(ctx: &TracePointContext) -> Result<(), i32> {
     };
     let group_dead = unsafe { ctx.read_at::<u8>(offsets().exit_group_dead as usize)? } as u32;
     // Forget the ids now, so a reused pid is not mistaken for this task.
+    // The thread's state (off-CPU start, stack cache, futex wait) goes with
+    // its TRACKED_TIDS entry.
     let _ = TRACKED_TIDS.remove(&tid);
-    super::stacks::forget(tid);
     if group_dead != 0 {
         let _ = TRACKED_TGIDS.remove(&tgid);
     }

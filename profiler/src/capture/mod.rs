@@ -7,6 +7,7 @@
 //! that uses aya (through [`programs`]). What it writes is all that later
 //! stages see.
 
+mod btf;
 pub mod cuda;
 pub mod gpu;
 mod launch;

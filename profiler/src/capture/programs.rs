@@ -10,9 +10,9 @@ use std::path::Path;
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
+    maps::{HashMap, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
     programs::{
-        PerfEvent, Program, TracePoint, UProbe,
+        PerfEvent, Program, RawTracePoint, TracePoint, UProbe,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
@@ -21,11 +21,14 @@ use aya::{
 use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
 use profiler_ebpf::{
     LOST_TRACK_FULL, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, OffCpuStart, RING_BUFFER_BYTES, StackKey,
-    TracepointOffsets, cuda_fn, kind, lost_stack,
+    ThreadState, TracepointOffsets, cuda_fn, kind, lost_stack, stack_kind,
 };
 
-use super::tracefs;
+use super::{btf, tracefs};
 use crate::recording::{LostCounts, events::kind_name};
+
+/// bpf_map_update_elem flag: create only, never overwrite.
+const BPF_NOEXIST: u64 = 1;
 
 /// The object built by build.rs from profiler-ebpf.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
@@ -61,10 +64,24 @@ const fn optional(
     }
 }
 
+/// The scheduler programs, each in two builds: (classic tracepoint program,
+/// raw tracepoint program, tracepoint). The raw ones skip the perf record
+/// the kernel fills for a classic tracepoint on every context switch and
+/// wakeup on the machine; they need task_struct offsets from the kernel's
+/// BTF, so without BTF (or before Linux 5.18, whose sched_switch lacks
+/// `prev_state`) the classic ones are loaded instead. Only one of each pair
+/// is loaded.
+const SCHED: &[(&str, &str, &str)] = &[
+    ("tprof_switch", "tprof_switch_r", "sched_switch"),
+    ("tprof_waking", "tprof_waking_r", "sched_waking"),
+    ("tprof_wakeup_new", "tprof_wakenew_r", "sched_wakeup_new"),
+];
+
+/// Set to 1 to use the classic scheduler tracepoints even where the raw
+/// ones work (to compare the two, and to test the fallback).
+pub const CLASSIC_SCHED_ENV: &str = "TPROF_CLASSIC_SCHED";
+
 const TRACEPOINTS: &[Attachment] = &[
-    tp("tprof_switch", "sched", "sched_switch"),
-    tp("tprof_waking", "sched", "sched_waking"),
-    tp("tprof_wakeup_new", "sched", "sched_wakeup_new"),
     tp("tprof_newtask", "task", "task_newtask"),
     tp("tprof_exec", "sched", "sched_process_exec"),
     tp("tprof_exit", "sched", "sched_process_exit"),
@@ -142,12 +159,14 @@ pub struct KernelPrograms {
     // Field order is drop order: maps first, then the programs and links.
     pub events: RingBuf<MapData>,
     tracked_tgids: HashMap<MapData, u32, u8>,
-    tracked_tids: HashMap<MapData, u32, u32>,
+    /// tid → the thread's state in the kernel, off-CPU start included.
+    tracked_tids: HashMap<MapData, u32, ThreadState>,
     lost: PerCpuArray<MapData, u64>,
     stacks: StackTraceMap<MapData>,
     stack_counts: PerCpuHashMap<MapData, StackKey, u64>,
-    offcpu_start: HashMap<MapData, u32, OffCpuStart>,
     cuda_launches: PerCpuHashMap<MapData, u32, u64>,
+    /// The raw scheduler programs are loaded (else the classic ones).
+    raw_sched: bool,
     _ebpf: Ebpf,
 }
 
@@ -161,8 +180,21 @@ impl KernelPrograms {
         limits: MapLimits,
     ) -> Result<KernelPrograms> {
         let sample_stacks = u32::from(sample_stacks);
+        let mut offsets = *offsets;
+        let raw_sched = std::env::var_os(CLASSIC_SCHED_ENV).is_none_or(|v| v != "1")
+            && match btf::task_offsets() {
+                Ok(task) => {
+                    offsets.task_pid = task.pid;
+                    offsets.task_exit_state = task.exit_state;
+                    offsets.task_cpu = task.cpu;
+                    true
+                }
+                // No BTF (or an older kernel): the classic tracepoints
+                // record the same events, at a higher cost per event.
+                Err(_) => false,
+            };
         let mut ebpf = EbpfLoader::new()
-            .override_global("OFFSETS", offsets, true)
+            .override_global("OFFSETS", &offsets, true)
             .override_global("SAMPLE_STACKS", &sample_stacks, true)
             .map_max_entries("TRACKED_TIDS", limits.tracked_threads)
             .map_max_entries(
@@ -176,17 +208,46 @@ impl KernelPrograms {
                 "the kernel refused tprof's programs; tprof needs Linux 5.15+ with \
                  CONFIG_BPF_SYSCALL, run as root (kernel BTF is not needed)",
             )?;
+        let is_sched = |name: &str| {
+            SCHED
+                .iter()
+                .any(|&(classic, raw, _)| name == classic || name == raw)
+        };
         for (name, program) in ebpf.programs_mut() {
-            let loaded = match program {
-                Program::TracePoint(p) => p.load(),
-                Program::PerfEvent(p) => p.load(),
-                Program::UProbe(p) => p.load(),
-                other => bail!(
-                    "program {name} has an unexpected type {:?}",
-                    other.prog_type()
-                ),
-            };
-            loaded.with_context(|| format!("the kernel's verifier rejected {name}"))?;
+            if !is_sched(name) {
+                load_program(name, program)?;
+            }
+        }
+        // The raw scheduler programs where they load; a kernel whose
+        // verifier refuses one (BTF present but something else missing)
+        // gets the classic ones rather than no recording.
+        let mut raw_sched = raw_sched;
+        if raw_sched {
+            for &(_, raw, _) in SCHED {
+                let loaded = ebpf
+                    .program_mut(raw)
+                    .with_context(|| format!("program {raw} missing from the eBPF object"))
+                    .and_then(|program| load_program(raw, program));
+                if loaded.is_err() {
+                    raw_sched = false;
+                    break;
+                }
+            }
+        }
+        if !raw_sched {
+            for &(classic, raw, _) in SCHED {
+                if let Some(program) = ebpf.program_mut(raw) {
+                    // Unloading one that did load; one that did not is a no-op error.
+                    let _ = match program {
+                        Program::RawTracePoint(p) => p.unload(),
+                        _ => Ok(()),
+                    };
+                }
+                let program = ebpf
+                    .program_mut(classic)
+                    .with_context(|| format!("program {classic} missing from the eBPF object"))?;
+                load_program(classic, program)?;
+            }
         }
         ebpf.program(SAMPLER)
             .with_context(|| format!("program {SAMPLER} missing from the eBPF object"))?;
@@ -197,14 +258,34 @@ impl KernelPrograms {
             lost: PerCpuArray::try_from(take_map(&mut ebpf, "LOST")?)?,
             stacks: StackTraceMap::try_from(take_map(&mut ebpf, "STACKS")?)?,
             stack_counts: PerCpuHashMap::try_from(take_map(&mut ebpf, "STACK_COUNTS")?)?,
-            offcpu_start: HashMap::try_from(take_map(&mut ebpf, "OFFCPU_START")?)?,
             cuda_launches: PerCpuHashMap::try_from(take_map(&mut ebpf, "CUDA_LAUNCHES")?)?,
+            raw_sched,
             _ebpf: ebpf,
         })
     }
 
     /// Attaches every program to its tracepoint.
     pub fn attach(&mut self) -> Result<()> {
+        for &(classic, raw, tracepoint) in SCHED {
+            let what = || format!("attaching to tracepoint sched/{tracepoint} failed");
+            if self.raw_sched {
+                let program: &mut RawTracePoint = self
+                    ._ebpf
+                    .program_mut(raw)
+                    .with_context(|| format!("program {raw} missing from the eBPF object"))?
+                    .try_into()?;
+                program.attach(tracepoint).with_context(what)?;
+            } else {
+                let program: &mut TracePoint = self
+                    ._ebpf
+                    .program_mut(classic)
+                    .with_context(|| format!("program {classic} missing from the eBPF object"))?
+                    .try_into()?;
+                program
+                    .attach("sched", tracepoint)
+                    .with_context(|| format!("{}; is the kernel built with it?", what()))?;
+            }
+        }
         for a in TRACEPOINTS {
             if a.optional && !tracefs::exists(a.category, a.tracepoint) {
                 continue;
@@ -314,21 +395,39 @@ impl KernelPrograms {
             let total: u64 = per_cpu.iter().sum();
             raw.counts.push((key, total));
         }
+        for item in self.tracked_tids.iter() {
+            let (tid, state) = item.context("reading the off-CPU threads failed")?;
+            raw.pending.push((tid, state.offcpu));
+        }
+        // The raw sched_switch program walks the kernel stack from inside
+        // itself: its first frames are the program and the tracepoint's
+        // BPF trampoline (bpf_trace_run4), not where the thread stopped.
+        let trampoline = if self.raw_sched {
+            Trampolines::read()
+        } else {
+            Trampolines::default()
+        };
+        let offcpu_kernel: std::collections::HashSet<i32> = raw
+            .counts
+            .iter()
+            .filter(|(key, _)| key.kind != stack_kind::ON_CPU)
+            .map(|(key, _)| key.kernel_stack_id)
+            .collect();
         for (key, _) in &raw.counts {
             for id in [key.user_stack_id, key.kernel_stack_id] {
                 if id >= 0 && !raw.stacks.contains_key(&id) {
-                    let ips = self
+                    let mut ips: Vec<u64> = self
                         .stacks
                         .get(&(id as u32), 0)
                         .map(|trace| trace.frames().iter().map(|f| f.ip).collect())
                         .unwrap_or_default();
+                    if id == key.kernel_stack_id && offcpu_kernel.contains(&id) {
+                        let skip = ips.iter().take_while(|&&ip| trampoline.holds(ip)).count();
+                        ips.drain(..skip.min(ips.len().saturating_sub(1)));
+                    }
                     raw.stacks.insert(id, ips);
                 }
             }
-        }
-        for item in self.offcpu_start.iter() {
-            raw.pending
-                .push(item.context("reading the off-CPU threads failed")?);
         }
         Ok(raw)
     }
@@ -342,10 +441,21 @@ impl KernelPrograms {
     }
 
     /// Starts tracking one thread of a tracked process.
+    /// A thread the kernel already tracks (`tprof_newtask` added it since
+    /// its process was tracked) keeps its entry: overwriting it would drop
+    /// the off-CPU start or futex wait the programs keep there.
     pub fn track_thread(&mut self, tid: u32, tgid: u32) -> Result<()> {
-        self.tracked_tids
-            .insert(tid, tgid, 0)
-            .with_context(|| format!("cannot track thread {tid}: tracked-thread map full"))
+        match self
+            .tracked_tids
+            .insert(tid, ThreadState::new(tgid), BPF_NOEXIST)
+        {
+            Ok(()) => Ok(()),
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EEXIST) => {
+                Ok(())
+            }
+            Err(e) => Err(e)
+                .with_context(|| format!("cannot track thread {tid}: tracked-thread map full")),
+        }
     }
 
     /// Stops tracking a thread that turned out to be gone.
@@ -415,7 +525,59 @@ fn prog_info(fd: BorrowedFd<'_>) -> std::io::Result<bpf_prog_info> {
     Ok(info)
 }
 
+/// Loads one program into the kernel (verifier included).
+fn load_program(name: &str, program: &mut Program) -> Result<()> {
+    let loaded = match program {
+        Program::TracePoint(p) => p.load(),
+        Program::RawTracePoint(p) => p.load(),
+        Program::PerfEvent(p) => p.load(),
+        Program::UProbe(p) => p.load(),
+        other => bail!(
+            "program {name} has an unexpected type {:?}",
+            other.prog_type()
+        ),
+    };
+    loaded.with_context(|| format!("the kernel's verifier rejected {name}"))
+}
+
 fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map> {
     ebpf.take_map(name)
         .with_context(|| format!("map {name} missing from the eBPF object"))
+}
+
+/// Kernel text of BPF programs and the raw tracepoint trampolines, from
+/// /proc/kallsyms: the frames a stack walked inside a raw tracepoint
+/// program starts with.
+#[derive(Debug, Default)]
+struct Trampolines {
+    /// (start address, is BPF machinery), sorted by address.
+    symbols: Vec<(u64, bool)>,
+}
+
+impl Trampolines {
+    fn read() -> Trampolines {
+        let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+        let mut symbols: Vec<(u64, bool)> = text
+            .lines()
+            .filter_map(|line| {
+                let mut parts = line.split_whitespace();
+                let addr = u64::from_str_radix(parts.next()?, 16).ok()?;
+                let name = parts.nth(1)?;
+                let machinery = ["bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_"]
+                    .iter()
+                    .any(|prefix| name.starts_with(prefix));
+                Some((addr, machinery))
+            })
+            .collect();
+        symbols.sort_unstable();
+        Trampolines { symbols }
+    }
+
+    /// True when `ip` falls in a BPF program or trampoline symbol.
+    fn holds(&self, ip: u64) -> bool {
+        match self.symbols.partition_point(|&(addr, _)| addr <= ip) {
+            0 => false,
+            i => self.symbols[i - 1].1,
+        }
+    }
 }

@@ -156,7 +156,11 @@ pub fn tracepoint_offsets() -> Result<TracepointOffsets> {
         futex_wait_uaddr: optional_offset("syscalls", "sys_enter_futex_wait", "uaddr", 8)?,
         futex_waitv_waiters: optional_offset("syscalls", "sys_enter_futex_waitv", "waiters", 8)?,
         futex_ret: offset(&futex_exit, "sys_exit_futex", "ret", 8)?,
-        _pad: [0; 6],
+        // Filled from BTF when the raw scheduler programs are used.
+        task_pid: 0,
+        task_exit_state: 0,
+        task_cpu: 0,
+        _pad: [0; 3],
     })
 }
 

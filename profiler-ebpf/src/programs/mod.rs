@@ -21,9 +21,49 @@ use profiler_ebpf::{
 /// bpf_ringbuf_submit flag: do not wake the consumer.
 const BPF_RB_NO_WAKEUP: u64 = 1;
 
-/// All streamed events, drained by userspace's capture loop.
+/// All streamed events, drained by userspace's capture loop: one ring
+/// buffer per group of CPUs (`EVENT_SHARDS`), so CPUs do not contend for
+/// one buffer's lock on every event. Userspace sizes them (the shards no
+/// CPU uses get one page) and merges them by timestamp.
 #[map]
-static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
+static EVENTS0: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
+#[map]
+static EVENTS1: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
+#[map]
+static EVENTS2: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
+#[map]
+static EVENTS3: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
+#[map]
+static EVENTS4: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
+#[map]
+static EVENTS5: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
+#[map]
+static EVENTS6: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
+#[map]
+static EVENTS7: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
+const _: () = assert!(profiler_ebpf::EVENT_SHARDS == 8);
+
+/// This CPU's event shard. Branches, not a table: the verifier needs each
+/// map pointer from its own load instruction.
+#[inline(always)]
+fn events_shard() -> &'static RingBuf {
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    if cpu & 4 == 0 {
+        if cpu & 2 == 0 {
+            if cpu & 1 == 0 { &EVENTS0 } else { &EVENTS1 }
+        } else if cpu & 1 == 0 {
+            &EVENTS2
+        } else {
+            &EVENTS3
+        }
+    } else if cpu & 2 == 0 {
+        if cpu & 1 == 0 { &EVENTS4 } else { &EVENTS5 }
+    } else if cpu & 1 == 0 {
+        &EVENTS6
+    } else {
+        &EVENTS7
+    }
+}
 
 /// Tracked processes (tgid → 1). Programs that run in the context of the
 /// task they describe (fork, exec, exit) filter on this.
@@ -154,7 +194,7 @@ fn count_lost(slot: u32) {
 /// Copies `event` into the ring buffer, counting it as lost when full.
 #[inline(always)]
 fn emit<T: 'static>(kind: u16, event: T) {
-    match EVENTS.reserve::<T>(0) {
+    match events_shard().reserve::<T>(0) {
         Some(mut entry) => {
             entry.write(event);
             // Userspace polls on a timer; skipping the wakeup saves an

@@ -690,8 +690,25 @@ impl Session {
     /// snapshots processes that appeared or exec'd.
     fn drain(&mut self) -> Result<()> {
         let mut new_processes = Vec::new();
-        while let Some(item) = self.programs.events.next() {
-            let bytes: &[u8] = &item;
+        // The shards (one ring buffer per group of CPUs) are merged by
+        // timestamp, so the recording keeps the order one shared buffer
+        // gave: each shard is in order, and everything reserved before this
+        // drain began is read in it.
+        let mut merged: Vec<u8> = Vec::new();
+        let mut order: Vec<(u64, usize, usize)> = Vec::new();
+        for shard in &mut self.programs.events {
+            while let Some(item) = shard.next() {
+                let bytes: &[u8] = &item;
+                let ts = bytes
+                    .get(..8)
+                    .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+                order.push((ts, merged.len(), bytes.len()));
+                merged.extend_from_slice(bytes);
+            }
+        }
+        order.sort_by_key(|&(ts, _, _)| ts);
+        for (_, start, len) in order {
+            let bytes = &merged[start..start + len];
             self.events += 1;
             if let Some((pid, parent)) = process_change(bytes) {
                 if let Some(parent) = parent {

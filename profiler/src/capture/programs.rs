@@ -20,8 +20,9 @@ use aya::{
 };
 use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
 use profiler_ebpf::{
-    LOST_TRACK_FULL, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, OffCpuStart, RING_BUFFER_BYTES, StackKey,
-    ThreadState, TracepointOffsets, cuda_fn, kind, lost_stack, stack_kind,
+    EVENT_SHARDS, LOST_TRACK_FULL, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, OffCpuStart,
+    RING_BUFFER_BYTES, StackKey, ThreadState, TracepointOffsets, cuda_fn, kind, lost_stack,
+    stack_kind,
 };
 
 use super::{btf, tracefs};
@@ -157,7 +158,8 @@ impl Default for MapLimits {
 
 pub struct KernelPrograms {
     // Field order is drop order: maps first, then the programs and links.
-    pub events: RingBuf<MapData>,
+    /// The event shards, `EVENTS0`… (CPU c writes to shard c % EVENT_SHARDS).
+    pub events: Vec<RingBuf<MapData>>,
     tracked_tgids: HashMap<MapData, u32, u8>,
     /// tid → the thread's state in the kernel, off-CPU start included.
     tracked_tids: HashMap<MapData, u32, ThreadState>,
@@ -193,7 +195,13 @@ impl KernelPrograms {
                 // record the same events, at a higher cost per event.
                 Err(_) => false,
             };
-        let mut ebpf = EbpfLoader::new()
+        let shard_bytes = shard_sizes(limits.ring_buffer_bytes);
+        let shard_names: Vec<String> = (0..EVENT_SHARDS).map(|i| format!("EVENTS{i}")).collect();
+        let mut loader = EbpfLoader::new();
+        for (name, &bytes) in shard_names.iter().zip(&shard_bytes) {
+            loader.map_max_entries(name, bytes);
+        }
+        let mut ebpf = loader
             .override_global("OFFSETS", &offsets, true)
             .override_global("SAMPLE_STACKS", &sample_stacks, true)
             .map_max_entries("TRACKED_TIDS", limits.tracked_threads)
@@ -201,7 +209,6 @@ impl KernelPrograms {
                 "TRACKED_TGIDS",
                 limits.tracked_threads.min(MAX_TRACKED_TGIDS),
             )
-            .map_max_entries("EVENTS", limits.ring_buffer_bytes)
             .load(OBJECT)
             .map_err(|e| anyhow!("loading the eBPF programs failed: {e}"))
             .context(
@@ -252,7 +259,10 @@ impl KernelPrograms {
         ebpf.program(SAMPLER)
             .with_context(|| format!("program {SAMPLER} missing from the eBPF object"))?;
         Ok(KernelPrograms {
-            events: RingBuf::try_from(take_map(&mut ebpf, "EVENTS")?)?,
+            events: shard_names
+                .iter()
+                .map(|name| Ok(RingBuf::try_from(take_map(&mut ebpf, name)?)?))
+                .collect::<Result<_>>()?,
             tracked_tgids: HashMap::try_from(take_map(&mut ebpf, "TRACKED_TGIDS")?)?,
             tracked_tids: HashMap::try_from(take_map(&mut ebpf, "TRACKED_TIDS")?)?,
             lost: PerCpuArray::try_from(take_map(&mut ebpf, "LOST")?)?,
@@ -523,6 +533,33 @@ fn prog_info(fd: BorrowedFd<'_>) -> std::io::Result<bpf_prog_info> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(info)
+}
+
+/// Bytes of each event shard: the ring buffer budget split evenly (rounded
+/// down to a power of two, at least a page) over the shards online CPUs
+/// write to; a shard no online CPU uses gets one page.
+fn shard_sizes(total: u32) -> Vec<u32> {
+    let page = page_size();
+    let cpus = online_cpus().unwrap_or_else(|_| vec![0]);
+    let used: Vec<bool> = (0..EVENT_SHARDS)
+        .map(|shard| cpus.iter().any(|&cpu| cpu % EVENT_SHARDS == shard))
+        .collect();
+    let count = used.iter().filter(|&&u| u).count().max(1) as u32;
+    let share = total / count;
+    let share = if share == 0 {
+        0
+    } else {
+        1 << (31 - share.leading_zeros())
+    };
+    used.iter()
+        .map(|&u| if u { share.max(page) } else { page })
+        .collect()
+}
+
+fn page_size() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(size).unwrap_or(4096).max(4096)
 }
 
 /// Loads one program into the kernel (verifier included).

@@ -462,6 +462,44 @@ struct Session {
     gpu_info: GpuInfo,
     gpu: Option<GpuSampler>,
     cuda: CudaTracer,
+    /// One drain's events, kept between drains for its buffers.
+    batch: DrainBatch,
+}
+
+/// The events of one drain, gathered from every ring-buffer shard and put
+/// in timestamp order, so the recording keeps the order one shared buffer
+/// gave: each shard is in order, and everything reserved before the drain
+/// began is read in it.
+#[derive(Default)]
+struct DrainBatch {
+    bytes: Vec<u8>,
+    /// (timestamp, offset in `bytes`, length) of each event.
+    order: Vec<(u64, usize, usize)>,
+}
+
+impl DrainBatch {
+    fn gather(&mut self, shards: &mut [aya::maps::RingBuf<aya::maps::MapData>]) {
+        self.bytes.clear();
+        self.order.clear();
+        for shard in shards {
+            while let Some(item) = shard.next() {
+                let bytes: &[u8] = &item;
+                let ts = bytes
+                    .get(..8)
+                    .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+                self.order.push((ts, self.bytes.len(), bytes.len()));
+                self.bytes.extend_from_slice(bytes);
+            }
+        }
+        // Stable: events of one timestamp keep their shard's order.
+        self.order.sort_by_key(|&(ts, _, _)| ts);
+    }
+
+    fn in_order(&self) -> impl Iterator<Item = &[u8]> {
+        self.order
+            .iter()
+            .map(|&(_, start, len)| &self.bytes[start..start + len])
+    }
 }
 
 impl Session {
@@ -493,6 +531,7 @@ impl Session {
             gpu_info,
             gpu,
             cuda: CudaTracer::new(opts.cuda),
+            batch: DrainBatch::default(),
         }
     }
 
@@ -690,25 +729,9 @@ impl Session {
     /// snapshots processes that appeared or exec'd.
     fn drain(&mut self) -> Result<()> {
         let mut new_processes = Vec::new();
-        // The shards (one ring buffer per group of CPUs) are merged by
-        // timestamp, so the recording keeps the order one shared buffer
-        // gave: each shard is in order, and everything reserved before this
-        // drain began is read in it.
-        let mut merged: Vec<u8> = Vec::new();
-        let mut order: Vec<(u64, usize, usize)> = Vec::new();
-        for shard in &mut self.programs.events {
-            while let Some(item) = shard.next() {
-                let bytes: &[u8] = &item;
-                let ts = bytes
-                    .get(..8)
-                    .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
-                order.push((ts, merged.len(), bytes.len()));
-                merged.extend_from_slice(bytes);
-            }
-        }
-        order.sort_by_key(|&(ts, _, _)| ts);
-        for (_, start, len) in order {
-            let bytes = &merged[start..start + len];
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.gather(&mut self.programs.events);
+        for bytes in batch.in_order() {
             self.events += 1;
             if let Some((pid, parent)) = process_change(bytes) {
                 if let Some(parent) = parent {
@@ -718,6 +741,7 @@ impl Session {
             }
             self.out.push_event(bytes)?;
         }
+        self.batch = batch;
         for pid in new_processes {
             self.known.insert(pid);
             self.young.push((pid, Instant::now()));

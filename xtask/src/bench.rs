@@ -37,11 +37,11 @@ pub struct Args {
     /// Producer/consumer pairs of the overhead workload.
     #[arg(long, default_value_t = 2)]
     pairs: usize,
-    /// Arithmetic steps per item of the paced job's producers (pingpong's
-    /// WORK): the default brings it to roughly 150,000 context switches/s
-    /// on the 2-CPU development VM, above the issue's floor of 100,000.
-    #[arg(long, default_value_t = 8000)]
-    work: u64,
+    /// Context switches per second the paced job is tuned to (untraced),
+    /// by choosing pingpong's WORK (arithmetic per item in the producers):
+    /// a pipeline's rate above the issue's floor of 100,000.
+    #[arg(long, default_value_t = 150_000)]
+    switches: u64,
 }
 
 /// One setting of the overhead job.
@@ -114,7 +114,7 @@ pub fn run(args: &Args) -> Result<()> {
     let paced = Job {
         name: "paced",
         pairs: args.pairs,
-        work: args.work,
+        work: calibrate(&paths, args.pairs, args.switches)?,
     };
     for job in [paced, full_tilt] {
         overhead(&paths, job, args.rounds, &mut md)?;
@@ -162,13 +162,40 @@ fn header(args: &Args) -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     format!(
-        "Command: `sudo cargo xtask bench --rounds {} --pairs {} --work {}`\n\
+        "Command: `sudo cargo xtask bench --rounds {} --pairs {} --switches {}`\n\
          Machine: {cpus} CPUs, kernel {}\n\n",
         args.rounds,
         args.pairs,
-        args.work,
+        args.switches,
         kernel.trim()
     )
+}
+
+/// The WORK that brings the untraced job to about `switches` context
+/// switches per second on this machine: a few short runs, scaling WORK by
+/// how far each missed.
+fn calibrate(paths: &Paths, pairs: usize, switches: u64) -> Result<u64> {
+    let mut work: u64 = 8000;
+    for _ in 0..4 {
+        let mut job = command(paths.pingpong.to_str().unwrap())
+            .args([pairs.to_string(), "3".into()])
+            .arg(&paths.io_file)
+            .arg(work.to_string())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("start pingpong")?;
+        let counts = read_counts(&mut job)?;
+        job.wait()?;
+        let at = |t: u64| counts.iter().find(|c| c.t == t).map_or(0, |c| c.ctxt);
+        let rate = at(3).saturating_sub(at(1)) as f64 / 2.0;
+        eprintln!("calibrating: WORK {work}: {rate:.0} context switches/s");
+        let scale = (rate / switches as f64).clamp(0.1, 10.0);
+        if (0.9..=1.1).contains(&scale) {
+            break;
+        }
+        work = ((work as f64 * scale) as u64).max(1);
+    }
+    Ok(work)
 }
 
 fn overhead(paths: &Paths, job: Job, rounds: usize, md: &mut String) -> Result<()> {

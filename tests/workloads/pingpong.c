@@ -13,11 +13,20 @@
  * second: {"t":s,"round_trips":cumulative,"ctxt":machine-wide context
  * switches so far (/proc/stat)}.
  *
- * usage: pingpong PAIRS SECONDS [FILE [WORK]]
+ * With PIN, pair i's producer and consumer both run on CPU i % CPUs: every
+ * round trip is then two context switches on one CPU, no cross-CPU wakeup,
+ * and the job's throughput is bound by CPU time alone -- so run to run it
+ * varies little, and what a tracer adds per switch shows directly. Unpinned,
+ * the scheduler's placement of the pairs (and how often a wakeup lands on an
+ * idle CPU) moves the throughput of a paced job by up to a quarter between
+ * runs.
+ *
+ * usage: pingpong PAIRS SECONDS [FILE [WORK [pin]]]
  */
 #include "truth.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -28,6 +37,25 @@ static unsigned long long round_trips;
 static volatile int stop;
 static unsigned long work;
 static volatile unsigned long sink;
+static int pin;
+
+/* With PIN, the CPU of pair i (else -1). */
+static int pair_cpu(int i)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	return pin && cpus > 0 ? (int)(i % cpus) : -1;
+}
+
+static void pin_to(int cpu)
+{
+	if (cpu < 0)
+		return;
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof set, &set) != 0)
+		exit(2);
+}
 
 /* WORK steps of a dependent multiply-add chain: CPU time that cannot be
  * optimized away or overlapped. */
@@ -55,6 +83,7 @@ static unsigned long long ctxt(void)
 
 struct pair {
 	int to_producer, from_producer;
+	int cpu;
 };
 
 static void producer(int in, int out)
@@ -73,6 +102,7 @@ static void *consumer(void *arg)
 {
 	struct pair *p = arg;
 	set_thread_name("consumer");
+	pin_to(p->cpu);
 	char byte = 'x';
 	while (!stop) {
 		if (write(p->to_producer, &byte, 1) != 1 || read(p->from_producer, &byte, 1) != 1)
@@ -109,6 +139,7 @@ static pid_t spawn_producer(struct pair *p)
 		exit(2);
 	pid_t pid = fork();
 	if (pid == 0) {
+		pin_to(p->cpu);
 		close(down[1]);
 		close(up[0]);
 		producer(down[0], up[1]);
@@ -123,7 +154,7 @@ static pid_t spawn_producer(struct pair *p)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: %s PAIRS SECONDS [FILE [WORK]]\n", argv[0]);
+		fprintf(stderr, "usage: %s PAIRS SECONDS [FILE [WORK [pin]]]\n", argv[0]);
 		return 2;
 	}
 	int pairs = atoi(argv[1]);
@@ -132,11 +163,14 @@ int main(int argc, char **argv)
 		return 2;
 	if (argc > 4)
 		work = strtoul(argv[4], NULL, 10);
+	pin = argc > 5 && strcmp(argv[5], "pin") == 0;
 	static struct pair p[MAX_PAIRS];
 	pid_t pids[MAX_PAIRS + 1];
 	int children = 0;
-	for (int i = 0; i < pairs; i++)
+	for (int i = 0; i < pairs; i++) {
+		p[i].cpu = pair_cpu(i);
 		pids[children++] = spawn_producer(&p[i]);
+	}
 	if (argc > 3) {
 		pid_t pid = fork();
 		if (pid == 0)

@@ -6,8 +6,11 @@
 //!   processes ping-ponging with consumer threads, a shared mutex, O_DIRECT
 //!   reads) untraced, under `tprof record -p`, under libbpf-tools'
 //!   offcputime, runqlat and biolatency together, and under `perf sched
-//!   record`; once paced by per-item work (`--work`) to a pipeline's rate
-//!   above the issue's 100,000 switches/s, once at full tilt (the most
+//!   record`; once paced by per-item work (`--switches`) to a pipeline's
+//!   rate above the issue's 100,000 switches/s, with each pair pinned to one
+//!   CPU so that throughput is bound by CPU time alone and a tracer's cost
+//!   shows directly (unpinned, placement moves a paced job's throughput by
+//!   up to a quarter run to run); once unpinned at full tilt (the most
 //!   switches two cores can make). Rounds alternate the configurations;
 //!   each ratio is the median over rounds of the throughput against the same
 //!   round's untraced run.
@@ -51,6 +54,19 @@ struct Job {
     pairs: usize,
     /// pingpong's WORK: 0 is full tilt.
     work: u64,
+    /// Each pair's producer and consumer on one CPU (pingpong's `pin`).
+    pin: bool,
+}
+
+impl Job {
+    /// pingpong's arguments after PAIRS and SECONDS.
+    fn args(&self, io_file: &Path) -> Vec<std::ffi::OsString> {
+        let mut args = vec![io_file.as_os_str().to_owned(), self.work.to_string().into()];
+        if self.pin {
+            args.push("pin".into());
+        }
+        args
+    }
 }
 
 /// The workload runs this long; throughput is measured from second
@@ -62,17 +78,27 @@ const MEASURE_FROM: u64 = 3;
 enum Tool {
     None,
     Tprof,
+    /// tprof without stacks: what the scheduler, IO and futex events cost
+    /// on their own.
+    TprofNoStacks,
     LibbpfTools,
     PerfSched,
 }
 
 impl Tool {
-    const ALL: [Tool; 4] = [Tool::None, Tool::Tprof, Tool::LibbpfTools, Tool::PerfSched];
+    const ALL: [Tool; 5] = [
+        Tool::None,
+        Tool::Tprof,
+        Tool::TprofNoStacks,
+        Tool::LibbpfTools,
+        Tool::PerfSched,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Tool::None => "untraced",
             Tool::Tprof => "tprof record",
+            Tool::TprofNoStacks => "tprof record --no-stacks",
             Tool::LibbpfTools => "offcputime + runqlat + biolatency",
             Tool::PerfSched => "perf sched record",
         }
@@ -110,12 +136,15 @@ pub fn run(args: &Args) -> Result<()> {
         name: "full tilt",
         pairs: args.pairs,
         work: 0,
+        pin: false,
     };
-    let paced = Job {
-        name: "paced",
+    let mut paced = Job {
+        name: "paced, pinned",
         pairs: args.pairs,
-        work: calibrate(&paths, args.pairs, args.switches)?,
+        work: 8000,
+        pin: true,
     };
+    paced.work = calibrate(&paths, paced, args.switches)?;
     for job in [paced, full_tilt] {
         overhead(&paths, job, args.rounds, &mut md)?;
     }
@@ -174,13 +203,11 @@ fn header(args: &Args) -> String {
 /// The WORK that brings the untraced job to about `switches` context
 /// switches per second on this machine: a few short runs, scaling WORK by
 /// how far each missed.
-fn calibrate(paths: &Paths, pairs: usize, switches: u64) -> Result<u64> {
-    let mut work: u64 = 8000;
+fn calibrate(paths: &Paths, mut job_kind: Job, switches: u64) -> Result<u64> {
     for _ in 0..4 {
         let mut job = command(paths.pingpong.to_str().unwrap())
-            .args([pairs.to_string(), "3".into()])
-            .arg(&paths.io_file)
-            .arg(work.to_string())
+            .args([job_kind.pairs.to_string(), "3".into()])
+            .args(job_kind.args(&paths.io_file))
             .stdout(Stdio::piped())
             .spawn()
             .context("start pingpong")?;
@@ -188,14 +215,15 @@ fn calibrate(paths: &Paths, pairs: usize, switches: u64) -> Result<u64> {
         job.wait()?;
         let at = |t: u64| counts.iter().find(|c| c.t == t).map_or(0, |c| c.ctxt);
         let rate = at(3).saturating_sub(at(1)) as f64 / 2.0;
+        let work = job_kind.work;
         eprintln!("calibrating: WORK {work}: {rate:.0} context switches/s");
         let scale = (rate / switches as f64).clamp(0.1, 10.0);
         if (0.9..=1.1).contains(&scale) {
             break;
         }
-        work = ((work as f64 * scale) as u64).max(1);
+        job_kind.work = ((work as f64 * scale) as u64).max(1);
     }
-    Ok(work)
+    Ok(job_kind.work)
 }
 
 fn overhead(paths: &Paths, job: Job, rounds: usize, md: &mut String) -> Result<()> {
@@ -217,7 +245,7 @@ fn overhead(paths: &Paths, job: Job, rounds: usize, md: &mut String) -> Result<(
     }
     md.push_str(&format!(
         "## Overhead on the job: {}\n\n\
-         pingpong with {} producer/consumer pairs plus futex and O_DIRECT traffic, \
+         pingpong with {} producer/consumer pairs{} plus futex and O_DIRECT traffic, \
          WORK {} (untraced: {:.0} context switches/s on the machine); \
          {rounds} rounds; throughput = round trips/s over seconds {MEASURE_FROM}-{}; \
          ratio = median over rounds of (throughput / the same round's untraced throughput).\n\n\
@@ -225,6 +253,7 @@ fn overhead(paths: &Paths, job: Job, rounds: usize, md: &mut String) -> Result<(
          |---|---|---|---|---|---|\n",
         job.name,
         job.pairs,
+        if job.pin { " (each pair pinned to one CPU)" } else { "" },
         job.work,
         median(runs[0].iter().map(|r| r.switches).collect()),
         RUN_S - 1
@@ -254,8 +283,7 @@ fn overhead(paths: &Paths, job: Job, rounds: usize, md: &mut String) -> Result<(
 fn run_once(paths: &Paths, tool: Tool, job_kind: Job) -> Result<Run> {
     let mut job = command(paths.pingpong.to_str().unwrap())
         .args([job_kind.pairs.to_string(), RUN_S.to_string()])
-        .arg(&paths.io_file)
-        .arg(job_kind.work.to_string())
+        .args(job_kind.args(&paths.io_file))
         .stdout(Stdio::piped())
         .spawn()
         .context("start pingpong")?;
@@ -287,7 +315,7 @@ fn start_tool(paths: &Paths, tool: Tool, pid: u32) -> Result<Vec<Child>> {
     };
     Ok(match tool {
         Tool::None => Vec::new(),
-        Tool::Tprof => {
+        Tool::Tprof | Tool::TprofNoStacks => {
             let mut c = command(paths.tprof.to_str().unwrap());
             // Recording only: no report, flamegraphs or timelines after it,
             // so tprof's CPU and memory are those of capture.
@@ -302,6 +330,9 @@ fn start_tool(paths: &Paths, tool: Tool, pid: u32) -> Result<Vec<Child>> {
             ])
             .args(["-d", &format!("{secs}s"), "-o"])
             .arg(paths.dir.join("bench.tprof"));
+            if tool == Tool::TprofNoStacks {
+                c.arg("--no-stacks");
+            }
             vec![quiet(c)?]
         }
         Tool::LibbpfTools => {
@@ -399,6 +430,7 @@ fn capacity(paths: &Paths, md: &mut String) -> Result<()> {
             name: "capacity",
             pairs,
             work: 0,
+            pin: false,
         };
         let run = run_once(paths, Tool::Tprof, job)?;
         let recording = paths.dir.join("bench.tprof");

@@ -14,6 +14,8 @@
 //!   switches two cores can make). Rounds alternate the configurations;
 //!   each ratio is the median over rounds of the throughput against the same
 //!   round's untraced run.
+//! - tprof's cost by switch rate: the paced, pinned job tuned to rates
+//!   from 50,000 to 400,000 switches/s, untraced and under tprof.
 //! - tprof's own CPU time and peak RSS while recording (rusage of the tprof
 //!   process, which does not reap the job).
 //! - Capacity: event rate and drops as producer pairs grow.
@@ -148,6 +150,7 @@ pub fn run(args: &Args) -> Result<()> {
     for job in [paced, full_tilt] {
         overhead(&paths, job, args.rounds, &mut md)?;
     }
+    rate_sweep(&paths, paced, args.rounds, &mut md)?;
     capacity(&paths, &mut md)?;
     let out = paths.dir.join("results.md");
     std::fs::write(&out, &md)?;
@@ -227,22 +230,7 @@ fn calibrate(paths: &Paths, mut job_kind: Job, switches: u64) -> Result<u64> {
 }
 
 fn overhead(paths: &Paths, job: Job, rounds: usize, md: &mut String) -> Result<()> {
-    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); Tool::ALL.len()];
-    for round in 0..rounds {
-        // Rotate the order so no tool always runs first (warm caches, drift).
-        for k in 0..Tool::ALL.len() {
-            let i = (k + round) % Tool::ALL.len();
-            let run = run_once(paths, Tool::ALL[i], job)?;
-            eprintln!(
-                "{} round {round}: {:<36} {:>10.0} round trips/s {:>10.0} switches/s",
-                job.name,
-                Tool::ALL[i].name(),
-                run.rate,
-                run.switches
-            );
-            runs[i].push(run);
-        }
-    }
+    let runs = alternate(paths, job, &Tool::ALL, rounds)?;
     md.push_str(&format!(
         "## Overhead on the job: {}\n\n\
          pingpong with {} producer/consumer pairs{} plus futex and O_DIRECT traffic, \
@@ -259,12 +247,7 @@ fn overhead(paths: &Paths, job: Job, rounds: usize, md: &mut String) -> Result<(
         RUN_S - 1
     ));
     for (i, tool) in Tool::ALL.iter().enumerate() {
-        let ratios: Vec<f64> = runs[i]
-            .iter()
-            .zip(&runs[0])
-            .map(|(r, base)| r.rate / base.rate)
-            .collect();
-        let ratio = median(ratios);
+        let ratio = median_ratio(&runs[i], &runs[0]);
         md.push_str(&format!(
             "| {} | {:.0} | {:.3} | {:.1}% | {:.2} | {:.1} |\n",
             tool.name(),
@@ -277,6 +260,75 @@ fn overhead(paths: &Paths, job: Job, rounds: usize, md: &mut String) -> Result<(
     }
     md.push('\n');
     Ok(())
+}
+
+/// tprof's cost against the job's switch rate: the paced, pinned job tuned
+/// to each rate, untraced and under tprof. The cost is per event, so the
+/// loss grows with the rate; this is the table to read a job's own rate
+/// (from its report) against.
+fn rate_sweep(paths: &Paths, base: Job, rounds: usize, md: &mut String) -> Result<()> {
+    md.push_str(&format!(
+        "## tprof's cost by switch rate\n\n\
+         The paced, pinned job tuned to each rate; {rounds} rounds of untraced and \
+         `tprof record` (default settings) alternating.\n\n\
+         | switches/s asked | WORK | untraced switches/s | untraced round trips/s | tprof round trips/s | throughput loss | tprof CPU s (median) |\n\
+         |---|---|---|---|---|---|---|\n"
+    ));
+    for switches in SWEEP_SWITCHES {
+        let mut job = base;
+        job.name = "sweep";
+        job.work = calibrate(paths, job, switches)?;
+        let runs = alternate(paths, job, &[Tool::None, Tool::Tprof], rounds)?;
+        let ratio = median_ratio(&runs[1], &runs[0]);
+        md.push_str(&format!(
+            "| {switches} | {} | {:.0} | {:.0} | {:.0} | {:.1}% | {:.2} |\n",
+            job.work,
+            median(runs[0].iter().map(|r| r.switches).collect()),
+            median(runs[0].iter().map(|r| r.rate).collect()),
+            median(runs[1].iter().map(|r| r.rate).collect()),
+            100.0 * (1.0 - ratio),
+            median(runs[1].iter().map(|r| r.tool_cpu_s).collect()),
+        ));
+    }
+    md.push('\n');
+    Ok(())
+}
+
+/// Switch rates of the sweep, around the issue's floor of 100,000/s.
+const SWEEP_SWITCHES: [u64; 4] = [50_000, 100_000, 200_000, 400_000];
+
+/// `rounds` runs of `job` under each of `tools`, the order rotating each
+/// round so no tool always runs first (warm caches, drift); runs[i] are
+/// tools[i]'s.
+fn alternate(paths: &Paths, job: Job, tools: &[Tool], rounds: usize) -> Result<Vec<Vec<Run>>> {
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); tools.len()];
+    for round in 0..rounds {
+        for k in 0..tools.len() {
+            let i = (k + round) % tools.len();
+            let run = run_once(paths, tools[i], job)?;
+            eprintln!(
+                "{} (WORK {}) round {round}: {:<36} {:>10.0} round trips/s {:>10.0} switches/s",
+                job.name,
+                job.work,
+                tools[i].name(),
+                run.rate,
+                run.switches
+            );
+            runs[i].push(run);
+        }
+    }
+    Ok(runs)
+}
+
+/// The median over rounds of each run's throughput against the same
+/// round's baseline run.
+fn median_ratio(runs: &[Run], baseline: &[Run]) -> f64 {
+    median(
+        runs.iter()
+            .zip(baseline)
+            .map(|(r, base)| r.rate / base.rate)
+            .collect(),
+    )
 }
 
 /// Runs the workload for RUN_S seconds with `tool` attached from ~0.3 s on.

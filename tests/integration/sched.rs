@@ -1,8 +1,10 @@
 //! Scheduler accounting: tprof's per-thread on-CPU, runnable and blocked
 //! times against the kernel's schedstat for the same threads.
 
+use std::ffi::OsStr;
+
 use serde_json::Value;
-use tprof_tests::{Thread, close_to, require_root, trace_workload};
+use tprof_tests::{Thread, Traced, close_to, require_root, trace_workload, trace_workload_env};
 
 /// Twice as many spinning threads as cores: each should spend about half
 /// its life on a CPU and half runnable, and tprof's split must match the
@@ -10,8 +12,47 @@ use tprof_tests::{Thread, close_to, require_root, trace_workload};
 #[test]
 fn busy_threads_split_cpu_and_runnable() {
     require_root();
+    let traced = trace_busy_threads(&[]);
+    assert!(
+        !traced.record.stderr.contains("classic scheduler"),
+        "this kernel has BTF: the raw scheduler programs should load: {}",
+        traced.record.stderr
+    );
+    assert_busy_threads_split(&traced);
+}
+
+/// The classic sched_switch/sched_waking programs (kernels without BTF or
+/// before 5.18) account the same times as the raw ones.
+#[test]
+fn classic_sched_programs_match_schedstat() {
+    require_root();
+    let traced = trace_busy_threads(&[("TPROF_CLASSIC_SCHED", OsStr::new("1"))]);
+    assert_busy_threads_split(&traced);
+}
+
+/// A verifier that refuses one raw scheduler program (here the second,
+/// after the first has loaded) gets the classic set instead, says so, and
+/// the recording is as right as ever.
+#[test]
+fn refused_raw_program_falls_back_to_classic() {
+    require_root();
+    let traced = trace_busy_threads(&[("TPROF_REFUSE_RAW_SCHED", OsStr::new("tprof_waking_r"))]);
+    let stderr = &traced.record.stderr;
+    assert!(
+        stderr.contains("tprof_waking_r") && stderr.contains("classic scheduler tracepoints"),
+        "the fallback should be reported: {stderr}"
+    );
+    assert_busy_threads_split(&traced);
+}
+
+/// busy_threads with twice as many threads as cores, for 1.5 s.
+fn trace_busy_threads(env: &[(&str, &OsStr)]) -> Traced {
     let threads = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
-    let traced = trace_workload("busy_threads", &[&threads.to_string(), "1.5"]);
+    trace_workload_env("busy_threads", &[], &[&threads.to_string(), "1.5"], env)
+}
+
+fn assert_busy_threads_split(traced: &Traced) {
+    let threads = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
     assert_eq!(
         traced.truth.len(),
         threads,

@@ -2,6 +2,7 @@
 //! and sysstat's iostat, futex waits against the workload's own clock, and
 //! the split of every thread's life into five states.
 
+use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tprof_tests::{
-    Report, Running, Thread, close_to, data_file, record_command, report_json, require_root,
-    trace_workload,
+    Report, Running, Thread, Traced, close_to, data_file, record_command, report_json,
+    require_root, trace_workload, trace_workload_env,
 };
 
 const MIB: u64 = 1024 * 1024;
@@ -126,7 +127,24 @@ fn device_stats_agree_with_iostat() {
 #[test]
 fn mutex_wait_is_futex_time_woken_by_the_holder() {
     require_root();
-    let traced = trace_workload("mutex_pair", &["5", "100"]);
+    assert_mutex_wait_woken_by_the_holder(&trace_workload("mutex_pair", &["5", "100"]));
+}
+
+/// The same with the classic scheduler programs (kernels without BTF or
+/// before 5.18): their sched_waking must name the holder as the waker too.
+#[test]
+fn classic_sched_programs_see_the_futex_waker() {
+    require_root();
+    let env = [("TPROF_CLASSIC_SCHED", OsStr::new("1"))];
+    assert_mutex_wait_woken_by_the_holder(&trace_workload_env(
+        "mutex_pair",
+        &[],
+        &["5", "100"],
+        &env,
+    ));
+}
+
+fn assert_mutex_wait_woken_by_the_holder(traced: &Traced) {
     let truth = &traced.truth[0];
     let waiter = traced.report.thread(truth["tid"].as_i64().unwrap());
     let waited = ns(truth, "wait_ns");

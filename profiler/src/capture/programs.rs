@@ -82,6 +82,11 @@ const SCHED: &[(&str, &str, &str)] = &[
 /// ones work (to compare the two, and to test the fallback).
 pub const CLASSIC_SCHED_ENV: &str = "TPROF_CLASSIC_SCHED";
 
+/// Set to a raw scheduler program's name to have it treated as refused by
+/// the verifier: the tests' way to exercise the fallback a kernel with BTF
+/// but a stricter verifier takes, on a kernel that accepts every program.
+pub const REFUSE_RAW_ENV: &str = "TPROF_REFUSE_RAW_SCHED";
+
 const TRACEPOINTS: &[Attachment] = &[
     tp("tprof_newtask", "task", "task_newtask"),
     tp("tprof_exec", "sched", "sched_process_exec"),
@@ -231,11 +236,11 @@ impl KernelPrograms {
         let mut raw_sched = raw_sched;
         if raw_sched {
             for &(_, raw, _) in SCHED {
-                let loaded = ebpf
-                    .program_mut(raw)
-                    .with_context(|| format!("program {raw} missing from the eBPF object"))
-                    .and_then(|program| load_program(raw, program));
-                if loaded.is_err() {
+                if let Err(e) = load_raw_sched(&mut ebpf, raw) {
+                    eprintln!(
+                        "tprof: note: {e:#}; recording with the classic scheduler \
+                         tracepoints instead, which cost the job more per event"
+                    );
                     raw_sched = false;
                     break;
                 }
@@ -575,6 +580,17 @@ fn load_program(name: &str, program: &mut Program) -> Result<()> {
         ),
     };
     loaded.with_context(|| format!("the kernel's verifier rejected {name}"))
+}
+
+/// Loads one raw scheduler program (or fails as [`REFUSE_RAW_ENV`] asks).
+fn load_raw_sched(ebpf: &mut Ebpf, raw: &str) -> Result<()> {
+    if std::env::var_os(REFUSE_RAW_ENV).is_some_and(|v| v == raw) {
+        bail!("the kernel's verifier rejected {raw} ({REFUSE_RAW_ENV} is set)");
+    }
+    let program = ebpf
+        .program_mut(raw)
+        .with_context(|| format!("program {raw} missing from the eBPF object"))?;
+    load_program(raw, program)
 }
 
 fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map> {

@@ -15,7 +15,7 @@ fn busy_threads_split_cpu_and_runnable() {
     let traced = trace_busy_threads(&[]);
     assert!(
         !traced.record.stderr.contains("classic scheduler"),
-        "this kernel has BTF: the raw scheduler programs should load: {}",
+        "no raw scheduler program should be refused here: {}",
         traced.record.stderr
     );
     assert_busy_threads_split(&traced);
@@ -45,14 +45,19 @@ fn refused_raw_program_falls_back_to_classic() {
     assert_busy_threads_split(&traced);
 }
 
-/// busy_threads with twice as many threads as cores, for 1.5 s.
+/// Twice as many spinning threads as cores.
+fn busy_thread_count() -> usize {
+    2 * std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+/// busy_threads with [`busy_thread_count`] threads, for 1.5 s.
 fn trace_busy_threads(env: &[(&str, &OsStr)]) -> Traced {
-    let threads = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
-    trace_workload_env("busy_threads", &[], &[&threads.to_string(), "1.5"], env)
+    let threads = busy_thread_count().to_string();
+    trace_workload_env("busy_threads", &[], &[&threads, "1.5"], env)
 }
 
 fn assert_busy_threads_split(traced: &Traced) {
-    let threads = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
+    let threads = busy_thread_count();
     assert_eq!(
         traced.truth.len(),
         threads,

@@ -61,13 +61,16 @@ struct Job {
 }
 
 impl Job {
-    /// pingpong's arguments after PAIRS and SECONDS.
-    fn args(&self, io_file: &Path) -> Vec<std::ffi::OsString> {
-        let mut args = vec![io_file.as_os_str().to_owned(), self.work.to_string().into()];
+    /// Starts pingpong as this job for `seconds`, its output piped.
+    fn spawn(&self, paths: &Paths, seconds: u64) -> Result<Child> {
+        let mut c = command(paths.pingpong.to_str().unwrap());
+        c.args([self.pairs.to_string(), seconds.to_string()])
+            .arg(&paths.io_file)
+            .arg(self.work.to_string());
         if self.pin {
-            args.push("pin".into());
+            c.arg("pin");
         }
-        args
+        c.stdout(Stdio::piped()).spawn().context("start pingpong")
     }
 }
 
@@ -140,13 +143,13 @@ pub fn run(args: &Args) -> Result<()> {
         work: 0,
         pin: false,
     };
-    let mut paced = Job {
+    let paced = Job {
         name: "paced, pinned",
         pairs: args.pairs,
         work: 8000,
         pin: true,
     };
-    paced.work = calibrate(&paths, paced, args.switches)?;
+    let paced = calibrate(&paths, paced, args.switches)?;
     for job in [paced, full_tilt] {
         overhead(&paths, job, args.rounds, &mut md)?;
     }
@@ -203,17 +206,12 @@ fn header(args: &Args) -> String {
     )
 }
 
-/// The WORK that brings the untraced job to about `switches` context
-/// switches per second on this machine: a few short runs, scaling WORK by
-/// how far each missed.
-fn calibrate(paths: &Paths, mut job_kind: Job, switches: u64) -> Result<u64> {
+/// `job_kind` with the WORK that brings it, untraced, to about `switches`
+/// context switches per second on this machine: a few short runs from its
+/// WORK, scaling WORK by how far each missed.
+fn calibrate(paths: &Paths, mut job_kind: Job, switches: u64) -> Result<Job> {
     for _ in 0..4 {
-        let mut job = command(paths.pingpong.to_str().unwrap())
-            .args([job_kind.pairs.to_string(), "3".into()])
-            .args(job_kind.args(&paths.io_file))
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("start pingpong")?;
+        let mut job = job_kind.spawn(paths, 3)?;
         let counts = read_counts(&mut job)?;
         job.wait()?;
         let at = |t: u64| counts.iter().find(|c| c.t == t).map_or(0, |c| c.ctxt);
@@ -226,7 +224,7 @@ fn calibrate(paths: &Paths, mut job_kind: Job, switches: u64) -> Result<u64> {
         }
         job_kind.work = ((work as f64 * scale) as u64).max(1);
     }
-    Ok(job_kind.work)
+    Ok(job_kind)
 }
 
 fn overhead(paths: &Paths, job: Job, rounds: usize, md: &mut String) -> Result<()> {
@@ -275,9 +273,14 @@ fn rate_sweep(paths: &Paths, base: Job, rounds: usize, md: &mut String) -> Resul
          |---|---|---|---|---|---|---|\n"
     ));
     for switches in SWEEP_SWITCHES {
-        let mut job = base;
-        job.name = "sweep";
-        job.work = calibrate(paths, job, switches)?;
+        let job = calibrate(
+            paths,
+            Job {
+                name: "sweep",
+                ..base
+            },
+            switches,
+        )?;
         let runs = alternate(paths, job, &[Tool::None, Tool::Tprof], rounds)?;
         let ratio = median_ratio(&runs[1], &runs[0]);
         md.push_str(&format!(
@@ -333,12 +336,7 @@ fn median_ratio(runs: &[Run], baseline: &[Run]) -> f64 {
 
 /// Runs the workload for RUN_S seconds with `tool` attached from ~0.3 s on.
 fn run_once(paths: &Paths, tool: Tool, job_kind: Job) -> Result<Run> {
-    let mut job = command(paths.pingpong.to_str().unwrap())
-        .args([job_kind.pairs.to_string(), RUN_S.to_string()])
-        .args(job_kind.args(&paths.io_file))
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("start pingpong")?;
+    let mut job = job_kind.spawn(paths, RUN_S)?;
     std::thread::sleep(Duration::from_millis(300));
     let tools = start_tool(paths, tool, job.id())?;
     let counts = read_counts(&mut job)?;

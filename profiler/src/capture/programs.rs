@@ -85,7 +85,7 @@ pub const CLASSIC_SCHED_ENV: &str = "TPROF_CLASSIC_SCHED";
 /// Set to a raw scheduler program's name to have it treated as refused by
 /// the verifier: the tests' way to exercise the fallback a kernel with BTF
 /// but a stricter verifier takes, on a kernel that accepts every program.
-pub const REFUSE_RAW_ENV: &str = "TPROF_REFUSE_RAW_SCHED";
+const REFUSE_RAW_ENV: &str = "TPROF_REFUSE_RAW_SCHED";
 
 const TRACEPOINTS: &[Attachment] = &[
     tp("tprof_newtask", "task", "task_newtask"),

@@ -127,6 +127,8 @@ pub struct Summary {
     pub events: u64,
     /// Events written so late that the reader delivered them out of order.
     pub late_events: u64,
+    /// Threads seen leaving a CPU whose arrival was never seen.
+    pub untraced_switch_ins: u64,
     pub lost_events: u64,
     pub lost: crate::recording::LostCounts,
     pub cut_short: bool,
@@ -189,6 +191,7 @@ pub fn summarize(model: &Model) -> Summary {
         findings: Vec::new(),
         events: model.events,
         late_events: model.late_events,
+        untraced_switch_ins: model.untraced_switch_ins,
         lost_events: model.lost.total(),
         lost: model.lost.clone(),
         cut_short: model.cut_short,

@@ -85,6 +85,10 @@ pub struct Model {
     /// more than the reader's reorder window late (0 in any recording seen
     /// so far); their threads' states may be off by that much.
     pub late_events: u64,
+    /// Threads seen leaving a CPU whose arrival on it was never seen (a
+    /// switch the kernel did not trace, or a lost one); see
+    /// `threads::Builder::switch_out` for how their time is placed.
+    pub untraced_switch_ins: u64,
     pub lost: LostCounts,
     /// The recording did not end normally; the window is what was saved.
     pub cut_short: bool,
@@ -181,6 +185,7 @@ impl<'a> Assembly<'a> {
         } = self;
         model.events = stats.events;
         model.late_events = stats.late;
+        model.untraced_switch_ins = threads.untraced_switch_ins();
         model.threads = threads.finish(model.window_end_ns);
         model.cuda = cuda::build(rec.cuda.as_ref(), cuda_raw);
         model.name_reused_pids(rec);

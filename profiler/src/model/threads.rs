@@ -469,6 +469,11 @@ pub(super) struct Builder {
     /// Finished threads with their `Live::seq`.
     done: Vec<(usize, Thread)>,
     spawned: usize,
+    /// By CPU: when its last switch event handed it to an untracked task
+    /// (absent once a tracked task is switched in there).
+    untracked_since: HashMap<u16, u64>,
+    /// Switch-outs of threads whose switch-in was never seen.
+    untraced_switch_ins: u64,
 }
 
 impl Builder {
@@ -478,6 +483,8 @@ impl Builder {
             live: HashMap::new(),
             done: Vec::new(),
             spawned: 0,
+            untracked_since: HashMap::new(),
+            untraced_switch_ins: 0,
         };
         for t in initial {
             b.spawn(t.tid, t.pid, &t.comm, window_start_ns, None, t.state);
@@ -489,15 +496,20 @@ impl Builder {
         match event {
             Event::Switch {
                 ts,
+                cpu,
                 prev_tid,
                 prev_state,
                 next_tid,
                 next_tgid,
                 ..
             } => {
-                self.switch_out(*ts, *prev_tid, *prev_state);
+                let untracked_since = self.untracked_since.get(cpu).copied();
+                self.switch_out(*ts, *prev_tid, *prev_state, untracked_since);
                 if *next_tgid != 0 {
                     self.switch_in(*ts, *next_tid, *next_tgid);
+                    self.untracked_since.remove(cpu);
+                } else {
+                    self.untracked_since.insert(*cpu, *ts);
                 }
             }
             Event::Wakeup { ts, tid, tgid, .. } => self.wakeup(*ts, *tid, *tgid),
@@ -540,6 +552,12 @@ impl Builder {
             // Not state changes: `reasons` matches them to blocked time.
             Event::BlockIo(_) | Event::FutexWait { .. } | Event::CudaCall(_) => {}
         }
+    }
+
+    /// How many threads left a CPU without their arrival on it having been
+    /// seen (see [`Builder::switch_out`]).
+    pub(super) fn untraced_switch_ins(&self) -> u64 {
+        self.untraced_switch_ins
     }
 
     /// Closes every thread still alive at the window's end.
@@ -595,10 +613,24 @@ impl Builder {
         self.live.get_mut(&tid).expect("just inserted")
     }
 
-    fn switch_out(&mut self, ts: u64, tid: u32, prev_state: u64) {
+    /// A tracked thread leaves a CPU. If it was not running as far as the
+    /// events tell, its switch-in was never seen: the kernel does not trace
+    /// a switch away from some tasks (see "Known accuracy limits" in
+    /// docs/architecture.md), or the event was lost. It then ran from the
+    /// moment this CPU went to an untracked task (`untracked_since`, the
+    /// latest it can have started, up to that task's own short run), or,
+    /// with nothing known of the CPU, it is given no running time.
+    fn switch_out(&mut self, ts: u64, tid: u32, prev_state: u64, untracked_since: Option<u64>) {
         let Some(live) = self.live.get_mut(&tid) else {
             return;
         };
+        if let Some((state, since)) = live.current
+            && state != ThreadState::Running
+        {
+            self.untraced_switch_ins += 1;
+            let resumed = untracked_since.map_or(ts, |t| t.clamp(since, ts));
+            transition(live, resumed, state, ThreadState::Running);
+        }
         match SwitchOut::classify(prev_state) {
             SwitchOut::Preempted => {
                 live.thread.involuntary_switches += 1;
@@ -712,6 +744,29 @@ mod tests {
             prev_state: state,
             next_tid: next,
             next_tgid: if next == 0 { 0 } else { 1 },
+        }
+    }
+
+    fn switch_on(cpu: u16, ts: u64, prev: u32, state: u64, next: u32) -> Event {
+        match switch(ts, prev, state, next) {
+            Event::Switch {
+                ts,
+                prev_tid,
+                prev_tgid,
+                prev_state,
+                next_tid,
+                next_tgid,
+                ..
+            } => Event::Switch {
+                ts,
+                cpu,
+                prev_tid,
+                prev_tgid,
+                prev_state,
+                next_tid,
+                next_tgid,
+            },
+            _ => unreachable!(),
         }
     }
 
@@ -876,5 +931,43 @@ mod tests {
             SwitchOut::Blocked(ThreadState::DiskSleep)
         );
         assert_eq!(SwitchOut::classify(0x20), SwitchOut::Dead);
+    }
+
+    /// The kernel does not trace the switch from a hidden task back to
+    /// thread 2: its next switch-out shows it was running, from when CPU 1
+    /// went to the untracked task.
+    #[test]
+    fn a_switch_in_never_seen_starts_when_the_cpu_left_the_tracked_tasks() {
+        let mut b = Builder::new(0, &[info(2, 'R'), info(3, 'R')]);
+        for e in [
+            switch_on(1, 10, 2, 0x100, 0), // preempted by an untracked task
+            switch_on(0, 20, 3, 0x100, 0), // another CPU: no bearing on thread 2
+            switch_on(1, 50, 2, 0x100, 3), // leaves CPU 1: it was back on it
+        ] {
+            b.apply(&e);
+        }
+        assert_eq!(b.untraced_switch_ins(), 1);
+        let threads = b.finish(60);
+        let t = threads.iter().find(|t| t.tid == 2).unwrap();
+        assert_eq!(t.time_in(ThreadState::Running), 10 + 40);
+        assert_eq!(t.time_in(ThreadState::Runnable), 10);
+    }
+
+    /// With nothing known of the CPU before the switch-out, the missed
+    /// switch-in is counted but no running time is made up.
+    #[test]
+    fn a_switch_in_never_seen_on_an_unknown_cpu_adds_no_running_time() {
+        let mut b = Builder::new(0, &[info(2, 'S')]);
+        for e in [
+            switch_on(0, 10, 2, 1, 0),     // sleeps on CPU 0
+            switch_on(1, 50, 2, 0x100, 0), // leaves CPU 1, never seen there
+        ] {
+            b.apply(&e);
+        }
+        assert_eq!(b.untraced_switch_ins(), 1);
+        let t = &b.finish(60)[0];
+        assert_eq!(t.time_in(ThreadState::Running), 10);
+        assert_eq!(t.time_in(ThreadState::Sleeping), 40);
+        assert_eq!(t.time_in(ThreadState::Runnable), 10);
     }
 }

@@ -79,6 +79,15 @@ fn header(out: &mut String, s: &Summary) {
             crate::recording::reader::REORDER_WINDOW_NS / 1_000_000
         );
     }
+    if s.untraced_switch_ins > 0 {
+        let _ = writeln!(
+            out,
+            "note: {} time(s) a thread left a CPU its arrival on was not traced (the kernel \
+             does not trace switches away from some tasks, or an event was lost); tprof \
+             counted it as running from when the CPU left the traced threads",
+            s.untraced_switch_ins
+        );
+    }
     if s.cut_short {
         let _ = writeln!(
             out,

@@ -82,9 +82,9 @@ fn header(out: &mut String, s: &Summary) {
     if s.untraced_switch_ins > 0 {
         let _ = writeln!(
             out,
-            "note: {} time(s) a thread left a CPU its arrival on was not traced (the kernel \
-             does not trace switches away from some tasks, or an event was lost); tprof \
-             counted it as running from when the CPU left the traced threads",
+            "note: {} switch(es) of a thread onto a CPU went untraced (the kernel skips \
+             switches away from some tasks, or an event was lost); tprof placed each when \
+             that CPU left the traced threads",
             s.untraced_switch_ins
         );
     }

@@ -469,9 +469,10 @@ pub(super) struct Builder {
     /// Finished threads with their `Live::seq`.
     done: Vec<(usize, Thread)>,
     spawned: usize,
-    /// By CPU: when its last switch event handed it to an untracked task
-    /// (absent once a tracked task is switched in there).
-    untracked_since: HashMap<u16, u64>,
+    /// By CPU number: when its last switch event handed it to an untracked
+    /// task (None once a tracked task is switched in there). A vector: this
+    /// is read and written on every switch event.
+    untracked_since: Vec<Option<u64>>,
     /// Switch-outs of threads whose switch-in was never seen.
     untraced_switch_ins: u64,
 }
@@ -483,7 +484,7 @@ impl Builder {
             live: HashMap::new(),
             done: Vec::new(),
             spawned: 0,
-            untracked_since: HashMap::new(),
+            untracked_since: Vec::new(),
             untraced_switch_ins: 0,
         };
         for t in initial {
@@ -503,13 +504,16 @@ impl Builder {
                 next_tgid,
                 ..
             } => {
-                let untracked_since = self.untracked_since.get(cpu).copied();
-                self.switch_out(*ts, *prev_tid, *prev_state, untracked_since);
+                let cpu = usize::from(*cpu);
+                if cpu >= self.untracked_since.len() {
+                    self.untracked_since.resize(cpu + 1, None);
+                }
+                self.switch_out(*ts, *prev_tid, *prev_state, self.untracked_since[cpu]);
                 if *next_tgid != 0 {
                     self.switch_in(*ts, *next_tid, *next_tgid);
-                    self.untracked_since.remove(cpu);
+                    self.untracked_since[cpu] = None;
                 } else {
-                    self.untracked_since.insert(*cpu, *ts);
+                    self.untracked_since[cpu] = Some(*ts);
                 }
             }
             Event::Wakeup { ts, tid, tgid, .. } => self.wakeup(*ts, *tid, *tgid),

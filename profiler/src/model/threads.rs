@@ -509,7 +509,10 @@ impl Builder {
                     self.untracked_since.resize(cpu + 1, None);
                 }
                 self.switch_out(*ts, *prev_tid, *prev_state, self.untracked_since[cpu]);
-                if *next_tgid != 0 {
+                // A thread of the job that the kernel does not track yet
+                // (userspace is still adding the threads it found at
+                // attach) comes in with no tgid, but it is the same thread.
+                if *next_tgid != 0 || self.live.contains_key(next_tid) {
                     self.switch_in(*ts, *next_tid, *next_tgid);
                     self.untracked_since[cpu] = None;
                 } else {
@@ -954,6 +957,46 @@ mod tests {
         let threads = b.finish(60);
         let t = threads.iter().find(|t| t.tid == 2).unwrap();
         assert_eq!(t.time_in(ThreadState::Running), 10 + 40);
+        assert_eq!(t.time_in(ThreadState::Runnable), 10);
+    }
+
+    /// At attach, the kernel tracks a thread found in /proc only once
+    /// userspace has added it; a switch to it before then names no tgid,
+    /// but it is still that thread's switch-in.
+    #[test]
+    fn a_switch_to_a_known_thread_not_yet_tracked_is_its_switch_in() {
+        let mut b = Builder::new(0, &[info(2, 'R'), info(3, 'R')]);
+        let untracked_next = match switch_on(1, 20, 3, 0x100, 2) {
+            Event::Switch {
+                ts,
+                cpu,
+                prev_tid,
+                prev_tgid,
+                prev_state,
+                next_tid,
+                ..
+            } => Event::Switch {
+                ts,
+                cpu,
+                prev_tid,
+                prev_tgid,
+                prev_state,
+                next_tid,
+                next_tgid: 0,
+            },
+            _ => unreachable!(),
+        };
+        for e in [
+            switch_on(1, 10, 2, 0x100, 3),
+            untracked_next,
+            switch_on(1, 50, 2, 1, 3),
+        ] {
+            b.apply(&e);
+        }
+        assert_eq!(b.untraced_switch_ins(), 0);
+        let threads = b.finish(60);
+        let t = threads.iter().find(|t| t.tid == 2).unwrap();
+        assert_eq!(t.time_in(ThreadState::Running), 10 + 30);
         assert_eq!(t.time_in(ThreadState::Runnable), 10);
     }
 

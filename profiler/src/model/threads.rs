@@ -624,9 +624,10 @@ impl Builder {
     /// events tell, its switch-in was never seen: the kernel does not trace
     /// a switch away from some tasks (see "Known accuracy limits" in
     /// docs/architecture.md), or the event was lost. It then ran from the
-    /// moment this CPU went to an untracked task (`untracked_since`, the
-    /// latest it can have started, up to that task's own short run), or,
-    /// with nothing known of the CPU, it is given no running time.
+    /// moment this CPU went to an untracked task (`untracked_since`: the
+    /// earliest it can have come back, so its running time is high by that
+    /// task's own run, typically microseconds), or, with nothing known of
+    /// the CPU, it is given no running time.
     fn switch_out(&mut self, ts: u64, tid: u32, prev_state: u64, untracked_since: Option<u64>) {
         let Some(live) = self.live.get_mut(&tid) else {
             return;
@@ -743,37 +744,18 @@ mod tests {
     use super::*;
 
     fn switch(ts: u64, prev: u32, state: u64, next: u32) -> Event {
+        switch_on(0, ts, prev, state, next)
+    }
+
+    fn switch_on(cpu: u16, ts: u64, prev: u32, state: u64, next: u32) -> Event {
         Event::Switch {
             ts,
-            cpu: 0,
+            cpu,
             prev_tid: prev,
             prev_tgid: if prev == 0 { 0 } else { 1 },
             prev_state: state,
             next_tid: next,
             next_tgid: if next == 0 { 0 } else { 1 },
-        }
-    }
-
-    fn switch_on(cpu: u16, ts: u64, prev: u32, state: u64, next: u32) -> Event {
-        match switch(ts, prev, state, next) {
-            Event::Switch {
-                ts,
-                prev_tid,
-                prev_tgid,
-                prev_state,
-                next_tid,
-                next_tgid,
-                ..
-            } => Event::Switch {
-                ts,
-                cpu,
-                prev_tid,
-                prev_tgid,
-                prev_state,
-                next_tid,
-                next_tgid,
-            },
-            _ => unreachable!(),
         }
     }
 
@@ -966,25 +948,14 @@ mod tests {
     #[test]
     fn a_switch_to_a_known_thread_not_yet_tracked_is_its_switch_in() {
         let mut b = Builder::new(0, &[info(2, 'R'), info(3, 'R')]);
-        let untracked_next = match switch_on(1, 20, 3, 0x100, 2) {
-            Event::Switch {
-                ts,
-                cpu,
-                prev_tid,
-                prev_tgid,
-                prev_state,
-                next_tid,
-                ..
-            } => Event::Switch {
-                ts,
-                cpu,
-                prev_tid,
-                prev_tgid,
-                prev_state,
-                next_tid,
-                next_tgid: 0,
-            },
-            _ => unreachable!(),
+        let untracked_next = Event::Switch {
+            ts: 20,
+            cpu: 1,
+            prev_tid: 3,
+            prev_tgid: 1,
+            prev_state: 0x100,
+            next_tid: 2,
+            next_tgid: 0,
         };
         for e in [
             switch_on(1, 10, 2, 0x100, 3),

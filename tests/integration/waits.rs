@@ -3,14 +3,12 @@
 //! the split of every thread's life into five states.
 
 use std::ffi::OsStr;
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 use tprof_tests::{
-    Report, Running, Thread, Traced, close_to, data_file, record_command, report_json,
+    LoopDevice, Report, Running, Thread, Traced, close_to, data_file, record_command, report_json,
     require_root, trace_workload, trace_workload_env,
 };
 
@@ -55,23 +53,27 @@ fn direct_reads_are_attributed_to_the_reader() {
     assert_five_states_sum_to_lifetime(&traced.report);
 }
 
-/// Four passes of O_DIRECT reads over a file inside a fixed 4 s window,
-/// with sysstat's `iostat -x` watching the device over the same 4 s: reads
-/// and megabytes agree within 5% (as totals over each tool's own window,
-/// since the two windows open a few tens of milliseconds apart) and %util
-/// within 5 percentage points (iostat's comes from the kernel's io_ticks,
-/// which count whole jiffies).
+/// Four passes of O_DIRECT reads over a loop device inside a fixed 4 s
+/// window, with sysstat's `iostat -x` watching the device over the same
+/// 4 s: reads and megabytes agree within 2% (as totals over each tool's own
+/// window, since the two windows open a few tens of milliseconds apart and
+/// iostat's interval is only nearly 4 s) and %util within 5 percentage points
+/// (iostat's comes from the kernel's io_ticks, which count whole jiffies).
+/// A loop device, not the workspace's disk: on a shared disk, reads by other
+/// processes (cargo, page-ins) before tprof attaches land in iostat's window
+/// and not in tprof's, and a few hundred 4 KiB reads move the request count
+/// by a fifth while the megabytes hardly change.
 #[test]
 fn device_stats_agree_with_iostat() {
     require_root();
-    let file = data_file(128);
-    let device = device_of(&file.path);
+    let disk = LoopDevice::new(128);
+    let device = disk.name();
     let dir = tempfile::tempdir().expect("temp dir");
     let recording = dir.path().join("io.tprof");
     let reader = tprof_tests::build_workload("direct_reader");
     let args = [
         reader.to_str().unwrap(),
-        file.path_str(),
+        disk.path_str(),
         "1024",
         "0.5",
         "6",
@@ -103,7 +105,7 @@ fn device_stats_agree_with_iostat() {
     ];
     for (what, tprof_total, iostat_total) in totals {
         assert!(
-            close_to(tprof_total, iostat_total, 0.05, 0.0),
+            close_to(tprof_total, iostat_total, 0.02, 0.0),
             "{what}: tprof {tprof_total:.3} vs iostat {iostat_total:.3}\n{context}"
         );
     }
@@ -214,21 +216,6 @@ fn ns(truth: &Value, key: &str) -> f64 {
         .as_f64()
         .unwrap_or_else(|| panic!("ground truth lacks {key}: {truth}"))
         / 1e9
-}
-
-/// The whole-disk block device holding `path` (iostat's name for it).
-fn device_of(path: &Path) -> String {
-    let dev = std::fs::metadata(path).expect("stat data file").dev();
-    let (major, minor) = (libc::major(dev), libc::minor(dev));
-    let sys = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
-    let sys = std::fs::canonicalize(&sys).expect("device in /sys/dev/block");
-    // A partition's directory sits inside its disk's.
-    let disk = if sys.join("partition").exists() {
-        sys.parent().expect("partition has a disk").to_path_buf()
-    } else {
-        sys
-    };
-    disk.file_name().unwrap().to_string_lossy().into_owned()
 }
 
 /// The columns of `device`'s row in `iostat -x` output, by header name.

@@ -30,8 +30,8 @@ pub use tprof::{
     trace_workload_env, trace_workload_with,
 };
 pub use workload::{
-    DataFile, build_shared_lib, build_workload, data_file, parse_json_lines, read_truth_file,
-    workspace_root,
+    DataFile, LoopDevice, build_shared_lib, build_workload, data_file, parse_json_lines,
+    read_truth_file, workspace_root,
 };
 
 /// True when `actual` is within `rel` (a fraction) or `abs` of `expected`,

@@ -143,6 +143,12 @@ pub fn data_file(mib: u64) -> DataFile {
     let parent = workspace_root().join("target");
     let dir = tempfile::tempdir_in(&parent).expect("temp dir under target/");
     let path = dir.path().join("data.bin");
+    fill_random(&path, mib);
+    DataFile { path, _dir: dir }
+}
+
+/// Writes `mib` MiB from /dev/urandom to `path`, through to its device.
+fn fill_random(path: &Path, mib: u64) {
     let status = Command::new("dd")
         .args(["if=/dev/urandom", "bs=1M", "conv=fsync", "status=none"])
         .arg(format!("of={}", path.display()))
@@ -150,5 +156,59 @@ pub fn data_file(mib: u64) -> DataFile {
         .status()
         .expect("run dd");
     assert!(status.success(), "dd failed");
-    DataFile { path, _dir: dir }
+}
+
+/// A loop block device over `mib` MiB of random data in RAM (/dev/shm):
+/// a disk no other process touches, so the kernel's own counters for it
+/// (/proc/diskstats, iostat) hold the workload's requests and nothing else.
+/// Detached on drop.
+pub struct LoopDevice {
+    /// /dev/loopN
+    pub path: PathBuf,
+    _backing: DataFile,
+}
+
+impl LoopDevice {
+    pub fn new(mib: u64) -> LoopDevice {
+        let dir = tempfile::tempdir_in("/dev/shm").expect("temp dir in /dev/shm");
+        let backing = dir.path().join("disk.img");
+        fill_random(&backing, mib);
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&backing)
+            .output()
+            .expect("run losetup (util-linux)");
+        assert!(
+            out.status.success(),
+            "losetup failed (needs root and a kernel with CONFIG_BLK_DEV_LOOP): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        LoopDevice {
+            path,
+            _backing: DataFile {
+                path: backing,
+                _dir: dir,
+            },
+        }
+    }
+
+    /// The device's name in /sys/class/block and iostat: "loopN".
+    pub fn name(&self) -> String {
+        self.path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    pub fn path_str(&self) -> &str {
+        self.path.to_str().expect("utf-8 path")
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
+    }
 }

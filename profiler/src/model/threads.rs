@@ -781,18 +781,27 @@ mod tests {
         }
     }
 
+    /// A builder that started from `initial` and has applied `events`.
+    fn replay(initial: &[ThreadInfo], events: &[Event]) -> Builder {
+        let mut b = Builder::new(0, initial);
+        for e in events {
+            b.apply(e);
+        }
+        b
+    }
+
     #[test]
     fn states_follow_switches_and_wakeups() {
-        let mut b = Builder::new(0, &[info(2, 'R')]);
-        for e in [
-            switch(10, 2, 0x100, 0), // preempted: running since 0
-            switch(30, 0, 0, 2),     // back on CPU
-            switch(50, 2, 1, 0),     // sleeps
-            wakeup(80, 2),
-            switch(85, 0, 0, 2),
-        ] {
-            b.apply(&e);
-        }
+        let b = replay(
+            &[info(2, 'R')],
+            &[
+                switch(10, 2, 0x100, 0), // preempted: running since 0
+                switch(30, 0, 0, 2),     // back on CPU
+                switch(50, 2, 1, 0),     // sleeps
+                wakeup(80, 2),
+                switch(85, 0, 0, 2),
+            ],
+        );
         let t = &b.finish(100)[0];
         assert_eq!(t.time_in(ThreadState::Running), 10 + 20 + 15);
         assert_eq!(t.time_in(ThreadState::Runnable), 20 + 5);
@@ -927,14 +936,14 @@ mod tests {
     /// went to the untracked task.
     #[test]
     fn a_switch_in_never_seen_starts_when_the_cpu_left_the_tracked_tasks() {
-        let mut b = Builder::new(0, &[info(2, 'R'), info(3, 'R')]);
-        for e in [
-            switch_on(1, 10, 2, 0x100, 0), // preempted by an untracked task
-            switch_on(0, 20, 3, 0x100, 0), // another CPU: no bearing on thread 2
-            switch_on(1, 50, 2, 0x100, 3), // leaves CPU 1: it was back on it
-        ] {
-            b.apply(&e);
-        }
+        let b = replay(
+            &[info(2, 'R'), info(3, 'R')],
+            &[
+                switch_on(1, 10, 2, 0x100, 0), // preempted by an untracked task
+                switch_on(0, 20, 3, 0x100, 0), // another CPU: no bearing on thread 2
+                switch_on(1, 50, 2, 0x100, 3), // leaves CPU 1: it was back on it
+            ],
+        );
         assert_eq!(b.untraced_switch_ins(), 1);
         let threads = b.finish(60);
         let t = threads.iter().find(|t| t.tid == 2).unwrap();
@@ -947,7 +956,6 @@ mod tests {
     /// but it is still that thread's switch-in.
     #[test]
     fn a_switch_to_a_known_thread_not_yet_tracked_is_its_switch_in() {
-        let mut b = Builder::new(0, &[info(2, 'R'), info(3, 'R')]);
         let untracked_next = Event::Switch {
             ts: 20,
             cpu: 1,
@@ -957,13 +965,14 @@ mod tests {
             next_tid: 2,
             next_tgid: 0,
         };
-        for e in [
-            switch_on(1, 10, 2, 0x100, 3),
-            untracked_next,
-            switch_on(1, 50, 2, 1, 3),
-        ] {
-            b.apply(&e);
-        }
+        let b = replay(
+            &[info(2, 'R'), info(3, 'R')],
+            &[
+                switch_on(1, 10, 2, 0x100, 3),
+                untracked_next,
+                switch_on(1, 50, 2, 1, 3),
+            ],
+        );
         assert_eq!(b.untraced_switch_ins(), 0);
         let threads = b.finish(60);
         let t = threads.iter().find(|t| t.tid == 2).unwrap();
@@ -975,13 +984,13 @@ mod tests {
     /// switch-in is counted but no running time is made up.
     #[test]
     fn a_switch_in_never_seen_on_an_unknown_cpu_adds_no_running_time() {
-        let mut b = Builder::new(0, &[info(2, 'S')]);
-        for e in [
-            switch_on(0, 10, 2, 1, 0),     // sleeps on CPU 0
-            switch_on(1, 50, 2, 0x100, 0), // leaves CPU 1, never seen there
-        ] {
-            b.apply(&e);
-        }
+        let b = replay(
+            &[info(2, 'S')],
+            &[
+                switch_on(0, 10, 2, 1, 0),     // sleeps on CPU 0
+                switch_on(1, 50, 2, 0x100, 0), // leaves CPU 1, never seen there
+            ],
+        );
         assert_eq!(b.untraced_switch_ins(), 1);
         let t = &b.finish(60)[0];
         assert_eq!(t.time_in(ThreadState::Running), 10);

@@ -165,7 +165,8 @@ fn fill_random(path: &Path, mib: u64) {
 pub struct LoopDevice {
     /// /dev/loopN
     pub path: PathBuf,
-    _backing: DataFile,
+    /// Holds the backing file; removed after the device is detached.
+    _backing_dir: tempfile::TempDir,
 }
 
 impl LoopDevice {
@@ -186,10 +187,7 @@ impl LoopDevice {
         let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         LoopDevice {
             path,
-            _backing: DataFile {
-                path: backing,
-                _dir: dir,
-            },
+            _backing_dir: dir,
         }
     }
 

@@ -6,6 +6,7 @@ mod bench;
 mod cmd;
 mod demo;
 mod fuzz;
+mod job_env;
 mod setup;
 mod test;
 
@@ -24,7 +25,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Install what building and testing need (apt packages, nightly
-    /// rust-src, bpf-linker) and mount tracefs; quick when all is present.
+    /// rust-src, bpf-linker, the CUDA runtime wheel, the real training
+    /// job's torch + OpenCV venv under /var/cache/tprof/venvs) and mount
+    /// tracefs; quick when all is present.
     Setup,
     /// Lint, build, and run every test, including the root-only
     /// integration tests that load the eBPF programs.
@@ -45,7 +48,7 @@ enum Task {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.task {
-        Task::Setup => setup::run(),
+        Task::Setup => setup::run().map(|_| ()),
         Task::Test(args) => test::run(&args),
         Task::Demo(args) => demo::run(&args),
         Task::Bench(args) => bench::run(&args),

@@ -1,12 +1,15 @@
 //! `cargo xtask setup`: check each prerequisite first and install only what
 //! is missing, so the command is fast (well under a second) on a machine that
-//! already has everything, and safe to run from every other task.
+//! already has everything, and safe to run from every other task. The one
+//! large piece, the real training job's Python environment (torch, OpenCV,
+//! numpy), lives outside the clone: see crate::job_env.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 
 use crate::cmd::{self, command, probe, run as run_cmd};
+use crate::job_env;
 
 /// Debian packages: LLVM 22 for bpf-linker (same major as rustc's LLVM),
 /// sysstat/bpftool/libbpf-tools as test oracles and peers, gcc for the C
@@ -36,12 +39,20 @@ const CUDA_RUNTIME_WHEEL: &str = "nvidia-cuda-runtime-cu12==12.9.79";
 const CUDA_RUNTIME_DIR: &str = "target/cuda-runtime/site";
 const CUDA_RUNTIME_LIB: &str = "nvidia/cuda_runtime/lib/libcudart.so.12";
 
-pub fn run() -> Result<()> {
+/// What setup made that later tasks need to find.
+pub struct Installed {
+    /// The interpreter of the train-job venv (crate::job_env).
+    pub job_python: PathBuf,
+}
+
+pub fn run() -> Result<Installed> {
     apt_packages()?;
     rust_src()?;
     bpf_linker()?;
     cuda_runtime()?;
-    tracefs()
+    let job_python = job_env::ensure()?;
+    tracefs()?;
+    Ok(Installed { job_python })
 }
 
 fn apt_packages() -> Result<()> {

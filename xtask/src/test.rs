@@ -18,12 +18,12 @@ pub fn run(args: &Args) -> Result<()> {
     if !cmd::is_root() {
         bail!("cargo xtask test needs root (it loads eBPF programs): run it with sudo");
     }
-    setup::run()?;
+    let installed = setup::run()?;
     if !args.no_lint {
         lint()?;
     }
     run_cmd(cargo().args(["build", "-p", "profiler"]))?;
-    tests()
+    tests(&installed.job_python)
 }
 
 fn lint() -> Result<()> {
@@ -41,8 +41,10 @@ fn lint() -> Result<()> {
 /// Unit and other tests run in parallel; the integration tests run one at a
 /// time because they trace the whole machine's scheduler and compete for its
 /// two cores, which would skew each other's ground truth. Both get TPROF_BIN
-/// so no test guesses where the binary is.
-fn tests() -> Result<()> {
+/// so no test guesses where the binary is; the integration tests get the
+/// train-job venv's interpreter as TPROF_JOB_PYTHON, which also tells the
+/// real-job tests that a missing venv is a failure, not a reason to skip.
+fn tests(job_python: &std::path::Path) -> Result<()> {
     let tprof = cmd::root().join("target/debug/tprof");
     run_cmd(
         cargo()
@@ -52,6 +54,7 @@ fn tests() -> Result<()> {
     run_cmd(
         cargo()
             .args(["test", "-p", "tprof-tests", "--", "--test-threads=1"])
-            .env("TPROF_BIN", &tprof),
+            .env("TPROF_BIN", &tprof)
+            .env("TPROF_JOB_PYTHON", job_python),
     )
 }

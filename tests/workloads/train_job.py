@@ -1,0 +1,392 @@
+"""A real PyTorch training job with an OpenCV input pipeline, for tprof's
+tests and `cargo xtask bench real`.
+
+A small CNN trains on JPEGs that a Dataset decodes with OpenCV (imread,
+resize, Gaussian blur) and converts with torch, through a DataLoader with
+the given num_workers, pin_memory, persistent_workers and batch size.
+Thread pools are left to the environment (OMP_NUM_THREADS,
+MKL_NUM_THREADS), as in a user's job. The images are generated on the
+first run into --data-dir and reused while their parameters match.
+
+The job prints its own ground truth as JSON lines on stdout (and appends
+them to $TPROF_TRUTH_FILE when set, since `tprof record --` mixes the
+job's stdout with its report):
+
+  {"event": "config", ...}          settings, versions, pid, usable cores
+  {"event": "worker_start", ...}    from worker_init_fn, per worker and
+                                    epoch: id (get_worker_info), pid, ppid
+  {"event": "worker_threads", ...}  a worker's threads (tid, name,
+                                    schedstat) whenever the set changes
+  {"event": "ready", ...}           warm-up done, workers alive (their pids)
+  {"event": "summary", ...}         every timed iteration's start, batch
+                                    arrival and end (time.monotonic_ns,
+                                    CLOCK_MONOTONIC as the kernel's
+                                    timestamps), throughput, the main
+                                    process's threads and the pin thread
+
+With --go-file PATH the job stops after warm-up (workers alive, ready
+printed) until PATH exists: a test attaches `tprof record -p` and then
+lets the timed iterations begin.
+
+pin_memory on a machine without an accelerator: torch then turns pinning
+off and starts no pin-memory thread. So that such a machine runs the
+thread structure a GPU machine does, the job keeps torch's own pin-memory
+thread (`_pin_memory_loop`, named pt_data_pin) and has it copy each batch
+into fresh memory in place of page-locked memory ("pin_memory_thread":
+"stand-in" in the ground truth; "real" with an accelerator).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import cv2
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.utils.data
+import torch.utils.data._utils.pin_memory as torch_pin_memory
+
+TRUTH_FILE = os.environ.get("TPROF_TRUTH_FILE")
+GO_FILE_TIMEOUT_S = 120.0
+
+
+def emit(record):
+    """One ground-truth line, in one write so workers' lines never interleave."""
+    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    os.write(sys.stdout.fileno(), line)
+    if TRUTH_FILE:
+        fd = os.open(TRUTH_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data-dir", required=True, help="where the JPEGs are (made when missing)")
+    p.add_argument("--images", type=int, default=600)
+    p.add_argument("--source-size", type=int, nargs=2, default=[480, 360], metavar=("W", "H"))
+    p.add_argument("--image-size", type=int, default=64, help="side after resize")
+    p.add_argument("--blur", type=int, default=9, help="Gaussian kernel size (odd)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--num-workers", type=int, default=2)
+    p.add_argument("--pin-memory", action="store_true")
+    p.add_argument("--persistent-workers", action="store_true")
+    p.add_argument("--prefetch-factor", type=int, default=None)
+    p.add_argument("--warmup", type=int, default=2, help="iterations before the timed ones")
+    p.add_argument("--iterations", type=int, default=40, help="timed iterations")
+    p.add_argument("--go-file", help="after warm-up, wait until this file exists")
+    p.add_argument("--generate-only", action="store_true", help="make the images and exit")
+    return p.parse_args()
+
+
+# ---- the dataset -----------------------------------------------------------
+
+
+def generate_images(args):
+    """JPEGs with smooth shapes and some noise, so they decode like photos
+    rather than flat colour. Reused while the stamp matches."""
+    stamp_path = os.path.join(args.data_dir, "stamp.json")
+    stamp = {"images": args.images, "source_size": args.source_size, "version": 2}
+    try:
+        with open(stamp_path) as f:
+            if json.load(f) == stamp:
+                return
+    except (OSError, ValueError):
+        pass
+    os.makedirs(args.data_dir, exist_ok=True)
+    w, h = args.source_size
+    rng = np.random.default_rng(12345)
+    yy, xx = np.mgrid[0 : 2 * h, 0 : 2 * w].astype(np.float32)
+    # A few large patterns and a bank of noise; each image is a random crop
+    # of one plus a crop of the noise and a few rectangles (making each
+    # image from scratch costs more than the whole job's decoding).
+    patterns = [
+        np.clip(
+            np.stack(
+                [
+                    127 + 120 * np.sin(xx / rng.uniform(15, 60) + rng.uniform(0, 6)),
+                    127 + 120 * np.cos(yy / rng.uniform(15, 60) + rng.uniform(0, 6)),
+                    127 + 120 * np.sin((xx + yy) / rng.uniform(20, 80)),
+                ],
+                axis=-1,
+            ),
+            20,
+            235,
+        ).astype(np.uint8)
+        for _ in range(6)
+    ]
+    noise = rng.integers(-20, 20, size=(2 * h, 2 * w, 3), dtype=np.int16)
+    for i in range(args.images):
+        x, y = int(rng.integers(0, w)), int(rng.integers(0, h))
+        nx, ny = int(rng.integers(0, w)), int(rng.integers(0, h))
+        img = patterns[i % len(patterns)][y : y + h, x : x + w].astype(np.int16)
+        img = np.clip(img + noise[ny : ny + h, nx : nx + w], 0, 255).astype(np.uint8)
+        for _ in range(4):
+            x0, y0 = int(rng.integers(0, w - 40)), int(rng.integers(0, h - 40))
+            color = tuple(int(c) for c in rng.integers(0, 255, size=3))
+            cv2.rectangle(img, (x0, y0), (x0 + 40, y0 + 30), color, -1)
+        cv2.imwrite(os.path.join(args.data_dir, f"{i:05d}.jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, 90])
+    with open(stamp_path, "w") as f:
+        json.dump(stamp, f)
+
+
+class JpegDataset(torch.utils.data.Dataset):
+    def __init__(self, args):
+        self.paths = [os.path.join(args.data_dir, f"{i:05d}.jpg") for i in range(args.images)]
+        self.size = args.image_size
+        self.blur = args.blur
+        self.threads_seen = None
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, index):
+        img = cv2.imread(self.paths[index], cv2.IMREAD_COLOR)
+        img = cv2.resize(img, (self.size, self.size), interpolation=cv2.INTER_AREA)
+        img = cv2.GaussianBlur(img, (self.blur, self.blur), 0)
+        tensor = torch.from_numpy(img).permute(2, 0, 1).float().div_(255.0)
+        report_worker_threads(self)
+        return tensor, index % 10
+
+
+def thread_table():
+    """This process's threads: tid, name, and schedstat (on-CPU ns, run
+    delay ns, timeslices), read from /proc/self/task."""
+    rows = []
+    for tid in sorted(int(t) for t in os.listdir("/proc/self/task")):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().rstrip("\n")
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                on_cpu, delay, slices = (int(x) for x in f.read().split())
+        except OSError:
+            continue  # the thread exited between the listing and the read
+        rows.append({"tid": tid, "name": name, "on_cpu_ns": on_cpu, "run_delay_ns": delay, "timeslices": slices})
+    return rows
+
+
+def report_worker_threads(dataset):
+    """In a worker: emit its threads whenever the set changes (pool threads
+    appear at the first parallel region), so the ground truth has them even
+    though a worker has no exit hook to report from."""
+    if torch.utils.data.get_worker_info() is None:
+        return
+    tids = frozenset(os.listdir("/proc/self/task"))
+    if tids == dataset.threads_seen:
+        return
+    dataset.threads_seen = tids
+    emit({"event": "worker_threads", "pid": os.getpid(), "ts_ns": time.monotonic_ns(), "threads": thread_table()})
+
+
+def worker_init(worker_id):
+    info = torch.utils.data.get_worker_info()
+    emit(
+        {
+            "event": "worker_start",
+            "id": info.id,
+            "num_workers": info.num_workers,
+            "pid": os.getpid(),
+            "ppid": os.getppid(),
+            "ts_ns": time.monotonic_ns(),
+            "torch_threads": torch.get_num_threads(),
+            "cv2_threads": cv2.getNumThreads(),
+        }
+    )
+
+
+# ---- pin memory without an accelerator -----------------------------------
+
+
+def stand_in_pin(data, device=None):
+    """What pinning does to a batch, short of page-locking: a copy."""
+    if isinstance(data, torch.Tensor):
+        return data.clone()
+    if isinstance(data, (list, tuple)):
+        return type(data)(stand_in_pin(d) for d in data)
+    return data
+
+
+def keep_pin_thread_without_accelerator():
+    """Lets torch's DataLoader start its real pin-memory thread on a machine
+    without an accelerator (see the module's docstring)."""
+    torch.accelerator.is_available = lambda: True
+    torch.accelerator.current_accelerator = lambda *a, **k: None
+    torch.accelerator.current_device_index = lambda: 0
+    torch.accelerator.set_device_index = lambda *a, **k: None
+    torch_pin_memory.pin_memory = stand_in_pin
+
+
+# ---- the model -------------------------------------------------------------
+
+
+class SmallCnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(8, 16, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+        )
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.head(self.features(x).flatten(1))
+
+
+# ---- the training loop -----------------------------------------------------
+
+
+class Batches:
+    """Endless batches, epoch after epoch, keeping the current epoch's
+    DataLoader iterator (its workers and pin-memory thread) in view."""
+
+    def __init__(self, loader):
+        self.loader = loader
+        self.epoch = -1
+        self.current = None
+
+    def next(self):
+        while True:
+            if self.current is not None:
+                try:
+                    return self.epoch, next(self.current)
+                except StopIteration:
+                    pass
+            self.epoch += 1
+            self.current = iter(self.loader)
+
+    def worker_pids(self):
+        return [w.pid for w in getattr(self.current, "_workers", [])]
+
+    def pin_memory_tid(self):
+        pin = getattr(self.current, "_pin_memory_thread", None)
+        return pin.native_id if pin is not None else None
+
+
+def wait_for(path):
+    deadline = time.monotonic() + GO_FILE_TIMEOUT_S
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            sys.exit(f"train_job: {path} did not appear within {GO_FILE_TIMEOUT_S:.0f} s")
+        time.sleep(0.005)
+
+
+def main():
+    args = parse_args()
+    generate_images(args)
+    if args.generate_only:
+        return
+    accelerator = torch.accelerator.is_available()
+    device = torch.accelerator.current_accelerator() if accelerator else torch.device("cpu")
+    pin_thread = "none"
+    if args.pin_memory and args.num_workers > 0:
+        pin_thread = "real" if accelerator else "stand-in"
+        if not accelerator:
+            keep_pin_thread_without_accelerator()
+    emit(
+        {
+            "event": "config",
+            "pid": os.getpid(),
+            "num_workers": args.num_workers,
+            "pin_memory": args.pin_memory,
+            "pin_memory_thread": pin_thread,
+            "persistent_workers": args.persistent_workers,
+            "prefetch_factor": args.prefetch_factor,
+            "batch_size": args.batch_size,
+            "images": args.images,
+            "image_size": args.image_size,
+            "warmup": args.warmup,
+            "iterations": args.iterations,
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "mkl_num_threads": os.environ.get("MKL_NUM_THREADS"),
+            "torch_threads": torch.get_num_threads(),
+            "cv2_threads": cv2.getNumThreads(),
+            "usable_cores": len(os.sched_getaffinity(0)),
+            "device": str(device),
+            "python": sys.version.split()[0],
+            "torch": torch.__version__,
+            "opencv": cv2.__version__,
+            "numpy": np.__version__,
+        }
+    )
+    loader_args = {}
+    if args.prefetch_factor is not None:
+        loader_args["prefetch_factor"] = args.prefetch_factor
+    loader = torch.utils.data.DataLoader(
+        JpegDataset(args),
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.num_workers,
+        pin_memory=args.pin_memory,
+        persistent_workers=args.persistent_workers and args.num_workers > 0,
+        worker_init_fn=worker_init,
+        drop_last=True,
+        **loader_args,
+    )
+    model = SmallCnn().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    stream = Batches(loader)
+
+    def train_step(images, labels):
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    for _ in range(args.warmup):
+        _, (images, labels) = stream.next()
+        train_step(images, labels)
+    emit(
+        {
+            "event": "ready",
+            "pid": os.getpid(),
+            "ts_ns": time.monotonic_ns(),
+            "worker_pids": stream.worker_pids(),
+            "pin_memory_tid": stream.pin_memory_tid(),
+        }
+    )
+    if args.go_file:
+        wait_for(args.go_file)
+
+    iterations = []
+    for i in range(args.iterations):
+        start = time.monotonic_ns()
+        epoch, (images, labels) = stream.next()
+        batch = time.monotonic_ns()
+        loss = train_step(images, labels)
+        end = time.monotonic_ns()
+        iterations.append({"index": i, "epoch": epoch, "start_ns": start, "batch_ns": batch, "end_ns": end, "loss": round(loss, 4)})
+
+    span_s = (iterations[-1]["end_ns"] - iterations[0]["start_ns"]) / 1e9
+    emit(
+        {
+            "event": "summary",
+            "pid": os.getpid(),
+            "iterations": iterations,
+            "span_s": span_s,
+            "iterations_per_s": len(iterations) / span_s,
+            "images_per_s": len(iterations) * args.batch_size / span_s,
+            "data_wait_s": sum(it["batch_ns"] - it["start_ns"] for it in iterations) / 1e9,
+            "epochs": iterations[-1]["epoch"] + 1,
+            "pin_memory_tid": stream.pin_memory_tid(),
+            "last_worker_pids": stream.worker_pids(),
+            "main_threads": thread_table(),
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()

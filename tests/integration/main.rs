@@ -41,3 +41,8 @@ mod cuda;
 // Timelines: trace event JSON valid and true to the report, the HTML page
 // drawn by headless Chromium.
 mod timeline;
+// A real PyTorch + OpenCV training job (tests/workloads/train_job.py, in the
+// venv `cargo xtask setup` makes), recorded from its start and attached:
+// roles against its own ground truth, advice in the right direction, a
+// report whose sentences add up.
+mod real_job;

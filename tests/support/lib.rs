@@ -1,5 +1,6 @@
 //! Support for tprof's integration tests (tests/integration): finding and
 //! running the `tprof` binary, building the C workloads in tests/workloads,
+//! running the real PyTorch job there under tprof (`RealJob`),
 //! the fake NVML library in tests/fake_nvml and the CUDA runtimes
 //! (tests/fake_cudart, and the real wheel's), reading their ground truth,
 //! decoding `tprof report --json`, and loading pages in headless Chromium.
@@ -12,6 +13,7 @@ mod browser;
 mod cuda;
 mod fake_nvml;
 mod process;
+mod real_job;
 mod report;
 mod tprof;
 mod workload;
@@ -20,9 +22,10 @@ pub use browser::{PageLoad, chromium_screenshot};
 pub use cuda::{fake_cudart, real_cudart};
 pub use fake_nvml::{FakeNvml, recording_start_realtime_ns};
 pub use process::{Finished, Running, signal};
+pub use real_job::{JobConfig, JobTruth, RealJob, RealRun, Threads};
 pub use report::{
-    Blame, Cuda, CudaFinding, CudaTrainer, Device, Finding, Futex, Gpu, GpuProcess, H2dCopies,
-    Process, Report, Steps, Thread, Waker,
+    Advice, Blame, Change, Cuda, CudaFinding, CudaTrainer, Device, Finding, Futex, Gpu, GpuProcess,
+    H2dCopies, Pipeline, Process, Report, Steps, Thread, Waker,
 };
 pub use tprof::{
     Traced, assert_programs_unloaded, bpf_program_ids_held_by, bpf_programs, flamegraph_folded,

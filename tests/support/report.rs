@@ -24,6 +24,86 @@ pub struct Report {
     pub cores_effective: f64,
     pub cores_source: String,
     pub cuda: Cuda,
+    pub pipeline: Pipeline,
+    pub job_on_cpu: f64,
+    pub job_runnable: f64,
+    pub machine: Option<Machine>,
+}
+
+/// The machine around the job.
+#[derive(Debug, Deserialize)]
+pub struct Machine {
+    pub mean_runnable_threads: f64,
+    pub cpu_busy_pct: f64,
+    /// CPUs kept busy by other processes.
+    pub other_cpus: f64,
+}
+
+/// The input pipeline over the training phase.
+#[derive(Debug, Deserialize)]
+pub struct Pipeline {
+    pub start_s: f64,
+    pub end_s: f64,
+    pub duration_s: f64,
+    pub whole_window: bool,
+    pub data_wait_frac: f64,
+    pub data_workers: DataWorkers,
+    pub pin_memory_tids: Vec<i64>,
+    pub helpers: Vec<Helper>,
+    pub pools: Vec<PoolGroup>,
+    pub cpu: PhaseCpu,
+    pub advice: Option<Advice>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DataWorkers {
+    pub pids: Vec<i64>,
+    pub at_a_time: usize,
+    pub restarts: usize,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Helper {
+    pub pid: i64,
+    pub comm: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct PoolGroup {
+    pub pid: i64,
+    pub in_worker: bool,
+    pub library: String,
+    pub threads: usize,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct PhaseCpu {
+    pub trainer_s: f64,
+    pub trainer_side_s: f64,
+    pub workers_s: f64,
+    pub pool_spin_s: f64,
+    pub job_on_cpu: f64,
+    pub job_runnable: f64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Advice {
+    pub cores: f64,
+    pub worker_to_trainer: f64,
+    pub trainer_serial_share: f64,
+    pub workers_needed: f64,
+    pub num_workers: usize,
+    pub pool_threads: usize,
+    pub trainer_bound: bool,
+}
+
+/// One setting a finding's fix changes.
+#[derive(Debug, Deserialize)]
+pub struct Change {
+    pub setting: String,
+    /// Absent when the recording cannot tell.
+    pub from: Option<Value>,
+    pub to: Value,
 }
 
 /// One ranked cause, with its evidence and fix.
@@ -35,7 +115,15 @@ pub struct Finding {
     pub explains_frac: f64,
     pub evidence: Vec<String>,
     pub fix: String,
+    pub changes: Vec<Change>,
     pub expect: String,
+}
+
+impl Finding {
+    /// The change of `setting`, if the fix makes one.
+    pub fn change(&self, setting: &str) -> Option<&Change> {
+        self.changes.iter().find(|c| c.setting == setting)
+    }
 }
 
 /// Batches the trainer waited for, and who it waited on.
@@ -78,6 +166,11 @@ impl Blame {
 }
 
 impl Report {
+    /// The finding `id`, if it fired.
+    pub fn finding(&self, id: &str) -> Option<&Finding> {
+        self.findings.iter().find(|f| f.id == id)
+    }
+
     /// Ids of the findings, ranked.
     pub fn finding_ids(&self) -> Vec<&str> {
         self.findings.iter().map(|f| f.id.as_str()).collect()
@@ -227,6 +320,10 @@ pub struct Process {
     pub comm: String,
     /// Kept loose: the tests only look at it in failure messages.
     pub cmdline: Value,
+    /// trainer | data_worker | helper | other.
+    pub role: String,
+    pub on_cpu_s: f64,
+    pub runnable_s: f64,
 }
 
 impl Report {

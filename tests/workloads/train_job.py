@@ -13,10 +13,14 @@ them to $TPROF_TRUTH_FILE when set, since `tprof record --` mixes the
 job's stdout with its report):
 
   {"event": "config", ...}          settings, versions, pid, usable cores
+  {"event": "epoch", ...}           a new DataLoader iterator: its worker
+                                    pids and pin-memory thread (new ones
+                                    each epoch without persistent_workers)
   {"event": "worker_start", ...}    from worker_init_fn, per worker and
                                     epoch: id (get_worker_info), pid, ppid
   {"event": "worker_threads", ...}  a worker's threads (tid, name,
-                                    schedstat) whenever the set changes
+                                    schedstat, started by Python or by a
+                                    native library) whenever the set changes
   {"event": "ready", ...}           warm-up done, workers alive (their pids)
   {"event": "summary", ...}         every timed iteration's start, batch
                                     arrival and end (time.monotonic_ns,
@@ -40,6 +44,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 
 import cv2
@@ -141,6 +146,7 @@ class JpegDataset(torch.utils.data.Dataset):
         self.size = args.image_size
         self.blur = args.blur
         self.threads_seen = None
+        self.threads_settled = False
 
     def __len__(self):
         return len(self.paths)
@@ -155,8 +161,11 @@ class JpegDataset(torch.utils.data.Dataset):
 
 
 def thread_table():
-    """This process's threads: tid, name, and schedstat (on-CPU ns, run
-    delay ns, timeslices), read from /proc/self/task."""
+    """This process's threads: tid, name, schedstat (on-CPU ns, run delay
+    ns, timeslices) from /proc/self/task, and whether Python started it
+    (threading knows it): a Python thread (a queue feeder, the pin-memory
+    thread) or one a native library made (a pool thread)."""
+    python_tids = {t.native_id for t in threading.enumerate()}
     rows = []
     for tid in sorted(int(t) for t in os.listdir("/proc/self/task")):
         try:
@@ -166,20 +175,35 @@ def thread_table():
                 on_cpu, delay, slices = (int(x) for x in f.read().split())
         except OSError:
             continue  # the thread exited between the listing and the read
-        rows.append({"tid": tid, "name": name, "on_cpu_ns": on_cpu, "run_delay_ns": delay, "timeslices": slices})
+        rows.append(
+            {
+                "tid": tid,
+                "name": name,
+                "python": tid in python_tids,
+                "on_cpu_ns": on_cpu,
+                "run_delay_ns": delay,
+                "timeslices": slices,
+            }
+        )
     return rows
 
 
 def report_worker_threads(dataset):
     """In a worker: emit its threads whenever the set changes (pool threads
-    appear at the first parallel region), so the ground truth has them even
-    though a worker has no exit hook to report from."""
+    appear at the first parallel region, queue feeders at the first batch),
+    so the ground truth has them even though a worker has no exit hook to
+    report from. A Python thread is in /proc before threading lists it, so
+    a new set is emitted once it held for a whole item."""
     if torch.utils.data.get_worker_info() is None:
         return
     tids = frozenset(os.listdir("/proc/self/task"))
-    if tids == dataset.threads_seen:
+    if tids != dataset.threads_seen:
+        dataset.threads_seen = tids
+        dataset.threads_settled = False
         return
-    dataset.threads_seen = tids
+    if dataset.threads_settled:
+        return
+    dataset.threads_settled = True
     emit({"event": "worker_threads", "pid": os.getpid(), "ts_ns": time.monotonic_ns(), "threads": thread_table()})
 
 
@@ -263,6 +287,15 @@ class Batches:
                     pass
             self.epoch += 1
             self.current = iter(self.loader)
+            emit(
+                {
+                    "event": "epoch",
+                    "epoch": self.epoch,
+                    "ts_ns": time.monotonic_ns(),
+                    "worker_pids": self.worker_pids(),
+                    "pin_memory_tid": self.pin_memory_tid(),
+                }
+            )
 
     def worker_pids(self):
         return [w.pid for w in getattr(self.current, "_workers", [])]

@@ -34,8 +34,13 @@ use clap::Args as ClapArgs;
 use crate::cmd::{self, cargo, command, run as run_cmd};
 use crate::setup;
 
+mod real;
+
 #[derive(ClapArgs)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
+    #[command(subcommand)]
+    which: Option<Which>,
     /// Rounds of the overhead comparison (each runs every configuration).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
@@ -129,7 +134,19 @@ struct Paths {
     io_file: PathBuf,
 }
 
+/// Benchmarks other than the overhead one (the default).
+#[derive(clap::Subcommand)]
+enum Which {
+    /// Run the real PyTorch job over num_workers × thread settings, record
+    /// the 8-worker run, apply tprof's advice and compare its throughput
+    /// with the best of the sweep; writes target/bench/real.md.
+    Real(real::Args),
+}
+
 pub fn run(args: &Args) -> Result<()> {
+    if let Some(Which::Real(real)) = &args.which {
+        return real::run(real);
+    }
     if !cmd::is_root() {
         bail!("cargo xtask bench needs root (the tracers load eBPF programs): run it with sudo");
     }

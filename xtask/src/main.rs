@@ -15,7 +15,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     about = "tprof's developer tasks",
-    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo\n  sudo cargo xtask demo --healthy\n  sudo cargo xtask bench\n  cargo xtask fuzz --seconds 300"
+    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo\n  sudo cargo xtask demo --healthy\n  sudo cargo xtask bench\n  sudo cargo xtask bench real\n  cargo xtask fuzz --seconds 300"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -38,7 +38,8 @@ enum Task {
     Demo(demo::Args),
     /// Measure tprof's overhead on a context-switch-heavy job against
     /// libbpf-tools and perf sched, its capacity, recording size and report
-    /// speed; writes target/bench/results.md.
+    /// speed; writes target/bench/results.md. `bench real`: whether tprof's
+    /// advice on a real PyTorch job lands near its best configuration.
     Bench(bench::Args),
     /// Fuzz the recording reader (and everything after it) for a fixed
     /// time with cargo-fuzz; needs nightly and `cargo install cargo-fuzz`.

@@ -11,7 +11,14 @@
 
 use serde::Serialize;
 
-use super::{Summary, ThreadStats, roles::Role, steps::StepStats};
+use std::collections::BTreeMap;
+
+use super::{
+    Summary,
+    pipeline::{Advice, PhaseThread, Pipeline},
+    roles::{PoolLibrary, Role},
+    steps::StepStats,
+};
 
 /// The trainer waits for data at least this share of its time: the input
 /// pipeline is the bottleneck.
@@ -19,8 +26,15 @@ pub const STARVED: f64 = 0.10;
 /// CPU demand (running + runnable threads) per usable core that counts as
 /// oversubscribed.
 const OVERSUBSCRIBED: f64 = 1.5;
-/// Share of a group's time spent waiting for a CPU that counts as contended.
-const CONTENDED: f64 = 0.25;
+/// Share of the time a group of threads wanted a CPU (running or
+/// runnable) that it spent waiting for one, counted as contended.
+const CONTENDED: f64 = 0.5;
+/// Share of the pools' life spent waiting (for a CPU, or at a barrier)
+/// that counts as contended pools.
+const POOLS_CONTENDED: f64 = 0.4;
+/// Share of the cores' time in the phase (cores × its length) that pools
+/// must burn spinning, or spend working while contended, to matter.
+const POOL_COST: f64 = 0.10;
 /// Device utilization that counts as saturated.
 const SATURATED_UTIL_PCT: f64 = 85.0;
 /// A blame share that makes a cause a leading one.
@@ -58,32 +72,76 @@ pub struct Finding {
     pub id: &'static str,
     pub title: String,
     pub severity: Severity,
-    /// Share of the trainer's time in the window this cause explains.
+    /// Share of the trainer's time in the training phase this cause explains.
     pub explains_frac: f64,
     /// The numbers it rests on.
     pub evidence: Vec<String>,
     /// The fix to try first.
     pub fix: String,
+    /// The fix as settings, for scripts: empty when it is no setting.
+    pub changes: Vec<Change>,
     /// What the fix should change, to check it worked.
     pub expect: String,
 }
 
-/// What the rules look at, computed once.
+/// One setting a fix changes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Change {
+    /// num_workers, OMP_NUM_THREADS, MKL_NUM_THREADS, pin_memory,
+    /// non_blocking, persistent_workers or prefetch_factor.
+    pub setting: &'static str,
+    /// Its value in the recorded job; absent when the recording cannot
+    /// tell (environment variables, pin_memory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<SettingValue>,
+    pub to: SettingValue,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum SettingValue {
+    Count(u64),
+    Flag(bool),
+}
+
+impl Change {
+    fn count(setting: &'static str, from: Option<usize>, to: usize) -> Change {
+        Change {
+            setting,
+            from: from.map(|n| SettingValue::Count(n as u64)),
+            to: SettingValue::Count(to as u64),
+        }
+    }
+
+    pub(crate) fn flag(setting: &'static str, to: bool) -> Change {
+        Change {
+            setting,
+            from: None,
+            to: SettingValue::Flag(to),
+        }
+    }
+}
+
+/// What the rules look at, computed once. Times are the training phase's
+/// (analysis::pipeline): a recording that began at `python train.py`
+/// spends its first seconds importing, which says nothing of the loader.
 struct Facts<'a> {
     s: &'a Summary,
+    p: &'a Pipeline,
     steps: &'a StepStats,
     cores: f64,
     cores_source: &'static str,
-    trainer: Option<&'a ThreadStats>,
+    trainer: Option<&'a PhaseThread>,
+    /// Data-worker threads, their pools apart.
     workers: Group,
     pools: Group,
-    /// Processes with data-worker threads.
+    /// The pools inside data workers.
+    worker_pools: Group,
+    /// Worker processes alive at a time (num_workers).
     worker_processes: usize,
-    /// Pool threads per process that has any.
-    pool_sizes: Vec<(u32, usize)>,
 }
 
-/// Sums over a set of threads.
+/// Sums over a set of threads in the phase.
 #[derive(Debug, Default)]
 struct Group {
     threads: usize,
@@ -92,18 +150,21 @@ struct Group {
     runnable_s: f64,
     futex_s: f64,
     io_s: f64,
+    spin_s: f64,
 }
 
 impl Group {
-    fn of<'a>(threads: impl Iterator<Item = &'a ThreadStats>) -> Group {
+    fn of<'a>(threads: impl Iterator<Item = &'a PhaseThread>) -> Group {
+        let secs = |ns: u64| ns as f64 / 1e9;
         let mut g = Group::default();
         for t in threads {
             g.threads += 1;
-            g.life_s += t.lifetime_s;
-            g.on_cpu_s += t.on_cpu_s;
-            g.runnable_s += t.runnable_s;
-            g.futex_s += t.futex_s;
-            g.io_s += t.io_s;
+            g.life_s += secs(t.life_ns());
+            g.on_cpu_s += secs(t.time.on_cpu);
+            g.runnable_s += secs(t.time.runnable);
+            g.futex_s += secs(t.time.futex);
+            g.io_s += secs(t.time.io);
+            g.spin_s += secs(t.time.on_cpu) * t.spin_share;
         }
         g
     }
@@ -111,6 +172,16 @@ impl Group {
     fn share(&self, part: f64) -> f64 {
         if self.life_s > 0.0 {
             part / self.life_s
+        } else {
+            0.0
+        }
+    }
+
+    /// Of the time the threads wanted a CPU, the share they waited for one.
+    fn waiting_share(&self) -> f64 {
+        let wanted = self.on_cpu_s + self.runnable_s;
+        if wanted > 0.0 {
+            self.runnable_s / wanted
         } else {
             0.0
         }
@@ -138,12 +209,22 @@ pub fn diagnose(s: &Summary) -> Vec<Finding> {
 /// The CUDA copy findings (analysis::cuda), in the verdict's terms: what
 /// they explain is the trainer's time blocked in those copies and syncs.
 fn cuda_findings<'a>(f: &'a Facts) -> impl Iterator<Item = Finding> + 'a {
-    let life = f.trainer.map_or(0.0, |t| t.lifetime_s);
+    let life =
+        f.s.steps
+            .trainer_tid
+            .and_then(|tid| f.s.threads.iter().find(|t| t.tid == tid))
+            .map_or(0.0, |t| t.lifetime_s);
     f.s.cuda.findings.iter().map(move |c| {
         let explains = if life > 0.0 { (c.blocked_s / life).min(1.0) } else { 0.0 };
-        let title = match c.id {
-            "pageable_copies" => "Host-to-device copies from pageable memory: pin_memory is off or ineffective",
-            _ => "Pinned copies followed by a blocking sync: the copies do not overlap with compute",
+        let (title, changes) = match c.id {
+            "pageable_copies" => (
+                "Host-to-device copies from pageable memory: pin_memory is off or ineffective",
+                vec![Change::flag("pin_memory", true), Change::flag("non_blocking", true)],
+            ),
+            _ => (
+                "Pinned copies followed by a blocking sync: the copies do not overlap with compute",
+                vec![Change::flag("non_blocking", true)],
+            ),
         };
         Finding {
             id: c.id,
@@ -160,60 +241,58 @@ fn cuda_findings<'a>(f: &'a Facts) -> impl Iterator<Item = Finding> + 'a {
                 ),
             ],
             fix: c.fix.clone(),
+            changes,
             expect: "The trainer's time in cudaMemcpy and stream syncs falls; the GPU idles less between steps.".into(),
         }
     })
 }
 
 fn facts(s: &Summary) -> Facts<'_> {
-    let role = |t: &ThreadStats| s.roles.of(t.tid);
-    let mut pool_sizes: Vec<(u32, usize)> = Vec::new();
-    for t in s.threads.iter().filter(|t| role(t) == Role::Pool) {
-        match pool_sizes.iter_mut().find(|(pid, _)| *pid == t.pid) {
-            Some((_, n)) => *n += 1,
-            None => pool_sizes.push((t.pid, 1)),
-        }
-    }
-    let mut worker_pids: Vec<u32> = s
-        .threads
-        .iter()
-        .filter(|t| role(t) == Role::DataWorker)
-        .map(|t| t.pid)
-        .collect();
-    worker_pids.sort_unstable();
-    worker_pids.dedup();
+    let p = &s.pipeline;
+    let trainer = s.steps.trainer_tid.and_then(|tid| {
+        p.threads
+            .iter()
+            .filter(|t| t.tid == tid)
+            .max_by_key(|t| t.life_ns())
+    });
     Facts {
         s,
+        p,
         steps: &s.steps,
         cores: s.cores_effective,
         cores_source: s.cores_source,
-        trainer: s
-            .steps
-            .trainer_tid
-            .and_then(|tid| s.threads.iter().find(|t| t.tid == tid)),
-        workers: Group::of(s.threads.iter().filter(|t| role(t) == Role::DataWorker)),
-        pools: Group::of(s.threads.iter().filter(|t| role(t) == Role::Pool)),
-        worker_processes: worker_pids.len(),
-        pool_sizes,
+        trainer,
+        workers: Group::of(
+            p.threads
+                .iter()
+                .filter(|t| t.in_worker && t.role != Role::Pool),
+        ),
+        pools: Group::of(p.threads.iter().filter(|t| t.role == Role::Pool)),
+        worker_pools: Group::of(
+            p.threads
+                .iter()
+                .filter(|t| t.role == Role::Pool && t.in_worker),
+        ),
+        worker_processes: p.workers.at_a_time,
     }
 }
 
 impl Facts<'_> {
     fn starved(&self) -> bool {
-        self.steps.count > 0 && self.steps.data_wait_frac >= STARVED
+        self.steps.count > 0 && self.p.data_wait_frac >= STARVED
     }
 
-    /// Share of its life the trainer waited for a CPU.
+    /// Share of the phase the trainer waited for a CPU.
     fn trainer_queued(&self) -> f64 {
         self.trainer
-            .filter(|t| t.lifetime_s > 0.0)
-            .map_or(0.0, |t| t.runnable_s / t.lifetime_s)
+            .filter(|t| t.life_ns() > 0)
+            .map_or(0.0, |t| t.time.runnable as f64 / t.life_ns() as f64)
     }
 
     /// The trainer's CPU queueing blamed on a group of threads, in
     /// proportion to the group's share of the job's runnable time.
     fn queued_behind(&self, group: &Group) -> f64 {
-        let job_runnable = self.s.job_runnable * self.s.duration_s;
+        let job_runnable = self.p.cpu.job_runnable * self.p.cpu.duration_s;
         if job_runnable <= 0.0 {
             return 0.0;
         }
@@ -222,53 +301,154 @@ impl Facts<'_> {
 
     fn queued_text(&self) -> String {
         format!(
-            "the trainer itself waited for a CPU {:.0}% of its time",
+            "the trainer itself waited for a CPU {:.0}% of the time",
             100.0 * self.trainer_queued()
         )
     }
 
+    fn demand(&self) -> f64 {
+        self.p.cpu.job_on_cpu + self.p.cpu.job_runnable
+    }
+
     /// The job's CPU demand (threads running or waiting for a CPU) per core.
     fn demand_per_core(&self) -> f64 {
-        (self.s.job_on_cpu + self.s.job_runnable) / self.cores.max(1.0)
+        self.demand() / self.cores.max(1.0)
+    }
+
+    /// "5.9 CPUs per usable core (0.8 running + 11.1 runnable on …)", the
+    /// quotient of the printed parts so that it checks out.
+    fn demand_text(&self) -> String {
+        let round1 = |x: f64| (x * 10.0).round() / 10.0;
+        let (running, runnable) = (
+            round1(self.p.cpu.job_on_cpu),
+            round1(self.p.cpu.job_runnable),
+        );
+        format!(
+            "the job's threads wanted {:.1} CPUs per usable core ({running:.1} running + {runnable:.1} runnable on {})",
+            (running + runnable) / self.cores.max(1.0),
+            self.cores_text()
+        )
     }
 
     fn cores_text(&self) -> String {
         format!("{:.1} usable cores ({})", self.cores, self.cores_source)
     }
 
+    /// "in the 8.1 s of training" (the report's "Training:" line says
+    /// which stretch that is), so a reader knows what the shares are of.
+    fn phase_text(&self) -> String {
+        if self.p.whole_window {
+            format!("in the {:.1} s recorded", self.p.cpu.duration_s)
+        } else {
+            format!("in the {:.1} s of training", self.p.cpu.duration_s)
+        }
+    }
+
     fn wait_text(&self) -> String {
         format!(
-            "the trainer waited {:.0}% of its time for data",
-            100.0 * self.steps.data_wait_frac
+            "the trainer waited {:.0}% of its time for data {}",
+            100.0 * self.p.data_wait_frac,
+            self.phase_text()
+        )
+    }
+
+    /// Threads of a group alive at a time, on average over the phase
+    /// (worker processes restarted each epoch are not all alive at once).
+    fn alive(&self, group: &Group) -> usize {
+        if self.p.cpu.duration_s > 0.0 {
+            (group.life_s / self.p.cpu.duration_s).round() as usize
+        } else {
+            0
+        }
+    }
+
+    /// Threads of the trainer process's OpenMP and MKL pools (torch's
+    /// intra-op pool), besides the trainer thread itself.
+    fn trainer_pool_threads(&self) -> usize {
+        let Some(pid) = self.trainer.map(|t| t.pid) else {
+            return 0;
+        };
+        self.p
+            .pools
+            .iter()
+            .filter(|g| g.pid == pid && matches!(g.library, PoolLibrary::OpenMp | PoolLibrary::Mkl))
+            .map(|g| g.threads)
+            .sum()
+    }
+
+    /// The most pool threads one process had.
+    fn largest_pool(&self) -> usize {
+        let mut per_process: BTreeMap<u32, usize> = BTreeMap::new();
+        for g in &self.p.pools {
+            *per_process.entry(g.pid).or_default() += g.threads;
+        }
+        per_process.values().copied().max().unwrap_or(0)
+    }
+
+    /// How the advised worker count follows from the CPU measured (the
+    /// model in analysis::pipeline). Ratios print with two decimals,
+    /// computed from the printed figures so the sentence checks out.
+    fn advice_text(&self, a: &Advice) -> String {
+        let c = &self.p.cpu;
+        let round2 = |x: f64| (x * 100.0).round() / 100.0;
+        let (workers, trainer, side) = (
+            round2(c.workers_s),
+            round2(c.trainer_s),
+            round2(c.trainer_side_s),
+        );
+        let r = round2(a.worker_to_trainer);
+        let step = if a.trainer_bound {
+            let s = round2(a.trainer_serial_share);
+            format!(
+                "a step takes at least the trainer thread's own {s:.2} of that (more than (1 + {r:.2}) / {:.1} cores = {:.2})",
+                a.cores,
+                (1.0 + r) / a.cores
+            )
+        } else {
+            format!(
+                "on {:.1} cores a step takes at least (1 + {r:.2}) / {:.1} = {:.2} of that",
+                a.cores,
+                a.cores,
+                round2((1.0 + r) / a.cores)
+            )
+        };
+        format!(
+            "per batch the workers need {r:.2}× the trainer side's CPU ({workers:.2} CPU-s of work against \
+             {trainer:.2} for the trainer thread + {side:.2} for the rest of its process {}; pools spinning \
+             for work left out); {step}, in which {:.2} workers busy all the time make a batch: num_workers={}",
+            self.phase_text(),
+            a.workers_needed,
+            a.num_workers
         )
     }
 }
 
 fn too_many_workers(f: &Facts) -> Option<Finding> {
-    let runnable_share = f.workers.share(f.workers.runnable_s);
+    let waiting = f.workers.waiting_share();
     let blame = f.steps.blame.runnable;
     let starves_trainer = f.starved() && blame >= LEADING;
     let queues_trainer = f.trainer_queued() >= TRAINER_QUEUED;
+    let advice = f.p.advice?;
     if !(starves_trainer || queues_trainer)
         || f.demand_per_core() < OVERSUBSCRIBED
-        || runnable_share < CONTENDED
+        || waiting < CONTENDED
+        || advice.num_workers >= f.worker_processes
     {
         return None;
     }
     let data_part = if f.starved() {
-        f.steps.data_wait_frac * blame
+        f.p.data_wait_frac * blame
     } else {
         0.0
     };
     let explains = data_part + f.queued_behind(&f.workers);
-    let suggestion = suggested_workers(f);
     Some(Finding {
         id: "too_many_workers",
         title: format!(
-            "Too many data workers for the cores: {} worker processes want {:.1} CPUs on {}",
+            "Too many data workers for the cores: {} worker processes at a time on {}, where the CPU they need calls for {}",
             f.worker_processes,
-            f.s.job_on_cpu + f.s.job_runnable,
-            f.cores_text()
+            f.cores_text(),
+            advice.num_workers
         ),
         severity: severity(explains),
         explains_frac: explains,
@@ -279,67 +459,61 @@ fn too_many_workers(f: &Facts) -> Option<Finding> {
                 100.0 * blame
             ),
             f.queued_text(),
+            f.demand_text(),
             format!(
-                "the job's threads wanted {:.1} CPUs per usable core ({:.1} running + {:.1} runnable on {})",
-                f.demand_per_core(),
-                f.s.job_on_cpu,
-                f.s.job_runnable,
-                f.cores_text()
+                "data-worker threads waited for a CPU {:.0}% of the time they wanted one",
+                100.0 * waiting
             ),
-            format!(
-                "data-worker threads spent {:.0}% of their time runnable",
-                100.0 * runnable_share
-            ),
+            f.advice_text(&advice),
         ],
         fix: format!(
-            "Lower num_workers to {suggestion} (from {}): more workers than cores only queue for the CPU.",
-            f.worker_processes
+            "Set num_workers={} (from {}): more workers than the cores can run only queue for the CPU.",
+            advice.num_workers, f.worker_processes
         ),
+        changes: vec![Change::count(
+            "num_workers",
+            Some(f.worker_processes),
+            advice.num_workers,
+        )],
         expect:
             "Worker runnable time and the trainer's data waits drop; step time should not rise."
                 .into(),
     })
 }
 
-/// Workers needed to feed the trainer, capped by the cores left after it:
-/// per-batch worker CPU over the trainer's per-step CPU.
-fn suggested_workers(f: &Facts) -> usize {
-    let cap = (f.cores - 1.0).floor().max(1.0) as usize;
-    let batches = f.steps.count.max(1) as f64;
-    let worker_cpu_per_batch = (f.workers.on_cpu_s + f.pools.on_cpu_s) / batches;
-    let trainer_cpu_per_step = f.trainer.map_or(0.0, |t| t.on_cpu_s / batches);
-    if trainer_cpu_per_step <= 0.0 {
-        return cap;
-    }
-    ((worker_cpu_per_batch / trainer_cpu_per_step).ceil() as usize).clamp(1, cap)
-}
-
 fn thread_oversubscription(f: &Facts) -> Option<Finding> {
-    let pool_threads: usize = f.pool_sizes.iter().map(|(_, n)| n).sum();
-    let threads = pool_threads + f.workers.threads;
-    let contended = f.pools.share(f.pools.runnable_s + f.pools.futex_s);
+    let (pool_threads, worker_threads) = (f.alive(&f.pools), f.alive(&f.workers));
+    let threads = pool_threads + worker_threads;
     let blame = f.steps.blame.futex + f.steps.blame.runnable;
     let starves_trainer = f.starved() && blame >= LEADING;
     let queues_trainer = f.trainer_queued() >= TRAINER_QUEUED;
+    let capacity = f.cores * f.p.cpu.duration_s;
+    let spinning = f.pools.spin_s / capacity.max(f64::MIN_POSITIVE);
+    let contended_work = f.pools.share(f.pools.runnable_s + f.pools.futex_s) >= POOLS_CONTENDED
+        && (f.pools.on_cpu_s - f.pools.spin_s) / capacity.max(f64::MIN_POSITIVE) >= POOL_COST;
+    let trainer_pool_too_big =
+        f.p.advice
+            .is_some_and(|a| f.trainer_pool_threads() + 1 > a.pool_threads);
     if !(starves_trainer || queues_trainer)
-        || pool_threads == 0
+        || f.pools.threads == 0
         || (threads as f64) < 2.0 * f.cores
-        || contended < 0.4
+        || !(trainer_pool_too_big || spinning >= POOL_COST || contended_work)
     {
         return None;
     }
     let data_part = if f.starved() {
-        f.steps.data_wait_frac * blame
+        f.p.data_wait_frac * blame
     } else {
         0.0
     };
     let explains = data_part + f.queued_behind(&f.pools);
-    let largest = f.pool_sizes.iter().map(|(_, n)| *n).max().unwrap_or(0);
+    let (fix, changes) = pool_fix(f);
     Some(Finding {
         id: "thread_oversubscription",
         title: format!(
-            "Thread pools oversubscribe the CPU: {} processes × up to {largest} pool threads = {threads} threads on {}",
-            f.pool_sizes.len(),
+            "Thread pools oversubscribe the CPU: {pool_threads} pool threads (up to {} in one process) + \
+             {worker_threads} data-worker threads = {threads} threads alive at a time on {}",
+            f.largest_pool(),
             f.cores_text()
         ),
         severity: severity(explains),
@@ -352,18 +526,62 @@ fn thread_oversubscription(f: &Facts) -> Option<Finding> {
                 100.0 * f.pools.share(f.pools.futex_s)
             ),
             format!(
+                "of their {:.2} CPU-s, pool threads spent {:.2} spinning for work (OpenMP barriers, sched_yield loops)",
+                f.pools.on_cpu_s, f.pools.spin_s
+            ),
+            format!(
                 "during data waits the delivering worker was {:.0}% in futex waits and {:.0}% runnable",
                 100.0 * f.steps.blame.futex,
                 100.0 * f.steps.blame.runnable
             ),
             f.queued_text(),
         ],
-        fix: "Set OMP_NUM_THREADS=1 and MKL_NUM_THREADS=1 in the environment before the libraries load, \
-              call cv2.setNumThreads(0) and torch.set_num_threads(1) in the DataLoader's worker_init_fn. \
-              torch.set_num_threads alone does not cap OpenCV's pool or the OpenMP pools of other libraries."
-            .into(),
-        expect: "Pool threads per worker drop to one; futex and runnable time in the workers fall, and so do the trainer's data waits.".into(),
+        fix,
+        changes,
+        expect: "Pool threads per process drop; futex and runnable time in the workers fall, and so do the trainer's data waits.".into(),
     })
+}
+
+/// The pool settings to change: the OpenMP/MKL thread count the trainer's
+/// pools keep (the cores the workers leave it; DataLoader workers already
+/// run torch with one thread), and the pools inside the workers when they
+/// cost CPU.
+fn pool_fix(f: &Facts) -> (String, Vec<Change>) {
+    let threads = f.p.advice.map_or(1, |a| a.pool_threads);
+    let openmp =
+        f.p.pools
+            .iter()
+            .any(|g| matches!(g.library, PoolLibrary::OpenMp | PoolLibrary::Mkl));
+    let capacity = (f.cores * f.p.cpu.duration_s).max(f64::MIN_POSITIVE);
+    let worker_pools_cost = f.worker_pools.on_cpu_s / capacity >= POOL_COST / 2.0;
+    let mut changes = Vec::new();
+    let mut fix = String::new();
+    if openmp || !worker_pools_cost {
+        changes.push(Change::count("OMP_NUM_THREADS", None, threads));
+        changes.push(Change::count("MKL_NUM_THREADS", None, threads));
+        let left = f.p.advice.map_or("no workers measured".to_string(), |a| {
+            format!(
+                "{:.1} cores - {:.2} busy workers",
+                a.cores,
+                a.workers_needed.min(a.cores)
+            )
+        });
+        fix.push_str(&format!(
+            "Set OMP_NUM_THREADS={threads} and MKL_NUM_THREADS={threads} in the environment before the \
+             libraries load: the cores the workers leave the trainer's pools ({left}). "
+        ));
+    }
+    if worker_pools_cost {
+        fix.push_str(&format!(
+            "The pools inside the workers used {:.2} CPU-s: call cv2.setNumThreads(1) in the DataLoader's \
+             worker_init_fn (workers already run torch with one thread). ",
+            f.worker_pools.on_cpu_s
+        ));
+    }
+    fix.push_str(
+        "torch.set_num_threads alone does not cap OpenCV's pool or the OpenMP pools of other libraries.",
+    );
+    (fix, changes)
 }
 
 fn disk_bound(f: &Facts) -> Option<Finding> {
@@ -376,7 +594,7 @@ fn disk_bound(f: &Facts) -> Option<Finding> {
     if !f.starved() || !(saturated || blame >= LEADING) {
         return None;
     }
-    let explains = f.steps.data_wait_frac * blame.max(if saturated { 0.5 } else { 0.0 });
+    let explains = f.p.data_wait_frac * blame.max(if saturated { 0.5 } else { 0.0 });
     let mut evidence = vec![
         f.wait_text(),
         format!(
@@ -409,17 +627,18 @@ fn disk_bound(f: &Facts) -> Option<Finding> {
               sequential shards (WebDataset, TFRecord), read larger chunks; more workers only help if \
               the device is not saturated."
             .into(),
+        changes: Vec::new(),
         expect: "Workers' block-IO wait and the trainer's data waits fall; device %util drops or throughput rises.".into(),
     })
 }
 
 fn decode_bound(f: &Facts) -> Option<Finding> {
     let blame = f.steps.blame.on_cpu;
-    let spare = f.cores - (f.s.job_on_cpu + f.s.job_runnable);
+    let spare = f.cores - f.demand();
     if !f.starved() || blame < LEADING || spare < 0.5 {
         return None;
     }
-    let explains = f.steps.data_wait_frac * blame;
+    let explains = f.p.data_wait_frac * blame;
     let top: Vec<String> = f
         .steps
         .worker_top_functions
@@ -437,6 +656,16 @@ fn decode_bound(f: &Facts) -> Option<Finding> {
     if !top.is_empty() {
         evidence.push(format!("workers' hottest functions: {}", top.join(", ")));
     }
+    // The measured CPU's count when it asks for more; else one more per
+    // idle core.
+    let by_spare = f.worker_processes + spare.floor().max(1.0) as usize;
+    let to = match f.p.advice {
+        Some(a) if a.num_workers > f.worker_processes => a.num_workers,
+        _ => by_spare,
+    };
+    if let Some(a) = f.p.advice.filter(|a| a.num_workers > f.worker_processes) {
+        evidence.push(f.advice_text(&a));
+    }
     Some(Finding {
         id: "decode_bound",
         title: "Workers are busy decoding and augmenting while cores sit idle".into(),
@@ -444,10 +673,11 @@ fn decode_bound(f: &Facts) -> Option<Finding> {
         explains_frac: explains,
         evidence,
         fix: format!(
-            "Raise num_workers to {} to use the idle cores, and make decoding cheaper \
+            "Raise num_workers to {to} (from {}) to use the idle cores, and make decoding cheaper \
              (smaller images, a faster decoder, augmentation on the GPU).",
-            f.worker_processes + spare.floor().max(1.0) as usize
+            f.worker_processes
         ),
+        changes: vec![Change::count("num_workers", Some(f.worker_processes), to)],
         expect: "More batches ready in time: the trainer's data waits fall while worker CPU rises."
             .into(),
     })
@@ -455,18 +685,20 @@ fn decode_bound(f: &Facts) -> Option<Finding> {
 
 fn trainer_cpu_bound(f: &Facts) -> Option<Finding> {
     let t = f.trainer?;
-    let busy = if t.lifetime_s > 0.0 {
-        t.on_cpu_s / t.lifetime_s
+    let life = t.life_ns() as f64;
+    let busy = if life > 0.0 {
+        t.time.on_cpu as f64 / life
     } else {
         0.0
     };
-    if busy < TRAINER_BUSY || f.steps.data_wait_frac >= STARVED {
+    if busy < TRAINER_BUSY || f.p.data_wait_frac >= STARVED {
         return None;
     }
+    let secs = |ns: u64| ns as f64 / 1e9;
     Some(Finding {
         id: "trainer_cpu_bound",
         title: format!(
-            "The trainer itself is CPU-bound (tid {} on a CPU {:.0}% of its time)",
+            "The trainer itself is CPU-bound (tid {} on a CPU {:.0}% of the time)",
             t.tid,
             100.0 * busy
         ),
@@ -474,14 +706,19 @@ fn trainer_cpu_bound(f: &Facts) -> Option<Finding> {
         explains_frac: busy,
         evidence: vec![
             format!(
-                "the trainer (tid {}, {}) ran {:.2} s and waited for a CPU {:.2} s of its {:.2} s",
-                t.tid, t.comm, t.on_cpu_s, t.runnable_s, t.lifetime_s
+                "the trainer (tid {}) ran {:.2} s and waited for a CPU {:.2} s of {:.2} s {}",
+                t.tid,
+                secs(t.time.on_cpu),
+                secs(t.time.runnable),
+                secs(t.life_ns()),
+                f.phase_text()
             ),
-            format!("it waited only {:.0}% of its time for data", 100.0 * f.steps.data_wait_frac),
+            format!("it waited only {:.0}% of that time for data", 100.0 * f.p.data_wait_frac),
         ],
         fix: "Move CPU work off the training loop (preprocessing into the DataLoader, logging and \
               metrics off the main thread); open the cpu flamegraph filtered to the trainer's tid to see where it goes."
             .into(),
+        changes: Vec::new(),
         expect: "The trainer's on-CPU share per step falls and the GPU's idle time with it.".into(),
     })
 }
@@ -492,7 +729,7 @@ fn gpu_bound(f: &Facts) -> Option<Finding> {
             .iter()
             .filter_map(|g| g.util_mean_pct)
             .fold(None, |m: Option<f64>, u| Some(m.map_or(u, |m| m.max(u))))?;
-    if util < GPU_BUSY_PCT || f.steps.data_wait_frac >= STARVED {
+    if util < GPU_BUSY_PCT || f.p.data_wait_frac >= STARVED {
         return None;
     }
     Some(Finding {
@@ -502,9 +739,10 @@ fn gpu_bound(f: &Facts) -> Option<Finding> {
         explains_frac: util / 100.0,
         evidence: vec![
             format!("mean GPU utilization {util:.0}%"),
-            format!("the trainer waited only {:.0}% of its time for data", 100.0 * f.steps.data_wait_frac),
+            format!("the trainer waited only {:.0}% of its time for data", 100.0 * f.p.data_wait_frac),
         ],
         fix: "Stop tuning the data loader; speed up the model itself (mixed precision, larger batches, fused kernels).".into(),
+        changes: Vec::new(),
         expect: "Nothing in the loader will shorten steps; GPU-side changes will.".into(),
     })
 }

@@ -258,6 +258,7 @@ mod tests {
             origin: Origin::Forked,
             start_ns: 0,
             exit_ns: None,
+            exec_ns: None,
         }
     }
 

@@ -297,6 +297,7 @@ mod tests {
             origin: Origin::Launched,
             start_ns: 0,
             exit_ns: Some(1200 * MS),
+            exec_ns: None,
         };
         let model = Model {
             window_start_ns: 0,

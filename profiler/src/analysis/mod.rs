@@ -7,6 +7,7 @@ pub mod diagnosis;
 pub mod flame;
 mod futexes;
 pub mod gpu;
+pub mod pipeline;
 pub mod roles;
 pub mod steps;
 pub mod timeline;
@@ -94,6 +95,9 @@ pub struct ProcessStats {
     pub comm: String,
     pub cmdline: Vec<String>,
     pub depth: usize,
+    /// What the process is to the pipeline: `trainer` (it holds the
+    /// trainer thread), `data_worker`, `helper` or `other`.
+    pub role: roles::Role,
     pub threads: usize,
     pub on_cpu_s: f64,
     pub runnable_s: f64,
@@ -109,6 +113,10 @@ pub struct MachineStats {
     pub mean_runnable_threads: f64,
     /// Share of all CPUs' time that was busy, in percent.
     pub cpu_busy_pct: f64,
+    /// CPUs other processes kept busy on average: the machine's busy CPUs
+    /// less the job's threads on a CPU (the rest of the machine's work,
+    /// interrupts and kernel threads included).
+    pub other_cpus: f64,
 }
 
 /// Everything the report shows.
@@ -148,6 +156,9 @@ pub struct Summary {
     pub gpu_status: Option<String>,
     pub roles: roles::Roles,
     pub steps: steps::StepStats,
+    /// The input pipeline over the training phase, and the settings its
+    /// measured CPU calls for.
+    pub pipeline: pipeline::Pipeline,
     /// CUDA runtime calls: copies, syncs, and their findings.
     pub cuda: cuda::CudaStats,
 }
@@ -163,14 +174,14 @@ pub fn summarize(model: &Model) -> Summary {
         })
         .collect();
     // Before sorting: `threads` is in the order of `model.threads`.
-    let processes = process_stats(model, &threads);
+    let roles = roles::classify(model);
+    let processes = process_stats(model, &threads, &roles);
     threads.sort_by(|a, b| {
         b.demand_s()
             .total_cmp(&a.demand_s())
             .then(a.tid.cmp(&b.tid))
     });
     let duration_s = model.duration_ns() as f64 / NS;
-    let roles = roles::classify(model);
     let gpus = gpu::stats(model);
     let per_s = |total: f64| {
         if duration_s > 0.0 {
@@ -182,6 +193,7 @@ pub fn summarize(model: &Model) -> Summary {
     let (cores_effective, cores_source) = model
         .cpu_limit
         .map_or((f64::from(model.cores), "machine"), |l| l.effective());
+    let steps = steps::steps(model, &roles, &gpu_idle_ns(model, &gpus));
     let mut summary = Summary {
         window_start_ns: model.window_start_ns,
         duration_s,
@@ -198,12 +210,13 @@ pub fn summarize(model: &Model) -> Summary {
         stop_reason: model.stop_reason.clone(),
         job_on_cpu: per_s(threads.iter().map(|t| t.on_cpu_s).sum()),
         job_runnable: per_s(threads.iter().map(|t| t.runnable_s).sum()),
-        machine: machine_stats(model),
+        machine: machine_stats(model, per_s(threads.iter().map(|t| t.on_cpu_s).sum())),
         processes,
         threads,
         devices: device_stats(model),
         futexes: futex_stats(model),
-        steps: steps::steps(model, &roles, &gpu_idle_ns(model, &gpus)),
+        pipeline: pipeline::pipeline(model, &roles, &steps, cores_effective),
+        steps,
         roles,
         gpus,
         gpu_status: model.gpus.status.clone(),
@@ -236,7 +249,11 @@ fn io_bytes_by_thread(model: &Model) -> HashMap<(u32, u32), (u64, u64)> {
 }
 
 /// Per-process sums; `threads` are the stats of `model.threads`, in order.
-fn process_stats(model: &Model, threads: &[ThreadStats]) -> Vec<ProcessStats> {
+fn process_stats(
+    model: &Model,
+    threads: &[ThreadStats],
+    roles: &roles::Roles,
+) -> Vec<ProcessStats> {
     // Which holder of its pid each thread belongs to (pids can be reused).
     let owner: Vec<Option<(u32, u64)>> = model
         .threads
@@ -256,11 +273,13 @@ fn process_stats(model: &Model, threads: &[ThreadStats]) -> Vec<ProcessStats> {
                 .filter(|(_, owner)| **owner == Some((p.pid, p.start_ns)))
                 .map(|(t, _)| t);
             let (mut n, mut on, mut run, mut blocked) = (0, 0.0, 0.0, 0.0);
+            let mut role = roles::Role::Other;
             for t in mine {
                 n += 1;
                 on += t.on_cpu_s;
                 run += t.runnable_s;
                 blocked += t.blocked_s;
+                role = role.max_for_process(roles.of(t.tid));
             }
             ProcessStats {
                 pid: p.pid,
@@ -268,6 +287,7 @@ fn process_stats(model: &Model, threads: &[ThreadStats]) -> Vec<ProcessStats> {
                 comm: p.comm.clone(),
                 cmdline: p.cmdline.clone(),
                 depth: model.depth(p.pid),
+                role,
                 threads: n,
                 on_cpu_s: on,
                 runnable_s: run,
@@ -283,7 +303,7 @@ fn process_stats(model: &Model, threads: &[ThreadStats]) -> Vec<ProcessStats> {
     out
 }
 
-fn machine_stats(model: &Model) -> Option<MachineStats> {
+fn machine_stats(model: &Model, job_on_cpu: f64) -> Option<MachineStats> {
     let (first, last) = (model.system.first()?, model.system.last()?);
     let mean_runnable_threads = model
         .system
@@ -301,6 +321,7 @@ fn machine_stats(model: &Model) -> Option<MachineStats> {
     Some(MachineStats {
         mean_runnable_threads,
         cpu_busy_pct,
+        other_cpus: (cpu_busy_pct / 100.0 * f64::from(model.cores) - job_on_cpu).max(0.0),
     })
 }
 

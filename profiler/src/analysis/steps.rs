@@ -424,6 +424,7 @@ mod tests {
         let roles = Roles {
             by_tid: [(1, Role::Trainer), (2, Role::DataWorker)].into(),
             trainer: Some(1),
+            ..Default::default()
         };
         let s = steps(&model, &roles, &[]);
         assert_eq!(s.count, 5);
@@ -455,6 +456,7 @@ mod tests {
         let roles = Roles {
             by_tid: [(1, Role::Trainer), (2, Role::DataWorker)].into(),
             trainer: Some(1),
+            ..Default::default()
         };
         let s = steps(&model, &roles, &[]);
         assert_eq!(s.count, 1);

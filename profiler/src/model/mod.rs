@@ -42,6 +42,10 @@ pub struct Process {
     pub start_ns: u64,
     /// When its last thread exited, if it did within the window.
     pub exit_ns: Option<u64>,
+    /// When it last exec'd a program, if it did within the window (a
+    /// process forked to run `ldconfig` or a compiler, as opposed to a
+    /// DataLoader worker, which is a fork of the trainer's interpreter).
+    pub exec_ns: Option<u64>,
 }
 
 /// Futex returns that mean "not woken by another thread".
@@ -336,11 +340,13 @@ impl Model {
                         origin: Origin::Forked,
                         start_ns: *ts,
                         exit_ns: None,
+                        exec_ns: None,
                     });
             }
-            Event::Exec { tgid, comm, .. } => {
+            Event::Exec { ts, tgid, comm, .. } => {
                 if let Some(p) = self.processes.get_mut(tgid) {
                     p.comm = comm.clone();
+                    p.exec_ns = Some(*ts);
                 }
             }
             Event::Exit {
@@ -448,6 +454,7 @@ fn initial_processes(rec: &Recording, window_start_ns: u64) -> BTreeMap<u32, Pro
             origin: info.origin,
             start_ns,
             exit_ns: None,
+            exec_ns: None,
         });
         entry.comm = info.comm.clone();
         entry.cmdline = info.cmdline.clone();

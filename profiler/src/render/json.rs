@@ -12,6 +12,7 @@ use crate::analysis::{
     cuda::{CudaFinding, CudaStats, Trainer},
     diagnosis::Finding as Verdict,
     gpu::GpuStats,
+    pipeline::{Advice, Helper, PoolGroup, Workers},
     steps::{Blame, GpuIdleAlignment},
 };
 
@@ -42,9 +43,10 @@ struct Report<'a> {
     threads: Vec<Thread<'a>>,
     devices: Vec<Device<'a>>,
     futexes: Vec<Futex<'a>>,
-    /// tid (as a string key) → trainer | pin_memory | data_worker | pool | other.
+    /// tid (as a string key) → trainer | pin_memory | data_worker | pool | helper | other.
     roles: BTreeMap<String, &'static str>,
     steps: Steps<'a>,
+    pipeline: Pipeline<'a>,
     gpus: Vec<Gpu<'a>>,
     /// Why there is no GPU data; null when there is.
     gpu_status: Option<&'a str>,
@@ -170,6 +172,7 @@ struct GpuProcess<'a> {
 struct Machine {
     mean_runnable_threads: f64,
     cpu_busy_pct: f64,
+    other_cpus: f64,
 }
 
 #[derive(Serialize)]
@@ -179,6 +182,8 @@ struct Process<'a> {
     comm: &'a str,
     cmdline: &'a [String],
     depth: usize,
+    /// trainer | data_worker | helper | other.
+    role: &'static str,
     threads: usize,
     on_cpu_s: f64,
     runnable_s: f64,
@@ -230,6 +235,7 @@ pub fn render(summary: &Summary) -> String {
         machine: summary.machine.map(|m| Machine {
             mean_runnable_threads: m.mean_runnable_threads,
             cpu_busy_pct: m.cpu_busy_pct,
+            other_cpus: m.other_cpus,
         }),
         processes: summary
             .processes
@@ -240,6 +246,7 @@ pub fn render(summary: &Summary) -> String {
                 comm: &p.comm,
                 cmdline: &p.cmdline,
                 depth: p.depth,
+                role: p.role.name(),
                 threads: p.threads,
                 on_cpu_s: p.on_cpu_s,
                 runnable_s: p.runnable_s,
@@ -301,6 +308,7 @@ pub fn render(summary: &Summary) -> String {
             .map(|(tid, role)| (tid.to_string(), role.name()))
             .collect(),
         steps: steps(summary),
+        pipeline: pipeline(summary),
         gpus: summary.gpus.iter().map(gpu).collect(),
         gpu_status: summary.gpu_status.as_deref(),
         cuda: cuda(&summary.cuda),
@@ -308,6 +316,59 @@ pub fn render(summary: &Summary) -> String {
     let mut out = serde_json::to_string_pretty(&report).expect("plain data serializes");
     out.push('\n');
     out
+}
+
+/// The input pipeline over the training phase (docs/json.md, "pipeline").
+#[derive(Serialize)]
+struct Pipeline<'a> {
+    /// The training phase, in seconds from the window start.
+    start_s: f64,
+    end_s: f64,
+    duration_s: f64,
+    /// No batches bounded the phase: it is the whole window.
+    whole_window: bool,
+    data_wait_frac: f64,
+    data_workers: &'a Workers,
+    pin_memory_tids: &'a [u32],
+    helpers: &'a [Helper],
+    pools: &'a [PoolGroup],
+    cpu: PhaseCpu,
+    advice: Option<&'a Advice>,
+}
+
+#[derive(Serialize)]
+struct PhaseCpu {
+    trainer_s: f64,
+    trainer_side_s: f64,
+    workers_s: f64,
+    pool_spin_s: f64,
+    job_on_cpu: f64,
+    job_runnable: f64,
+}
+
+fn pipeline(summary: &Summary) -> Pipeline<'_> {
+    let p = &summary.pipeline;
+    let from_start = |ns: u64| ns.saturating_sub(summary.window_start_ns) as f64 / 1e9;
+    Pipeline {
+        start_s: from_start(p.start_ns),
+        end_s: from_start(p.end_ns),
+        duration_s: p.cpu.duration_s,
+        whole_window: p.whole_window,
+        data_wait_frac: p.data_wait_frac,
+        data_workers: &p.workers,
+        pin_memory_tids: &p.pin_memory_tids,
+        helpers: &p.helpers,
+        pools: &p.pools,
+        cpu: PhaseCpu {
+            trainer_s: p.cpu.trainer_s,
+            trainer_side_s: p.cpu.trainer_side_s,
+            workers_s: p.cpu.workers_s,
+            pool_spin_s: p.cpu.pool_spin_s,
+            job_on_cpu: p.cpu.job_on_cpu,
+            job_runnable: p.cpu.job_runnable,
+        },
+        advice: p.advice.as_ref(),
+    }
 }
 
 /// Batches the trainer waited for, and who it waited on.

@@ -6,19 +6,24 @@ use std::fmt::Write as _;
 use crate::analysis::{
     ProcessStats, Summary, ThreadStats,
     cuda::CudaStats,
+    diagnosis::{Change, SettingValue},
     gpu::{GpuStats, IDLE_UTIL_PCT},
+    roles::{PoolLibrary, Role},
 };
 
 /// Threads shown in the table; the rest are summed in one line.
 const MAX_THREAD_ROWS: usize = 40;
 /// Idle stretches listed per GPU, longest first.
 const MAX_IDLE_ROWS: usize = 5;
+/// CPUs other processes kept busy that earn a warning: half a core.
+const OTHER_LOAD_CPUS: f64 = 0.5;
 
 pub fn render(s: &Summary) -> String {
     let mut out = String::new();
     header(&mut out, s);
     verdict(&mut out, s);
     headline(&mut out, s);
+    pipeline(&mut out, s);
     steps(&mut out, s);
     processes(&mut out, s);
     threads(&mut out, s);
@@ -88,6 +93,15 @@ fn header(out: &mut String, s: &Summary) {
             s.untraced_switch_ins
         );
     }
+    if let Some(m) = s.machine.filter(|m| m.other_cpus >= OTHER_LOAD_CPUS) {
+        let _ = writeln!(
+            out,
+            "warning: other processes kept {:.1} of the {} cores busy on average while recording: \
+             the job's waits for a CPU are partly theirs, and the advice assumes the job has the cores \
+             to itself",
+            m.other_cpus, s.cores
+        );
+    }
     if s.cut_short {
         let _ = writeln!(
             out,
@@ -100,17 +114,18 @@ fn header(out: &mut String, s: &Summary) {
 /// One line a tired engineer can act on: is the job asking for more CPU
 /// than it has?
 fn headline(out: &mut String, s: &Summary) {
-    let demand = s.job_on_cpu + s.job_runnable;
+    let (running, waiting) = (round1(s.job_on_cpu), round1(s.job_runnable));
     let _ = writeln!(
         out,
-        "\nThe job wanted {demand:.1} CPUs on average ({:.1} running + {:.1} waiting for a CPU) on {} cores.",
-        s.job_on_cpu, s.job_runnable, s.cores
+        "\nThe job wanted {:.1} CPUs on average over the whole recording ({running:.1} running + {waiting:.1} waiting for a CPU) on {} cores.",
+        running + waiting,
+        s.cores
     );
     if let Some(m) = s.machine {
         let _ = writeln!(
             out,
-            "Machine-wide: {:.1} runnable threads on average, CPUs {:.0}% busy.",
-            m.mean_runnable_threads, m.cpu_busy_pct
+            "Machine-wide: {:.1} runnable threads on average, CPUs {:.0}% busy; other processes kept {:.1} of the {} cores busy.",
+            m.mean_runnable_threads, m.cpu_busy_pct, m.other_cpus, s.cores
         );
     }
     if s.job_runnable > 0.25 * s.cores as f64 {
@@ -120,6 +135,122 @@ fn headline(out: &mut String, s: &Summary) {
             s.job_runnable
         );
     }
+}
+
+/// The input pipeline over the training phase: how many workers, the
+/// pin-memory thread, the pools, the helpers, and where the CPU went.
+fn pipeline(out: &mut String, s: &Summary) {
+    let p = &s.pipeline;
+    if s.roles.trainer.is_none() {
+        return;
+    }
+    let from_start = |ns: u64| ns.saturating_sub(s.window_start_ns) as f64 / 1e9;
+    let c = &p.cpu;
+    let (running, waiting) = (round1(c.job_on_cpu), round1(c.job_runnable));
+    let _ = writeln!(
+        out,
+        "\nTraining: {:.1} s, {}; the job wanted {:.1} CPUs there ({running:.1} running + {waiting:.1} waiting for a CPU).",
+        c.duration_s,
+        if p.whole_window {
+            "the whole recording (the trainer waited for fewer than two batches)".to_string()
+        } else {
+            format!(
+                "from {:.1} s to {:.1} s (the first batch the trainer waited for to the last)",
+                from_start(p.start_ns),
+                from_start(p.end_ns)
+            )
+        },
+        running + waiting
+    );
+    let w = &p.workers;
+    let mut loading = match w.at_a_time {
+        0 => "no data-worker processes (num_workers=0: the trainer loads its own batches)"
+            .to_string(),
+        n => format!(
+            "{n} data-worker process{} at a time",
+            if n == 1 { "" } else { "es" }
+        ),
+    };
+    if w.restarts > 0 {
+        loading.push_str(&format!(
+            " ({} in all: a new set started {} time{} after the first, as at each epoch without persistent_workers)",
+            w.pids.len(),
+            w.restarts,
+            if w.restarts == 1 { "" } else { "s" }
+        ));
+    }
+    let tids: Vec<String> = p.pin_memory_tids.iter().map(u32::to_string).collect();
+    match tids.len() {
+        0 => loading.push_str("; no pin-memory thread"),
+        1 => loading.push_str(&format!("; pin-memory thread tid {}", tids[0])),
+        n => loading.push_str(&format!(
+            "; {n} pin-memory threads, one per set of workers (tids {})",
+            tids.join(", ")
+        )),
+    }
+    let _ = writeln!(out, "Data loading: {loading}.");
+    let pools = pool_summary(p);
+    if !pools.is_empty() {
+        let _ = writeln!(out, "Pool threads: {pools}.");
+    }
+    if !p.helpers.is_empty() {
+        let names: Vec<String> = p
+            .helpers
+            .iter()
+            .map(|h| format!("{} (pid {})", h.comm, h.pid))
+            .collect();
+        let _ = writeln!(
+            out,
+            "Helpers the job ran (not workers, not blamed): {}.",
+            names.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "CPU in training: data workers {:.2} CPU-s of work, the trainer thread {:.2}, the rest of its process {:.2}; \
+         spinning for pool work (in OpenMP runtimes and sched_yield loops) {:.2}.",
+        c.workers_s, c.trainer_s, c.trainer_side_s, c.pool_spin_s
+    );
+}
+
+/// "1 OpenMP, 1 OpenBLAS in the trainer's process; 8 in workers (8
+/// spinning on sched_yield)".
+fn pool_summary(p: &crate::analysis::pipeline::Pipeline) -> String {
+    let mut parts = Vec::new();
+    for in_worker in [false, true] {
+        let groups: Vec<_> = p
+            .pools
+            .iter()
+            .filter(|g| g.in_worker == in_worker)
+            .collect();
+        let total: usize = groups.iter().map(|g| g.threads).sum();
+        if total == 0 {
+            continue;
+        }
+        let mut by_library: std::collections::BTreeMap<PoolLibrary, usize> = Default::default();
+        for g in &groups {
+            *by_library.entry(g.library).or_default() += g.threads;
+        }
+        let kinds: Vec<String> = by_library
+            .iter()
+            .map(|(lib, n)| match lib {
+                PoolLibrary::Unknown => format!("{n} spinning on sched_yield"),
+                lib => format!("{n} {}", lib.name()),
+            })
+            .collect();
+        let place = if in_worker {
+            "in data workers"
+        } else {
+            "in the trainer's and other processes"
+        };
+        parts.push(format!("{total} {place} ({})", kinds.join(", ")));
+    }
+    parts.join("; ")
+}
+
+/// Rounds to the one decimal the report prints, so printed sums add up.
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
 }
 
 /// The findings, ranked: what to fix first, with its evidence.
@@ -151,9 +282,25 @@ fn verdict(out: &mut String, s: &Summary) {
             let _ = writeln!(out, "       - {e}");
         }
         let _ = writeln!(out, "     Fix: {}", f.fix);
+        if !f.changes.is_empty() {
+            let changes: Vec<String> = f.changes.iter().map(change_text).collect();
+            let _ = writeln!(out, "     Settings: {}", changes.join(", "));
+        }
         let _ = writeln!(out, "     Expect: {}", f.expect);
     }
     cuda_visibility(out, s);
+}
+
+/// `num_workers 8 → 2`, `OMP_NUM_THREADS → 1`.
+fn change_text(c: &Change) -> String {
+    let value = |v: &SettingValue| match v {
+        SettingValue::Count(n) => n.to_string(),
+        SettingValue::Flag(b) => if *b { "True" } else { "False" }.to_string(),
+    };
+    match &c.from {
+        Some(from) => format!("{} {} → {}", c.setting, value(from), value(&c.to)),
+        None => format!("{} → {}", c.setting, value(&c.to)),
+    }
 }
 
 /// Synchronous copies and GPU syncs can only be judged with the CUDA
@@ -220,10 +367,11 @@ fn steps(out: &mut String, s: &Summary) {
     };
     let _ = writeln!(
         out,
-        "The trainer waited {:.0}% of its time for data. During those waits the delivering workers were \
-         {:.0}% waiting for a CPU, {:.0}% on-CPU{on_cpu_detail}, {:.0}% in block IO, {:.0}% in futex waits, \
-         {:.0}% in other sleep.",
+        "The trainer waited {:.0}% of its life in the recording for data ({:.0}% of the training). During those \
+         waits the delivering workers were {:.0}% waiting for a CPU, {:.0}% on-CPU{on_cpu_detail}, {:.0}% in \
+         block IO, {:.0}% in futex waits, {:.0}% in other sleep.",
         pct(st.data_wait_frac),
+        pct(s.pipeline.data_wait_frac),
         pct(b.runnable),
         pct(b.on_cpu),
         pct(b.io),
@@ -267,11 +415,16 @@ fn processes(out: &mut String, s: &Summary) {
     }
 }
 
+/// What the process is to the pipeline; a process that is neither trainer,
+/// worker nor helper says how far below a target it is.
 fn role(p: &ProcessStats) -> String {
-    match p.depth {
-        0 => "target".into(),
-        1 => "child".into(),
-        n => format!("desc+{n}"),
+    match (p.role, p.depth) {
+        (Role::Trainer, _) => "trainer".into(),
+        (Role::DataWorker, _) => "worker".into(),
+        (Role::Helper, _) => "helper".into(),
+        (_, 0) => "target".into(),
+        (_, 1) => "child".into(),
+        (_, n) => format!("desc+{n}"),
     }
 }
 

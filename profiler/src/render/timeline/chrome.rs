@@ -236,6 +236,7 @@ fn thread_track<W: Write>(
         Role::PinMemory => 1,
         Role::DataWorker => 2,
         Role::Other => 10,
+        Role::Helper => 15,
         Role::Pool => 20,
     };
     let label = input.thread_label(thread);
@@ -615,6 +616,7 @@ mod tests {
         Roles {
             by_tid: BTreeMap::from([(1, Role::Trainer), (2, Role::DataWorker), (3, Role::Pool)]),
             trainer: Some(1),
+            ..Default::default()
         }
     }
 

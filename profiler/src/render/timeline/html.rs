@@ -446,6 +446,7 @@ mod tests {
                 (4, Role::Pool),
             ]),
             trainer: Some(1),
+            ..Default::default()
         };
         let stalls = [Stall {
             tid: 1,

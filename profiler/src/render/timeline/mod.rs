@@ -29,6 +29,7 @@ pub fn role_label(role: Role) -> &'static str {
         Role::DataWorker => "data worker",
         Role::PinMemory => "pin memory",
         Role::Pool => "pool",
+        Role::Helper => "helper",
         Role::Other => "other",
     }
 }
@@ -139,7 +140,7 @@ impl<'a> TimelineInput<'a> {
             Role::Trainer => comm.contains("train"),
             Role::DataWorker => comm.starts_with("pt_data_worker"),
             Role::PinMemory => comm.starts_with("pt_data_pin"),
-            Role::Pool | Role::Other => true,
+            Role::Pool | Role::Helper | Role::Other => true,
         };
         if says_it {
             comm.to_string()
@@ -172,7 +173,7 @@ impl<'a> TimelineInput<'a> {
             Role::Trainer => 0,
             Role::PinMemory => 1,
             Role::DataWorker => 2,
-            Role::Other => 3,
+            Role::Other | Role::Helper => 3,
             Role::Pool => 4,
         };
         threads.sort_by_key(|t| (rank(t), t.start_ns, t.tid));
@@ -442,6 +443,7 @@ pub(crate) mod tests {
             origin: Origin::Launched,
             start_ns: 0,
             exit_ns: None,
+            exec_ns: None,
         }
     }
 

@@ -1,0 +1,511 @@
+//! A real PyTorch training job (tests/workloads/train_job.py: a small CNN
+//! fed by a DataLoader whose workers decode JPEGs with OpenCV) under
+//! tprof, recorded from its start (`record -- python …`) and attached
+//! with its workers alive (`record -p`), checked against the job's own
+//! ground truth: which processes were its workers, its pin-memory thread,
+//! which threads Python started and which a native library did. The
+//! verdict is checked for the direction of its advice, derived from the
+//! recording, never for timings; the report's sentences are checked
+//! against its JSON and their own arithmetic.
+//!
+//! The job needs the venv `cargo xtask setup` makes; without it each test
+//! says so and skips (never under `cargo xtask test`, which makes it).
+
+use std::collections::BTreeSet;
+use std::io::Write as _;
+
+use regex::Regex;
+use serde_json::json;
+use tprof_tests::{JobConfig, RealJob, RealRun, Report, Threads, require_root};
+
+/// Findings about the input pipeline.
+const INPUT_FINDINGS: &[&str] = &[
+    "too_many_workers",
+    "thread_oversubscription",
+    "disk_bound",
+    "decode_bound",
+];
+
+fn job() -> Option<RealJob> {
+    require_root();
+    RealJob::find()
+}
+
+/// Eight workers on two cores, default thread pools, recorded from the
+/// interpreter's start (imports and the `ldconfig` that torch's import
+/// runs included): too many workers and pools, and advice to lower both.
+#[test]
+fn eight_workers_recorded_from_the_start() {
+    let Some(job) = job() else { return };
+    let run = job.record(&JobConfig::new(8, Threads::Default));
+    check_roles(&run);
+    check_report_adds_up(&run);
+    check_oversubscribed(&run);
+}
+
+/// Two workers with default pools and pin_memory: the pools inside the
+/// workers are pools, the pin-memory thread is named, and the verdict is
+/// the pools' oversubscription with the OpenMP/MKL settings as its fix,
+/// without lowering num_workers.
+#[test]
+fn two_workers_default_threads_with_pin_memory() {
+    let Some(job) = job() else { return };
+    let run = job.record(&JobConfig::new(2, Threads::Default).pin_memory(true));
+    check_roles(&run);
+    check_report_adds_up(&run);
+    let r = &run.report;
+    let finding = r
+        .finding("thread_oversubscription")
+        .unwrap_or_else(|| panic!("no thread_oversubscription finding:\n{}", run.text));
+    check_thread_changes(&run, finding);
+    assert_eq!(
+        leading_input_finding(r),
+        Some("thread_oversubscription"),
+        "{}",
+        run.text
+    );
+    check_workers_not_lowered(&run);
+}
+
+/// Two workers with one thread per pool, persistent: the configuration
+/// that keeps up on two cores. No input-pipeline finding.
+#[test]
+fn healthy_two_workers_one_thread() {
+    let Some(job) = job() else { return };
+    let config = JobConfig::new(2, Threads::One).persistent_workers(true);
+    let run = job.record(&config);
+    check_roles(&run);
+    check_report_adds_up(&run);
+    check_no_input_finding(&run);
+    assert_eq!(run.report.pipeline.data_workers.restarts, 0, "{}", run.text);
+}
+
+/// No workers: the trainer loads its own batches. Nothing is a data
+/// worker (not even the `ldconfig` helper), and no worker advice.
+#[test]
+fn no_workers() {
+    let Some(job) = job() else { return };
+    let run = job.record(
+        &JobConfig::new(0, Threads::One)
+            .pin_memory(true)
+            .iterations(20),
+    );
+    check_roles(&run);
+    check_report_adds_up(&run);
+    let r = &run.report;
+    assert!(r.pipeline.advice.is_none(), "{:#?}", r.pipeline);
+    for f in &r.findings {
+        assert!(
+            f.change("num_workers")
+                .is_none_or(|c| c.to.as_u64() > Some(0)),
+            "{f:#?}"
+        );
+        assert!(
+            !matches!(
+                f.id.as_str(),
+                "too_many_workers" | "thread_oversubscription"
+            ),
+            "{f:#?}"
+        );
+    }
+}
+
+/// `record -p` on a running eight-worker job whose workers are already
+/// alive: found through /proc, the same verdict as from the start.
+#[test]
+fn attached_to_eight_workers() {
+    let Some(job) = job() else { return };
+    let config = JobConfig::new(8, Threads::Default).persistent_workers(true);
+    let run = job.record_attached(&config);
+    check_roles(&run);
+    check_report_adds_up(&run);
+    check_oversubscribed(&run);
+    assert_eq!(run.report.pipeline.data_workers.restarts, 0, "{}", run.text);
+}
+
+/// `record -p` on the healthy configuration with pin_memory: no input
+/// finding, and the pin-memory thread found.
+#[test]
+fn attached_to_healthy_with_pin_memory() {
+    let Some(job) = job() else { return };
+    let config = JobConfig::new(2, Threads::One)
+        .persistent_workers(true)
+        .pin_memory(true);
+    let run = job.record_attached(&config);
+    check_roles(&run);
+    check_report_adds_up(&run);
+    check_no_input_finding(&run);
+}
+
+/// Workers, pin-memory thread, pools and helpers against the job's truth.
+fn check_roles(run: &RealRun) {
+    let r = &run.report;
+    let truth = &run.truth;
+    let text = &run.text;
+    assert_eq!(truth.config.num_workers, run.config.num_workers);
+    // The trainer is the job's main thread.
+    assert_eq!(
+        r.steps.trainer_tid,
+        Some(i64::from(truth.config.pid)),
+        "{text}"
+    );
+    // Exactly the job's workers are data workers, as many at a time as
+    // num_workers, whatever else the job ran.
+    let expected: BTreeSet<i64> = truth.worker_pids().into_iter().map(i64::from).collect();
+    let workers: BTreeSet<i64> = r
+        .processes
+        .iter()
+        .filter(|p| p.role == "data_worker")
+        .map(|p| p.pid)
+        .collect();
+    assert_eq!(
+        workers, expected,
+        "data-worker processes against the job's\n{text}"
+    );
+    let listed: BTreeSet<i64> = r.pipeline.data_workers.pids.iter().copied().collect();
+    assert_eq!(listed, expected, "{:#?}", r.pipeline);
+    assert_eq!(
+        r.pipeline.data_workers.at_a_time, run.config.num_workers as usize,
+        "{text}"
+    );
+    let at_a_time = match run.config.num_workers {
+        0 => "no data-worker processes".to_string(),
+        1 => "1 data-worker process at a time".to_string(),
+        n => format!("{n} data-worker processes at a time"),
+    };
+    assert!(
+        text.contains(&at_a_time),
+        "report does not say {at_a_time:?}:\n{text}"
+    );
+    // Every other process is the trainer's or a helper: an exec'd child
+    // (torch's import runs `ldconfig`) is shown as a helper, not a worker.
+    for p in r.processes.iter().filter(|p| !expected.contains(&p.pid)) {
+        if p.pid == i64::from(truth.config.pid) {
+            assert_eq!(p.role, "trainer", "{p:#?}");
+        } else {
+            assert_eq!(p.role, "helper", "{p:#?}\n{text}");
+            assert!(
+                text.contains(&format!("{} (pid {})", p.comm, p.pid)),
+                "{text}"
+            );
+        }
+    }
+    // Worker threads: the main thread and the threads Python started
+    // (queue feeders) are the worker's; the long-lived ones a native
+    // library started in a worker (OpenCV's pool) are pool threads.
+    for w in &truth.worker_threads {
+        for t in &w.threads {
+            let tid = i64::from(t.tid);
+            let role = r.role(tid);
+            if t.tid == w.pid || t.python {
+                assert_eq!(role, "data_worker", "worker {} thread {t:?}\n{text}", w.pid);
+            } else if r
+                .threads
+                .iter()
+                .any(|th| th.tid == tid && th.lifetime_s > 0.5)
+            {
+                assert_eq!(role, "pool", "worker {} native thread {t:?}\n{text}", w.pid);
+            }
+        }
+    }
+    // The pin-memory threads (one per epoch without persistent workers),
+    // exactly when the job had one.
+    let pins: Vec<i64> = truth.pin_memory_tids().into_iter().map(i64::from).collect();
+    assert_eq!(
+        !pins.is_empty(),
+        run.config.pin_memory && run.config.num_workers > 0,
+        "the job's pin-memory threads: {:?}",
+        truth.config
+    );
+    assert_eq!(r.pipeline.pin_memory_tids, pins, "{text}");
+    let roles: Vec<i64> = r
+        .roles
+        .iter()
+        .filter(|(_, role)| *role == "pin_memory")
+        .map(|(tid, _)| tid.parse().expect("tid"))
+        .collect();
+    assert_eq!(roles, pins, "{:?}", r.roles);
+    match pins.as_slice() {
+        [] => assert!(
+            run.config.num_workers == 0 || text.contains("no pin-memory thread"),
+            "{text}"
+        ),
+        [tid] => assert!(
+            text.contains(&format!("pin-memory thread tid {tid}")),
+            "{text}"
+        ),
+        many => assert!(
+            text.contains(&format!(
+                "{} pin-memory threads, one per set of workers",
+                many.len()
+            )),
+            "{text}"
+        ),
+    }
+    // A data worker is never blamed unless it is one of the job's.
+    for pid in &r.pipeline.data_workers.pids {
+        assert!(expected.contains(pid));
+    }
+}
+
+/// Too many workers and too many pool threads: both findings, one of them
+/// first, each with a change in the right direction derived from the
+/// recording.
+fn check_oversubscribed(run: &RealRun) {
+    let r = &run.report;
+    let leading = leading_input_finding(r);
+    assert!(
+        matches!(
+            leading,
+            Some("too_many_workers" | "thread_oversubscription")
+        ),
+        "leading finding {leading:?}:\n{}",
+        run.text
+    );
+    let workers = r
+        .finding("too_many_workers")
+        .unwrap_or_else(|| panic!("no too_many_workers finding:\n{}", run.text));
+    let change = workers.change("num_workers").expect("a num_workers change");
+    assert_eq!(
+        change.from,
+        Some(json!(run.config.num_workers)),
+        "{workers:#?}"
+    );
+    let to = change.to.as_u64().expect("a count");
+    let advice = r
+        .pipeline
+        .advice
+        .as_ref()
+        .expect("advice from the measured CPU");
+    assert_eq!(
+        to, advice.num_workers as u64,
+        "the change is the measured advice"
+    );
+    assert!(
+        to >= 1 && to < u64::from(run.config.num_workers),
+        "{change:#?}"
+    );
+    // Derived, not a cap at cores - 1: with workers needing more CPU than
+    // the trainer, the measured advice keeps both cores busy.
+    let needed = advice.worker_to_trainer / (1.0 + advice.worker_to_trainer) * advice.cores;
+    assert!(
+        (advice.workers_needed - needed).abs() < 1e-6 || advice.trainer_bound,
+        "{advice:#?}"
+    );
+    assert!(
+        workers.fix.contains(&format!(
+            "num_workers={to} (from {})",
+            run.config.num_workers
+        )),
+        "{workers:#?}"
+    );
+    let pools = r
+        .finding("thread_oversubscription")
+        .unwrap_or_else(|| panic!("no thread_oversubscription finding:\n{}", run.text));
+    check_thread_changes(run, pools);
+}
+
+/// OMP_NUM_THREADS and MKL_NUM_THREADS lowered below the default (one per
+/// core), to what the measured advice leaves the trainer.
+fn check_thread_changes(run: &RealRun, finding: &tprof_tests::Finding) {
+    let default_threads = u64::from(run.truth.config.usable_cores);
+    let advice = run.report.pipeline.advice.as_ref().expect("advice");
+    for setting in ["OMP_NUM_THREADS", "MKL_NUM_THREADS"] {
+        let change = finding
+            .change(setting)
+            .unwrap_or_else(|| panic!("no {setting} change: {finding:#?}"));
+        assert_eq!(change.from, None, "the environment is not recorded");
+        let to = change.to.as_u64().expect("a count");
+        assert!(to >= 1 && to < default_threads, "{change:#?}");
+        assert_eq!(to, advice.pool_threads as u64);
+        assert!(
+            finding.fix.contains(&format!("{setting}={to}")),
+            "{finding:#?}"
+        );
+    }
+}
+
+/// The leading input-pipeline finding (others, such as a CPU-bound
+/// trainer, may rank anywhere).
+fn leading_input_finding(r: &Report) -> Option<&str> {
+    r.finding_ids()
+        .into_iter()
+        .find(|id| INPUT_FINDINGS.contains(id))
+}
+
+fn check_no_input_finding(run: &RealRun) {
+    for id in run.report.finding_ids() {
+        assert!(
+            !INPUT_FINDINGS.contains(&id),
+            "false alarm {id}:\n{}",
+            run.text
+        );
+    }
+}
+
+/// With two workers measured as enough, no advice lowers them: checked
+/// when the job had the cores to itself (other processes kept less than
+/// half a core busy), since the advice assumes it does and says so.
+fn check_workers_not_lowered(run: &RealRun) {
+    let others = run.report.machine.as_ref().map_or(0.0, |m| m.other_cpus);
+    if others >= 0.5 {
+        let _ = writeln!(
+            std::io::stderr(),
+            "note: other processes kept {others:.1} cores busy; the worker-count advice is not checked"
+        );
+        return;
+    }
+    for f in &run.report.findings {
+        if let Some(c) = f.change("num_workers") {
+            assert!(
+                c.to.as_u64() >= Some(u64::from(run.config.num_workers)),
+                "{f:#?}"
+            );
+        }
+    }
+}
+
+/// Every sentence of the report with arithmetic in it holds for its own
+/// numbers, and its figures are the JSON's.
+fn check_report_adds_up(run: &RealRun) {
+    let text = &run.text;
+    let r = &run.report;
+    let num = |s: &str| -> f64 { s.parse().unwrap_or_else(|_| panic!("not a number: {s:?}")) };
+    // "The job wanted 5.7 CPUs on average over the whole recording (0.6
+    // running + 5.1 waiting for a CPU)", and the same for the training.
+    let wanted =
+        Regex::new(r"wanted ([\d.]+) CPUs[^(]*\(([\d.]+) running \+ ([\d.]+) waiting").unwrap();
+    let mut seen = 0;
+    for c in wanted.captures_iter(text) {
+        let (sum, a, b) = (num(&c[1]), num(&c[2]), num(&c[3]));
+        assert!((a + b - sum).abs() < 0.051, "{} does not add up", &c[0]);
+        seen += 1;
+    }
+    assert_eq!(
+        seen, 2,
+        "the whole recording's and the training's demand:\n{text}"
+    );
+    let whole = wanted.captures(text).unwrap();
+    assert!(
+        (num(&whole[2]) - r.job_on_cpu).abs() < 0.051,
+        "{}",
+        &whole[0]
+    );
+    assert!(
+        (num(&whole[3]) - r.job_runnable).abs() < 0.051,
+        "{}",
+        &whole[0]
+    );
+    // "wanted 5.9 CPUs per usable core (0.8 running + 11.1 runnable on 2.0 usable cores"
+    let per_core = Regex::new(
+        r"wanted ([\d.]+) CPUs per usable core \(([\d.]+) running \+ ([\d.]+) runnable on ([\d.]+) usable cores",
+    )
+    .unwrap();
+    for c in per_core.captures_iter(text) {
+        let (q, a, b, cores) = (num(&c[1]), num(&c[2]), num(&c[3]), num(&c[4]));
+        assert!(
+            ((a + b) / cores - q).abs() < 0.051,
+            "{} does not add up",
+            &c[0]
+        );
+        assert!((cores - r.cores_effective).abs() < 0.051);
+        assert!((a - r.pipeline.cpu.job_on_cpu).abs() < 0.051, "{}", &c[0]);
+        assert!((b - r.pipeline.cpu.job_runnable).abs() < 0.051, "{}", &c[0]);
+    }
+    // "8 pool threads (up to 2 in one process) + 16 data-worker threads = 24 threads"
+    let threads = Regex::new(
+        r"(\d+) pool threads \(up to (\d+) in one process\) \+ (\d+) data-worker threads = (\d+) threads",
+    )
+    .unwrap();
+    for c in threads.captures_iter(text) {
+        let (p, w, t) = (num(&c[1]), num(&c[3]), num(&c[4]));
+        assert_eq!(p + w, t, "{} does not add up", &c[0]);
+        let largest =
+            r.pipeline
+                .pools
+                .iter()
+                .fold(std::collections::BTreeMap::new(), |mut m, g| {
+                    *m.entry(g.pid).or_insert(0) += g.threads;
+                    m
+                });
+        assert_eq!(
+            num(&c[2]) as usize,
+            largest.values().copied().max().unwrap_or(0),
+            "{}",
+            &c[0]
+        );
+    }
+    // "per batch the workers need 3.44× the trainer side's CPU (7.00 CPU-s
+    // of work against 1.79 for the trainer thread + 0.25 for the rest …);
+    // on 2.0 cores a step takes at least (1 + 3.44) / 2.0 = 2.22 of that,
+    // in which 1.55 workers busy all the time make a batch: num_workers=2"
+    let advice = Regex::new(
+        r"need ([\d.]+)× the trainer side's CPU \(([\d.]+) CPU-s of work against ([\d.]+) for the trainer thread \+ ([\d.]+) for",
+    )
+    .unwrap();
+    for c in advice.captures_iter(text) {
+        let (ratio, w, t, rest) = (num(&c[1]), num(&c[2]), num(&c[3]), num(&c[4]));
+        assert!(
+            (w / (t + rest) - ratio).abs() <= 0.01 * ratio + 0.011,
+            "{} does not add up",
+            &c[0]
+        );
+        let cpu = &r.pipeline.cpu;
+        assert!(
+            (w - cpu.workers_s).abs() < 0.006 && (t - cpu.trainer_s).abs() < 0.006,
+            "{}",
+            &c[0]
+        );
+    }
+    let step = Regex::new(r"\(1 \+ ([\d.]+)\) / ([\d.]+) = ([\d.]+) of that, in which ([\d.]+) workers busy all the time make a batch: num_workers=(\d+)").unwrap();
+    for c in step.captures_iter(text) {
+        let (ratio, cores, step, busy, n) =
+            (num(&c[1]), num(&c[2]), num(&c[3]), num(&c[4]), num(&c[5]));
+        assert!(
+            ((1.0 + ratio) / cores - step).abs() < 0.006,
+            "{} does not add up",
+            &c[0]
+        );
+        assert!(
+            (ratio / step - busy).abs() <= 0.01 * busy + 0.011,
+            "{} does not add up",
+            &c[0]
+        );
+        assert_eq!(n, busy.ceil().max(1.0), "{}", &c[0]);
+    }
+    // "Settings: num_workers 8 → 2, OMP_NUM_THREADS → 1" lines are the
+    // findings' changes, in order.
+    let settings: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("Settings: "))
+        .collect();
+    let expected: Vec<String> = r
+        .findings
+        .iter()
+        .filter(|f| !f.changes.is_empty())
+        .map(|f| {
+            f.changes
+                .iter()
+                .map(|c| match &c.from {
+                    Some(from) => format!("{} {} → {}", c.setting, from, c.to),
+                    None => format!("{} → {}", c.setting, c.to),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .map(|s| s.replace("true", "True").replace("false", "False"))
+        .collect();
+    assert_eq!(settings, expected, "{text}");
+    // Titles' worker counts are the JSON's.
+    let too_many =
+        Regex::new(r"Too many data workers for the cores: (\d+) worker processes at a time")
+            .unwrap();
+    for c in too_many.captures_iter(text) {
+        assert_eq!(
+            num(&c[1]) as usize,
+            r.pipeline.data_workers.at_a_time,
+            "{}",
+            &c[0]
+        );
+    }
+}

@@ -124,8 +124,8 @@ const FIXTURES: &[Fixture] = &[
         workload: "two_functions",
         args: &[Text("1")],
         env: &[],
-        exercises: "on-CPU stacks split 3:1 between burn_a and burn_b; a job with no \
-                    trainer and no steps",
+        exercises: "on-CPU stacks split 3:1 between burn_a and burn_b; one thread, taken \
+                    for the trainer, and no steps (trainer_cpu_bound)",
     },
 ];
 

@@ -14,7 +14,7 @@ use profiler::{
         self, Summary,
         flame::{self, Filter, FlameKind},
     },
-    capture,
+    capture, output,
     model::{Assembly, Model},
     recording,
     render::{
@@ -93,7 +93,7 @@ fn write_timeline(
     let facts = analysis::timeline::derive(model, summary);
     let title = format!("tprof timeline — {}", recording.display());
     let input = TimelineInput::new(model, summary, &facts, title, limits);
-    let file = io::BufWriter::new(capture::output::create(out, force)?);
+    let file = io::BufWriter::new(output::create(out, force)?);
     match format {
         cli::TimelineFormat::Json => render::timeline::chrome::write(&input, file),
         cli::TimelineFormat::Html => render::timeline::html::write(&input, file),
@@ -120,7 +120,7 @@ fn flamegraph(args: &cli::FlamegraphArgs) -> Result<()> {
         None => svg_path(&args.path, kind, ""),
     };
     let out = args.output.clone().unwrap_or(default_out);
-    let file = capture::output::create(&out, args.force)?;
+    let file = output::create(&out, args.force)?;
     match &args.after {
         Some(after) => {
             let (after_lines, after_note) = folded(after, kind, &filter)?;
@@ -222,7 +222,7 @@ fn record_flamegraphs(model: &Model, recording: &Path, force: bool) -> Result<()
             continue;
         }
         let out = svg_path(recording, kind, "");
-        let file = capture::output::create(&out, force)?;
+        let file = output::create(&out, force)?;
         render::flamegraph::svg(&lines, kind, &title(kind, recording), note.as_deref(), file)
             .with_context(|| format!("writing {} failed", out.display()))?;
         eprintln!(

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use profiler::recording::{self, Event};
+use tprof_core::recording::{self, Event};
 use profiler_ebpf::cuda_fn;
 use serde_json::Value;
 use tprof_tests::{

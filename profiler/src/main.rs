@@ -14,9 +14,9 @@ use profiler::{
         self, Summary,
         flame::{self, Filter, FlameKind},
     },
-    capture, output,
+    capture,
     model::{Assembly, Model},
-    recording,
+    output, recording,
     render::{
         self,
         timeline::{Limits, TimelineInput},

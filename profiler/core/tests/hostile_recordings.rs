@@ -12,12 +12,12 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use profiler_ebpf::{EventHeader, ExitEvent, kind};
 use tprof_core::recording::reader::{ReadError, parse};
 use tprof_core::recording::{
     ClockAnchor, FORMAT_VERSION, Footer, Header, MAX_RECORD_LEN, PREAMBLE_LEN, Writer, events,
     record,
 };
-use profiler_ebpf::{EventHeader, ExitEvent, kind};
 
 struct Counting;
 

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use profiler_ebpf::{COMM_LEN, event_size, kind};
 use tprof_core::model::{Assembly, Model};
 use tprof_core::recording::{
     ClockAnchor, Footer, Frame, GpuDevice, GpuInfo, GpuMetric, GpuSeries, Header, LostCounts,
@@ -15,7 +16,6 @@ use tprof_core::recording::{
     Writer, events, reader, record,
 };
 use tprof_core::render;
-use profiler_ebpf::{COMM_LEN, event_size, kind};
 
 /// xorshift64: deterministic, no dependency.
 struct Rng(u64);

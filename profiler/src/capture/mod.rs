@@ -31,15 +31,15 @@ use profiler_ebpf::kind;
 use serde::Serialize;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use tprof_core::recording::{
-    self, ClockAnchor, Event, Footer, GpuInfo, Header, LostCounts, Origin, ProcessInfo, ThreadInfo,
-    Writer, record,
-};
 use cuda::CudaTracer;
 use gpu::{GpuOptions, GpuSampler};
 use programs::KernelPrograms;
 pub use programs::MapLimits;
 use symbols::AddressSpaces;
+use tprof_core::recording::{
+    self, ClockAnchor, Event, Footer, GpuInfo, Header, LostCounts, Origin, ProcessInfo, ThreadInfo,
+    Writer, record,
+};
 
 /// How often the ring buffer is drained and the file flushed. Polling on a
 /// timer instead of waking per event keeps tprof's cost flat under load (the

@@ -10,7 +10,8 @@ use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
 
 use profiler::analysis::flame;
-use profiler::capture::{MapLimits, RecordOptions, gpu::GpuOptions, output};
+use profiler::capture::{MapLimits, RecordOptions, gpu::GpuOptions};
+use profiler::output;
 pub use profiler::outputs::TimelineFormat;
 
 /// Read when `--nvml-lib` is not given (sudo drops it unless kept with

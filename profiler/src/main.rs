@@ -16,6 +16,7 @@ use profiler::{
     },
     capture,
     model::Model,
+    output,
     outputs::{self, Folded, TimelineFormat, load_model},
     render::{self, timeline::Limits},
 };
@@ -87,7 +88,7 @@ fn write_timeline(
     limits: Limits,
     force: bool,
 ) -> Result<()> {
-    let file = io::BufWriter::new(capture::output::create(out, force)?);
+    let file = io::BufWriter::new(output::create(out, force)?);
     outputs::timeline(model, summary, recording, format, limits, file)
         .with_context(|| format!("writing {} failed", out.display()))
 }
@@ -111,7 +112,7 @@ fn flamegraph(args: &cli::FlamegraphArgs) -> Result<()> {
         None => svg_path(&args.path, kind, ""),
     };
     let out = args.output.clone().unwrap_or(default_out);
-    let file = capture::output::create(&out, args.force)?;
+    let file = output::create(&out, args.force)?;
     match &args.after {
         Some(after) => {
             let (after_lines, after_note) = folded(after, kind, &filter)?;
@@ -197,7 +198,7 @@ fn record_flamegraphs(model: &Model, recording: &Path, force: bool) -> Result<()
             continue;
         }
         let out = svg_path(recording, kind, "");
-        let file = capture::output::create(&out, force)?;
+        let file = output::create(&out, force)?;
         render::flamegraph::svg(&lines, kind, &title(kind, recording), note.as_deref(), file)
             .with_context(|| format!("writing {} failed", out.display()))?;
         eprintln!(

@@ -1,8 +1,8 @@
 //! `cargo xtask fixtures`: records the committed fixture recordings of the
-//! current format version, profiler/tests/fixtures/vN/NAME.tprof, from the
+//! current format version, profiler/core/tests/fixtures/vN/NAME.tprof, from the
 //! workloads in tests/workloads, with tprof as it is now. The golden
-//! outputs made from them (profiler/tests/golden.rs) are then re-blessed
-//! with `TPROF_BLESS=1 cargo test -p profiler --test golden`.
+//! outputs made from them (profiler/core/tests/golden.rs) are then re-blessed
+//! with `TPROF_BLESS=1 cargo test -p tprof-core --test golden`.
 //!
 //! Each fixture is a real recording: a second or two of a small workload,
 //! stacks on, chosen so that together they exercise every part of the
@@ -14,7 +14,7 @@
 //!
 //! Older format versions cannot be made by today's tprof: their fixtures
 //! were recorded once by the commit that wrote that version, and
-//! profiler/tests/fixtures/README.md says how.
+//! profiler/core/tests/fixtures/README.md says how.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -148,12 +148,12 @@ pub fn run(_args: &Args) -> Result<()> {
         recorded.push((fixture, path));
     }
     let version = format_version(&recorded[0].1)?;
-    let dir = cmd::root().join(format!("profiler/tests/fixtures/v{version}"));
+    let dir = cmd::root().join(format!("profiler/core/tests/fixtures/v{version}"));
     replace_fixtures(&dir, &recorded)?;
     write_manifest(&dir, version, &recorded)?;
     println!(
         "\nRecorded {} fixtures into {}.\nNow re-bless their goldens and review the diff:\n  \
-         TPROF_BLESS=1 cargo test -p profiler --test golden",
+         TPROF_BLESS=1 cargo test -p tprof-core --test golden",
         recorded.len(),
         dir.display()
     );

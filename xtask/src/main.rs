@@ -40,7 +40,7 @@ enum Task {
     /// speed; writes target/bench/results.md.
     Bench(bench::Args),
     /// Record the committed fixture recordings of the current format
-    /// version (profiler/tests/fixtures/) from the test workloads; then
+    /// version (profiler/core/tests/fixtures/) from the test workloads; then
     /// re-bless their goldens with TPROF_BLESS=1.
     Fixtures(fixtures::Args),
     /// Fuzz the recording reader (and everything after it) for a fixed

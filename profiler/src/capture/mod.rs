@@ -12,7 +12,6 @@ pub mod cuda;
 pub mod gpu;
 mod launch;
 pub mod limits;
-pub mod output;
 pub mod procfs;
 mod programs;
 mod symbols;
@@ -32,15 +31,15 @@ use profiler_ebpf::kind;
 use serde::Serialize;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::recording::{
-    self, ClockAnchor, Event, Footer, GpuInfo, Header, LostCounts, Origin, ProcessInfo, ThreadInfo,
-    Writer, record,
-};
 use cuda::CudaTracer;
 use gpu::{GpuOptions, GpuSampler};
 use programs::KernelPrograms;
 pub use programs::MapLimits;
 use symbols::AddressSpaces;
+use tprof_core::recording::{
+    self, ClockAnchor, Event, Footer, GpuInfo, Header, LostCounts, Origin, ProcessInfo, ThreadInfo,
+    Writer, record,
+};
 
 /// How often the ring buffer is drained and the file flushed. Polling on a
 /// timer instead of waking per event keeps tprof's cost flat under load (the
@@ -129,7 +128,7 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     check_targets(&opts.pids)?;
     tracefs::ensure_mounted()?;
     let offsets = tracefs::tracepoint_offsets()?;
-    let file = output::create(&opts.output, opts.force)?;
+    let file = crate::output::create(&opts.output, opts.force)?;
     // Until recording starts, a failure leaves no empty file behind (it
     // would only make the next run's -o refuse the path).
     let unstarted = Unstarted(&opts.output);

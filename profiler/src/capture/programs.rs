@@ -26,13 +26,17 @@ use profiler_ebpf::{
 };
 
 use super::{btf, tracefs};
-use crate::recording::{LostCounts, events::kind_name};
+use tprof_core::recording::{LostCounts, events::kind_name};
 
 /// bpf_map_update_elem flag: create only, never overwrite.
 const BPF_NOEXIST: u64 = 1;
 
 /// The object built by build.rs from profiler-ebpf.
+#[cfg(not(tprof_no_ebpf))]
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+/// Built without bpf-linker (see build.rs): no programs to load.
+#[cfg(tprof_no_ebpf)]
+static OBJECT: &[u8] = &[];
 
 /// A program and the tracepoint it attaches to.
 struct Attachment {
@@ -186,6 +190,12 @@ impl KernelPrograms {
         sample_stacks: bool,
         limits: MapLimits,
     ) -> Result<KernelPrograms> {
+        if OBJECT.is_empty() {
+            bail!(
+                "this tprof was built without its eBPF programs (bpf-linker was missing); \
+                 run `cargo xtask setup` and build it again to record"
+            );
+        }
         let sample_stacks = u32::from(sample_stacks);
         let mut offsets = *offsets;
         let raw_sched = std::env::var_os(CLASSIC_SCHED_ENV).is_none_or(|v| v != "1")

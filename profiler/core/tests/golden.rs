@@ -12,7 +12,7 @@
 //! A change that alters an output on purpose re-blesses them:
 //!
 //! ```text
-//! TPROF_BLESS=1 cargo test -p profiler --test golden
+//! TPROF_BLESS=1 cargo test -p tprof-core --test golden
 //! ```
 //!
 //! and the diff of tests/golden/ shows, and the commit says, what changed.
@@ -20,13 +20,13 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use profiler::analysis::{
+use tprof_core::analysis::{
     self,
     flame::{Filter, FlameKind},
 };
-use profiler::outputs::{self, TimelineFormat};
-use profiler::recording::{FORMAT_VERSION, MAGIC, OLDEST_READABLE_VERSION};
-use profiler::render::timeline::Limits;
+use tprof_core::outputs::{self, TimelineFormat};
+use tprof_core::recording::{FORMAT_VERSION, MAGIC, OLDEST_READABLE_VERSION};
+use tprof_core::render::timeline::Limits;
 
 /// Relative to the package root, where cargo runs integration tests: the
 /// paths the outputs name (titles, errors) are these, whoever checks out
@@ -253,7 +253,7 @@ fn fixtures_render_as_blessed() {
     assert!(
         problems.is_empty(),
         "outputs differ from their golden files:\n  - {}\n\nIf the change is intended, re-bless \
-         with `{BLESS_VAR}=1 cargo test -p profiler --test golden`, review the diff of {GOLDEN}/ \
+         with `{BLESS_VAR}=1 cargo test -p tprof-core --test golden`, review the diff of {GOLDEN}/ \
          and say in the commit what changed and why.",
         problems.join("\n  - ")
     );

@@ -1,7 +1,8 @@
 //! What the commands make of a recording file, one function per output.
-//! main.rs writes them to stdout and files; the golden tests
-//! (profiler/tests/golden.rs) compare them with committed files. Both take
-//! this path, so the goldens hold the bytes a user gets.
+//! The `tprof` binary (profiler/src/main.rs) writes them to stdout and
+//! files; the golden tests (profiler/core/tests/golden.rs) compare them
+//! with committed files. Both take this path, so the goldens hold the bytes
+//! a user gets.
 //!
 //! recording → model ([`load_model`]) → analysis ([`analysis::summarize`])
 //! → render: nothing here touches the live system; [`load_model`] reads only

@@ -27,6 +27,116 @@ pub const RING_BUFFER_BYTES: u32 = 16 << 20;
 /// contended spinlock and a bouncing cache line per event: on two CPUs at
 /// 700,000 events/s each, that was half of `tprof_switch`'s time.
 pub const EVENT_SHARDS: u32 = 8;
+/// Most block requests in flight at once, on every device of the machine
+/// (the `REQUESTS` map's size).
+pub const MAX_REQUESTS: u32 = 16_384;
+/// Most tracked bios between their submission and their request (the
+/// `BIO_OWNERS` map's size).
+pub const MAX_BIO_OWNERS: u32 = 16_384;
+/// Most CUDA runtime calls in progress at once, over all tracked threads
+/// (the `CUDA_CALLS` map's size).
+pub const MAX_CUDA_CALLS: u32 = 16_384;
+
+/// bpf_map_update_elem flag: create only, never overwrite.
+pub const BPF_NOEXIST: u64 = 1;
+
+/// The names userspace looks the kernel programs, maps and globals up by.
+/// The kernel side defines each as a Rust item of that name (a program is
+/// its function, a map or global its static), which the macros cannot
+/// take from a constant; `capture::programs`' tests check these lists
+/// against the built object, both ways.
+pub mod names {
+    /// Programs: the scheduler ones in two builds, classic tracepoint and
+    /// raw tracepoint (`_r`), of which one set is loaded.
+    pub mod program {
+        pub const SWITCH: &str = "tprof_switch";
+        pub const SWITCH_RAW: &str = "tprof_switch_r";
+        pub const WAKING: &str = "tprof_waking";
+        pub const WAKING_RAW: &str = "tprof_waking_r";
+        pub const WAKEUP_NEW: &str = "tprof_wakeup_new";
+        pub const WAKEUP_NEW_RAW: &str = "tprof_wakenew_r";
+        pub const NEWTASK: &str = "tprof_newtask";
+        pub const EXEC: &str = "tprof_exec";
+        pub const EXIT: &str = "tprof_exit";
+        pub const RENAME: &str = "tprof_rename";
+        pub const BIO_QUEUE: &str = "tprof_bio_queue";
+        pub const BIO_SPLIT: &str = "tprof_bio_split";
+        pub const RQ_INSERT: &str = "tprof_rq_insert";
+        pub const RQ_ISSUE: &str = "tprof_rq_issue";
+        pub const RQ_COMPLETE: &str = "tprof_rq_complete";
+        pub const FUTEX_ENTER: &str = "tprof_futex_enter";
+        pub const FUTEX_WAIT_ENTER: &str = "tprof_futex_wait_enter";
+        pub const FUTEX_WAITV_ENTER: &str = "tprof_futex_waitv_enter";
+        pub const FUTEX_EXIT: &str = "tprof_futex_exit";
+        pub const SAMPLE: &str = "tprof_sample";
+        pub const CUDA_ENTER: &str = "tprof_cuda_enter";
+        pub const CUDA_RETURN: &str = "tprof_cuda_return";
+        pub const CUDA_LAUNCH: &str = "tprof_cuda_launch";
+        /// Every program in the object.
+        pub const ALL: &[&str] = &[
+            SWITCH,
+            SWITCH_RAW,
+            WAKING,
+            WAKING_RAW,
+            WAKEUP_NEW,
+            WAKEUP_NEW_RAW,
+            NEWTASK,
+            EXEC,
+            EXIT,
+            RENAME,
+            BIO_QUEUE,
+            BIO_SPLIT,
+            RQ_INSERT,
+            RQ_ISSUE,
+            RQ_COMPLETE,
+            FUTEX_ENTER,
+            FUTEX_WAIT_ENTER,
+            FUTEX_WAITV_ENTER,
+            FUTEX_EXIT,
+            SAMPLE,
+            CUDA_ENTER,
+            CUDA_RETURN,
+            CUDA_LAUNCH,
+        ];
+    }
+
+    /// Maps.
+    pub mod map {
+        /// The event shards, `EVENTS0`… (`super::super::EVENT_SHARDS`).
+        pub const EVENTS: [&str; 8] = [
+            "EVENTS0", "EVENTS1", "EVENTS2", "EVENTS3", "EVENTS4", "EVENTS5", "EVENTS6", "EVENTS7",
+        ];
+        pub const TRACKED_TGIDS: &str = "TRACKED_TGIDS";
+        pub const TRACKED_TIDS: &str = "TRACKED_TIDS";
+        pub const LOST: &str = "LOST";
+        pub const STACKS: &str = "STACKS";
+        pub const STACK_COUNTS: &str = "STACK_COUNTS";
+        pub const REQUESTS: &str = "REQUESTS";
+        pub const BIO_OWNERS: &str = "BIO_OWNERS";
+        pub const CUDA_CALLS: &str = "CUDA_CALLS";
+        pub const CUDA_LAUNCHES: &str = "CUDA_LAUNCHES";
+        /// Every map in the object but the event shards (and the sections
+        /// of program globals).
+        pub const ALL_BUT_EVENTS: &[&str] = &[
+            TRACKED_TGIDS,
+            TRACKED_TIDS,
+            LOST,
+            STACKS,
+            STACK_COUNTS,
+            REQUESTS,
+            BIO_OWNERS,
+            CUDA_CALLS,
+            CUDA_LAUNCHES,
+        ];
+    }
+
+    /// Program globals userspace sets at load time.
+    pub mod global {
+        pub const OFFSETS: &str = "OFFSETS";
+        pub const SAMPLE_STACKS: &str = "SAMPLE_STACKS";
+    }
+}
+const _: () = assert!(names::map::EVENTS.len() == EVENT_SHARDS as usize);
 
 /// `kind` values of [`EventHeader`].
 pub mod kind {

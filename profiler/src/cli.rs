@@ -10,7 +10,7 @@ use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
 
 use profiler::analysis::flame;
-use profiler::capture::{MapLimits, RecordOptions, gpu::GpuOptions};
+use profiler::capture::{MapLimits, RecordOptions, gpu::GpuOptions, procfs};
 use profiler::output;
 pub use profiler::outputs::TimelineFormat;
 
@@ -264,8 +264,7 @@ fn parse_ring_buffer_size(text: &str) -> Result<u32, String> {
         .trim()
         .parse()
         .map_err(|_| format!("`{text}` is not a size in bytes (try 65536)"))?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
+    let page = procfs::page_size();
     if !bytes.is_power_of_two() || bytes < page {
         return Err(format!(
             "ring buffer size {bytes} must be a power of two of at least {page} bytes"

@@ -16,17 +16,20 @@ use aya_ebpf::{
     maps::LruHashMap,
     programs::TracePointContext,
 };
-use profiler_ebpf::{BlockIoEvent, RWBS_LEN, RequestKey, RequestTimes, kind};
+use profiler_ebpf::{
+    BlockIoEvent, MAX_BIO_OWNERS, MAX_REQUESTS, RWBS_LEN, RequestKey, RequestTimes, kind,
+};
 
 use super::{emit, header, is_tracked_process, offsets};
 
 /// Requests in flight: (dev, sector) → times.
 #[map]
-static REQUESTS: LruHashMap<RequestKey, RequestTimes> = LruHashMap::with_max_entries(16384, 0);
+static REQUESTS: LruHashMap<RequestKey, RequestTimes> =
+    LruHashMap::with_max_entries(MAX_REQUESTS, 0);
 
 /// Submitter of a tracked bio: sector → bpf_get_current_pid_tgid().
 #[map]
-static BIO_OWNERS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
+static BIO_OWNERS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(MAX_BIO_OWNERS, 0);
 
 #[tracepoint]
 pub fn tprof_bio_queue(ctx: TracePointContext) -> u32 {

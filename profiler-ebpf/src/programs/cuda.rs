@@ -19,18 +19,17 @@ use aya_ebpf::{
     maps::{LruHashMap, PerCpuHashMap},
     programs::{ProbeContext, RetProbeContext},
 };
-use profiler_ebpf::{CUDA_ARGS, CudaCallEvent, CudaEnter, MAX_TRACKED_TGIDS, cuda_fn, kind};
+use profiler_ebpf::{
+    CUDA_ARGS, CudaCallEvent, CudaEnter, MAX_CUDA_CALLS, MAX_TRACKED_TGIDS, cuda_fn, kind,
+};
 
-use super::{emit, header, is_tracked_process};
-
-/// bpf_map_update_elem flag: only create a new element.
-const BPF_NOEXIST: u64 = 1;
+use super::{add_per_cpu, emit, header, is_tracked_process};
 
 /// Calls in progress: (tid << 32 | function id) → entry. Keyed by function
 /// as well as thread so a runtime function that calls another probed one
 /// keeps both. LRU: a thread that dies inside a call never returns.
 #[map]
-static CUDA_CALLS: LruHashMap<u64, CudaEnter> = LruHashMap::with_max_entries(16384, 0);
+static CUDA_CALLS: LruHashMap<u64, CudaEnter> = LruHashMap::with_max_entries(MAX_CUDA_CALLS, 0);
 
 /// cudaLaunchKernel calls per tracked process (tgid → count), per CPU so
 /// counting needs no atomics. Userspace sums the CPUs.
@@ -119,13 +118,6 @@ pub fn tprof_cuda_launch(_ctx: ProbeContext) -> u32 {
     if !is_tracked_process(tgid) {
         return 0;
     }
-    if let Some(count) = CUDA_LAUNCHES.get_ptr_mut(&tgid) {
-        unsafe { *count += 1 };
-    } else if CUDA_LAUNCHES.insert(&tgid, &1, BPF_NOEXIST).is_err()
-        && let Some(count) = CUDA_LAUNCHES.get_ptr_mut(&tgid)
-    {
-        // A thread on another CPU created the entry first.
-        unsafe { *count += 1 };
-    }
+    let _ = add_per_cpu(&CUDA_LAUNCHES, &tgid, 1);
     0
 }

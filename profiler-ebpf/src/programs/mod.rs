@@ -14,12 +14,15 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
 };
 use profiler_ebpf::{
-    EventHeader, LOST_SLOTS, MAX_STACK_KEYS, MAX_STACKS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS,
-    RING_BUFFER_BYTES, StackKey, ThreadState, TracepointOffsets,
+    BPF_NOEXIST, EventHeader, LOST_SLOTS, MAX_STACK_KEYS, MAX_STACKS, MAX_TRACKED_TGIDS,
+    MAX_TRACKED_TIDS, RING_BUFFER_BYTES, StackKey, ThreadState, TracepointOffsets,
 };
 
 /// bpf_ringbuf_submit flag: do not wake the consumer.
 const BPF_RB_NO_WAKEUP: u64 = 1;
+/// Errors the map helpers return, negated.
+const EEXIST: i32 = 17;
+const EFAULT: i32 = 14;
 
 /// All streamed events, drained by userspace's capture loop: one ring
 /// buffer per group of CPUs (`EVENT_SHARDS`), so CPUs do not contend for
@@ -188,6 +191,28 @@ fn is_tracked_process(tgid: u32) -> bool {
 fn count_lost(slot: u32) {
     if let Some(counter) = LOST.get_ptr_mut(slot) {
         unsafe { *counter += 1 };
+    }
+}
+
+/// Adds `n` to `key`'s counter on this CPU, in a per-CPU hash whose
+/// values userspace sums over the CPUs (so no atomics are needed): in place
+/// when the key exists, else as a new key; when another CPU created the key
+/// in between, in this CPU's slot of it. `Err` only when the map is full.
+#[inline(always)]
+fn add_per_cpu<K>(map: &PerCpuHashMap<K, u64>, key: &K, n: u64) -> Result<(), i32> {
+    if let Some(total) = map.get_ptr_mut(key) {
+        unsafe { *total += n };
+        return Ok(());
+    }
+    match map.insert(key, n, BPF_NOEXIST) {
+        Ok(()) => Ok(()),
+        Err(e) if e == -EEXIST => {
+            if let Some(total) = map.get_ptr_mut(key) {
+                unsafe { *total += n };
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
     }
 }
 

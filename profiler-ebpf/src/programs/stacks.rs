@@ -13,12 +13,7 @@ use profiler_ebpf::{
     lost_stack, offcpu_reason, stack_kind,
 };
 
-use super::{STACK_COUNTS, STACKS, count_lost, tracked_tgid};
-
-/// bpf_map_update_elem flag: only create, never overwrite.
-const BPF_NOEXIST: u64 = 1;
-const EEXIST: i32 = 17;
-const EFAULT: i32 = 14;
+use super::{EEXIST, EFAULT, STACK_COUNTS, STACKS, add_per_cpu, count_lost, tracked_tgid};
 
 /// One cpu-clock tick on some CPU: count the stacks of the thread it
 /// interrupted, if that thread is tracked.
@@ -65,23 +60,11 @@ fn stack_id<C: StackIdContext>(ctx: &C, flags: u64) -> i32 {
     }
 }
 
-/// Adds `weight` to `key`'s total on this CPU (userspace sums the CPUs, so
-/// no atomics are needed).
+/// Adds `weight` to `key`'s total, counting a full aggregate.
 #[inline(always)]
 fn add_weight(key: &StackKey, weight: u64) {
-    if let Some(total) = STACK_COUNTS.get_ptr_mut(key) {
-        unsafe { *total += weight };
-        return;
-    }
-    match STACK_COUNTS.insert(key, weight, BPF_NOEXIST) {
-        Ok(()) => {}
-        // Another CPU created the key in between; this CPU's slot is ours.
-        Err(e) if e == -EEXIST => {
-            if let Some(total) = STACK_COUNTS.get_ptr_mut(key) {
-                unsafe { *total += weight };
-            }
-        }
-        Err(_) => count_lost(lost_stack::AGGREGATE_FULL),
+    if add_per_cpu(&STACK_COUNTS, key, weight).is_err() {
+        count_lost(lost_stack::AGGREGATE_FULL);
     }
 }
 

@@ -222,6 +222,14 @@ pub fn online_cpus() -> u32 {
     if n > 0 { n as u32 } else { 1 }
 }
 
+/// The memory page size in bytes (at least 4096), which ring buffer sizes
+/// are multiples of.
+pub fn page_size() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(size).unwrap_or(4096).max(4096)
+}
+
 pub fn exists_task(pid: u32, tid: u32) -> bool {
     Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
 }

@@ -557,7 +557,10 @@ impl Builder {
                 rename(&mut live.thread, *ts, comm);
             }
             // Not state changes: `reasons` matches them to blocked time.
-            Event::BlockIo(_) | Event::FutexWait { .. } | Event::CudaCall(_) => {}
+            Event::BlockIo(_)
+            | Event::FutexWait { .. }
+            | Event::CudaCall(_)
+            | Event::Sample { .. } => {}
         }
     }
 
@@ -756,6 +759,7 @@ mod tests {
             prev_state: state,
             next_tid: next,
             next_tgid: if next == 0 { 0 } else { 1 },
+            prev_stacks: None,
         }
     }
 
@@ -964,6 +968,7 @@ mod tests {
             prev_state: 0x100,
             next_tid: 2,
             next_tgid: 0,
+            prev_stacks: None,
         };
         let b = replay(
             &[info(2, 'R'), info(3, 'R')],

@@ -6,7 +6,7 @@
 //! the last fd).
 //!
 //! [`attach`] says which program attaches where, [`stacks`] reads the
-//! stack aggregate, [`info`] what aya does not expose about a program.
+//! stack map, [`info`] what aya does not expose about a program.
 
 mod attach;
 mod info;
@@ -23,14 +23,14 @@ use aya::{
 };
 use profiler_ebpf::{
     BPF_NOEXIST, EVENT_SHARDS, LOST_TRACK_FULL, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS,
-    RING_BUFFER_BYTES, StackKey, ThreadState, TracepointOffsets, kind, lost_stack,
+    RING_BUFFER_BYTES, ThreadState, TracepointOffsets, kind, lost_stack,
     names::{global, map},
 };
 
 use super::{btf, procfs};
-use tprof_core::recording::{LostCounts, events::kind_name};
 use attach::SCHED;
-pub use stacks::RawStacks;
+pub use stacks::StackSource;
+use tprof_core::recording::{LostCounts, events::kind_name};
 
 /// The object built by build.rs from profiler-ebpf.
 #[cfg(not(tprof_no_ebpf))]
@@ -75,11 +75,11 @@ pub struct KernelPrograms {
     /// The event shards, `EVENTS0`… (CPU c writes to shard c % EVENT_SHARDS).
     events: Vec<RingBuf<MapData>>,
     tracked_tgids: HashMap<MapData, u32, u8>,
-    /// tid → the thread's state in the kernel, off-CPU start included.
+    /// tid → the thread's state in the kernel.
     tracked_tids: HashMap<MapData, u32, ThreadState>,
     lost: PerCpuArray<MapData, u64>,
-    stacks: StackTraceMap<MapData>,
-    stack_counts: PerCpuHashMap<MapData, StackKey, u64>,
+    /// Until [`KernelPrograms::take_stack_source`] hands it on.
+    stacks: Option<StackSource>,
     cuda_launches: PerCpuHashMap<MapData, u32, u64>,
     /// The raw scheduler programs are loaded (else the classic ones).
     raw_sched: bool,
@@ -116,8 +116,10 @@ impl KernelPrograms {
             tracked_tgids: HashMap::try_from(take_map(&mut ebpf, map::TRACKED_TGIDS)?)?,
             tracked_tids: HashMap::try_from(take_map(&mut ebpf, map::TRACKED_TIDS)?)?,
             lost: PerCpuArray::try_from(take_map(&mut ebpf, map::LOST)?)?,
-            stacks: StackTraceMap::try_from(take_map(&mut ebpf, map::STACKS)?)?,
-            stack_counts: PerCpuHashMap::try_from(take_map(&mut ebpf, map::STACK_COUNTS)?)?,
+            stacks: Some(StackSource::new(
+                StackTraceMap::try_from(take_map(&mut ebpf, map::STACKS)?)?,
+                raw_sched,
+            )),
             cuda_launches: PerCpuHashMap::try_from(take_map(&mut ebpf, map::CUDA_LAUNCHES)?)?,
             raw_sched,
             ebpf,
@@ -132,6 +134,12 @@ impl KernelPrograms {
                 each(&item);
             }
         }
+    }
+
+    /// The stack map, for the thread that reads it from now on (None the
+    /// second time).
+    pub fn take_stack_source(&mut self) -> Option<StackSource> {
+        self.stacks.take()
     }
 
     /// cudaLaunchKernel calls per process so far, summed over CPUs.
@@ -155,7 +163,7 @@ impl KernelPrograms {
     /// Starts tracking one thread of a tracked process.
     /// A thread the kernel already tracks (`tprof_newtask` added it since
     /// its process was tracked) keeps its entry: overwriting it would drop
-    /// the off-CPU start or futex wait the programs keep there.
+    /// the stack walks or futex wait the programs keep there.
     pub fn track_thread(&mut self, tid: u32, tgid: u32) -> Result<()> {
         match self
             .tracked_tids
@@ -192,8 +200,6 @@ impl KernelPrograms {
         }
         lost.stack_collisions = total(lost_stack::COLLISION)?;
         lost.stack_failed = total(lost_stack::FAILED)?;
-        lost.stack_aggregate_full = total(lost_stack::AGGREGATE_FULL)?;
-        lost.offcpu_full = total(lost_stack::OFFCPU_FULL)?;
         Ok(lost)
     }
 }

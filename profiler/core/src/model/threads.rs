@@ -439,15 +439,6 @@ impl Thread {
         let i = self.intervals.partition_by_end(|end| end <= ts);
         self.intervals.get(i).filter(|iv| iv.start_ns <= ts)
     }
-
-    /// Total time blocked for `reason`.
-    pub fn time_blocked_by(&self, reason: BlockReason) -> u64 {
-        self.intervals
-            .iter()
-            .filter(|i| i.reason == Some(reason))
-            .map(|i| i.duration_ns())
-            .sum()
-    }
 }
 
 /// A thread being built: its record, and its current state since when.

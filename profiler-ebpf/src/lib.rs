@@ -5,10 +5,13 @@
 //! byte: every type is `#[repr(C)]`, fields are ordered largest alignment
 //! first, padding is an explicit `_pad` field, and each type's size is pinned
 //! by a `const` assertion below it. Every ring-buffer record starts with an
-//! [`EventHeader`] whose `kind` says which record follows.
+//! [`EventHeader`] whose `kind` says which record follows and whose `len` how
+//! long it is, so a reader can skip a kind it does not know. With the `pod`
+//! feature each type derives bytemuck's `Pod`, which checks there is no
+//! hidden padding.
 //!
 //! Changing any of these types changes the recording format too (events are
-//! stored as these bytes): bump `recording::FORMAT_VERSION` in `profiler`.
+//! stored as these bytes): bump `recording::FORMAT_VERSION` in `tprof-core`.
 #![no_std]
 
 /// Length of a task's `comm` (TASK_COMM_LEN).
@@ -27,6 +30,114 @@ pub const RING_BUFFER_BYTES: u32 = 16 << 20;
 /// contended spinlock and a bouncing cache line per event: on two CPUs at
 /// 700,000 events/s each, that was half of `tprof_switch`'s time.
 pub const EVENT_SHARDS: u32 = 8;
+/// Most block requests in flight at once, on every device of the machine
+/// (the `REQUESTS` map's size).
+pub const MAX_REQUESTS: u32 = 16_384;
+/// Most tracked bios between their submission and their request (the
+/// `BIO_OWNERS` map's size).
+pub const MAX_BIO_OWNERS: u32 = 16_384;
+/// Most CUDA runtime calls in progress at once, over all tracked threads
+/// (the `CUDA_CALLS` map's size).
+pub const MAX_CUDA_CALLS: u32 = 16_384;
+
+/// bpf_map_update_elem flag: create only, never overwrite.
+pub const BPF_NOEXIST: u64 = 1;
+
+/// The names userspace looks the kernel programs, maps and globals up by.
+/// The kernel side defines each as a Rust item of that name (a program is
+/// its function, a map or global its static), which the macros cannot
+/// take from a constant; `capture::programs`' tests check these lists
+/// against the built object, both ways.
+pub mod names {
+    /// Programs: the scheduler ones in two builds, classic tracepoint and
+    /// raw tracepoint (`_r`), of which one set is loaded.
+    pub mod program {
+        pub const SWITCH: &str = "tprof_switch";
+        pub const SWITCH_RAW: &str = "tprof_switch_r";
+        pub const WAKING: &str = "tprof_waking";
+        pub const WAKING_RAW: &str = "tprof_waking_r";
+        pub const WAKEUP_NEW: &str = "tprof_wakeup_new";
+        pub const WAKEUP_NEW_RAW: &str = "tprof_wakenew_r";
+        pub const NEWTASK: &str = "tprof_newtask";
+        pub const EXEC: &str = "tprof_exec";
+        pub const EXIT: &str = "tprof_exit";
+        pub const RENAME: &str = "tprof_rename";
+        pub const BIO_QUEUE: &str = "tprof_bio_queue";
+        pub const BIO_SPLIT: &str = "tprof_bio_split";
+        pub const RQ_INSERT: &str = "tprof_rq_insert";
+        pub const RQ_ISSUE: &str = "tprof_rq_issue";
+        pub const RQ_COMPLETE: &str = "tprof_rq_complete";
+        pub const FUTEX_ENTER: &str = "tprof_futex_enter";
+        pub const FUTEX_WAIT_ENTER: &str = "tprof_futex_wait_enter";
+        pub const FUTEX_WAITV_ENTER: &str = "tprof_futex_waitv_enter";
+        pub const FUTEX_EXIT: &str = "tprof_futex_exit";
+        pub const SAMPLE: &str = "tprof_sample";
+        pub const CUDA_ENTER: &str = "tprof_cuda_enter";
+        pub const CUDA_RETURN: &str = "tprof_cuda_return";
+        pub const CUDA_LAUNCH: &str = "tprof_cuda_launch";
+        /// Every program in the object.
+        pub const ALL: &[&str] = &[
+            SWITCH,
+            SWITCH_RAW,
+            WAKING,
+            WAKING_RAW,
+            WAKEUP_NEW,
+            WAKEUP_NEW_RAW,
+            NEWTASK,
+            EXEC,
+            EXIT,
+            RENAME,
+            BIO_QUEUE,
+            BIO_SPLIT,
+            RQ_INSERT,
+            RQ_ISSUE,
+            RQ_COMPLETE,
+            FUTEX_ENTER,
+            FUTEX_WAIT_ENTER,
+            FUTEX_WAITV_ENTER,
+            FUTEX_EXIT,
+            SAMPLE,
+            CUDA_ENTER,
+            CUDA_RETURN,
+            CUDA_LAUNCH,
+        ];
+    }
+
+    /// Maps.
+    pub mod map {
+        /// The event shards, `EVENTS0`… (`super::super::EVENT_SHARDS`).
+        pub const EVENTS: [&str; 8] = [
+            "EVENTS0", "EVENTS1", "EVENTS2", "EVENTS3", "EVENTS4", "EVENTS5", "EVENTS6", "EVENTS7",
+        ];
+        pub const TRACKED_TGIDS: &str = "TRACKED_TGIDS";
+        pub const TRACKED_TIDS: &str = "TRACKED_TIDS";
+        pub const LOST: &str = "LOST";
+        pub const STACKS: &str = "STACKS";
+        pub const REQUESTS: &str = "REQUESTS";
+        pub const BIO_OWNERS: &str = "BIO_OWNERS";
+        pub const CUDA_CALLS: &str = "CUDA_CALLS";
+        pub const CUDA_LAUNCHES: &str = "CUDA_LAUNCHES";
+        /// Every map in the object but the event shards (and the sections
+        /// of program globals).
+        pub const ALL_BUT_EVENTS: &[&str] = &[
+            TRACKED_TGIDS,
+            TRACKED_TIDS,
+            LOST,
+            STACKS,
+            REQUESTS,
+            BIO_OWNERS,
+            CUDA_CALLS,
+            CUDA_LAUNCHES,
+        ];
+    }
+
+    /// Program globals userspace sets at load time.
+    pub mod global {
+        pub const OFFSETS: &str = "OFFSETS";
+        pub const SAMPLE_STACKS: &str = "SAMPLE_STACKS";
+    }
+}
+const _: () = assert!(names::map::EVENTS.len() == EVENT_SHARDS as usize);
 
 /// `kind` values of [`EventHeader`].
 pub mod kind {
@@ -39,9 +150,11 @@ pub mod kind {
     pub const BLOCK_IO: u16 = 7;
     pub const FUTEX: u16 = 8;
     pub const CUDA: u16 = 9;
+    /// An on-CPU stack sample ([`super::SampleEvent`]).
+    pub const SAMPLE: u16 = 10;
     /// One past the largest kind: the size of the per-kind drop counters
     /// (it must stay below the `lost_stack` slots, 24).
-    pub const COUNT: u32 = 10;
+    pub const COUNT: u32 = 11;
 }
 
 /// Index into the `LOST` per-CPU array for "a fork could not be tracked
@@ -55,26 +168,19 @@ pub mod lost_stack {
     pub const COLLISION: u32 = 24;
     /// bpf_get_stackid failed otherwise (-ENOMEM, -EFAULT): no stack.
     pub const FAILED: u32 = 25;
-    /// `STACK_COUNTS` was full: a sample or off-CPU interval was dropped.
-    pub const AGGREGATE_FULL: u32 = 26;
-    /// A switch-out could not be kept: its off-CPU time is lost. No longer
-    /// produced (the off-CPU start lives in the thread's `TRACKED_TIDS`
-    /// entry, which exists whenever the thread is tracked); the slot is kept
-    /// so the `offcpu_full` count userspace reports stays meaningful (0).
-    pub const OFFCPU_FULL: u32 = 27;
+    // 26 and 27 counted the in-kernel stack aggregate's overflows until
+    // recording format 4, which streams samples instead; left unused.
 }
 /// Size of the `LOST` array.
 pub const LOST_SLOTS: u32 = 32;
-const _: () = assert!(kind::COUNT <= lost_stack::COLLISION && lost_stack::OFFCPU_FULL < LOST_SLOTS);
+const _: () = assert!(kind::COUNT <= lost_stack::COLLISION && lost_stack::FAILED < LOST_SLOTS);
 
 /// Distinct stacks the `STACKS` map holds (user and kernel stacks share it).
 pub const MAX_STACKS: u32 = 16_384;
-/// Distinct (thread, stacks, kind) keys `STACK_COUNTS` holds.
-pub const MAX_STACK_KEYS: u32 = 32_768;
 /// bpf_get_stackid flag: the user-space stack instead of the kernel's.
 pub const BPF_F_USER_STACK: u64 = 1 << 8;
 
-/// [`StackKey::kind`]: what a stack's weight measures. `ON_CPU` counts
+/// What a stack sample's weight measures: `ON_CPU` counts
 /// cpu-clock samples; the others are off-CPU nanoseconds, by why the thread
 /// left the CPU. Plain u32 constants rather than a Rust enum, because a
 /// kernel value outside a Rust enum's variants would be undefined behaviour.
@@ -110,41 +216,10 @@ pub const fn offcpu_reason(prev_state: u64) -> Option<u32> {
     }
 }
 
-/// Key of the in-kernel stack aggregate `STACK_COUNTS` (value: u64 samples
-/// for [`stack_kind::ON_CPU`], else nanoseconds). A stack id is negative
-/// when that stack could not be taken. 24 bytes.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct StackKey {
-    pub tgid: u32,
-    pub tid: u32,
-    pub user_stack_id: i32,
-    pub kernel_stack_id: i32,
-    /// One of [`stack_kind`].
-    pub kind: u32,
-    pub _pad: u32,
-}
-const _: () = assert!(size_of::<StackKey>() == 24);
-
-/// Kernel-only: a tracked thread's switch-out, kept until it runs again.
-/// 24 bytes.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OffCpuStart {
-    /// CLOCK_MONOTONIC ns of the switch-out.
-    pub ts_ns: u64,
-    pub user_stack_id: i32,
-    pub kernel_stack_id: i32,
-    /// One of [`stack_kind`] (never `ON_CPU`).
-    pub reason: u32,
-    /// The thread's tgid.
-    pub tgid: u32,
-}
-const _: () = assert!(size_of::<OffCpuStart>() == 24);
-
 /// Kernel-only: a thread's last walked off-CPU stacks, reused by switch-outs
 /// that follow within [`STACK_REUSE_NS`]. 16 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LastStacks {
     pub walked_ns: u64,
@@ -162,15 +237,13 @@ const _: () = assert!((stack_kind::FUTEX as usize) < STACK_KINDS);
 /// piece of per-thread state the hot programs keep, in one preallocated
 /// hash entry updated in place. A context switch then does one lookup per
 /// task: the lookup that tells whether the task is tracked also finds its
-/// off-CPU start, its cached stack walks and whether it is in a futex
-/// wait (four more lookups when these lived in maps of their own).
-/// Userspace seeds it with [`ThreadState::new`] and reads `offcpu` of the
-/// threads still off CPU when recording ends. 184 bytes.
+/// cached stack walks and whether it is in a futex wait (more lookups when
+/// these lived in maps of their own). Userspace seeds it with
+/// [`ThreadState::new`]. 160 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadState {
-    /// The last switch-out; `ts_ns` 0 while on a CPU (or never seen off).
-    pub offcpu: OffCpuStart,
     /// The futex wait in progress; `ts_ns` 0 when none.
     pub futex: FutexEnter,
     /// The last walked off-CPU stacks, by off-CPU reason ([`stack_kind`]).
@@ -178,19 +251,16 @@ pub struct ThreadState {
     pub tgid: u32,
     pub _pad: u32,
 }
-const _: () = assert!(size_of::<ThreadState>() == 184);
+const _: () = assert!(size_of::<ThreadState>() == 160);
+// SAFETY: a repr(C) struct of integers with no hidden padding (the
+// derived bytemuck::Pod checks it): every bit pattern is a valid value.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for ThreadState {}
 
 impl ThreadState {
     /// A thread of process `tgid` with nothing in progress.
     pub const fn new(tgid: u32) -> ThreadState {
         ThreadState {
-            offcpu: OffCpuStart {
-                ts_ns: 0,
-                user_stack_id: 0,
-                kernel_stack_id: 0,
-                reason: 0,
-                tgid: 0,
-            },
             futex: FutexEnter {
                 ts_ns: 0,
                 uaddr: 0,
@@ -266,6 +336,7 @@ pub const PREV_STATE_DEAD: u64 = 0x10 | 0x20;
 
 /// Starts every ring-buffer record. 16 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EventHeader {
     /// CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns).
@@ -274,30 +345,86 @@ pub struct EventHeader {
     pub kind: u16,
     /// CPU the program ran on.
     pub cpu: u16,
-    pub _pad: u32,
+    /// The whole record's length in bytes, this header included (since
+    /// recording format 4; recordings before it hold 0 here and each
+    /// kind's size is fixed). A reader skips a kind it does not know by it.
+    pub len: u32,
 }
 const _: () = assert!(size_of::<EventHeader>() == 16);
 
-/// sched_switch where the previous or next task is tracked. 40 bytes.
+/// A ring-buffer record type: its [`kind`] value, tied to the type so a
+/// program cannot emit one struct under another's kind.
+pub trait AbiEvent: Sized {
+    const KIND: u16;
+    /// A header for this record at `ts_ns` on `cpu`, with its length.
+    fn header(ts_ns: u64, cpu: u16) -> EventHeader {
+        EventHeader {
+            ts_ns,
+            kind: Self::KIND,
+            cpu,
+            len: size_of::<Self>() as u32,
+        }
+    }
+}
+
+/// sched_switch where the previous or next task is tracked. 48 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SwitchEvent {
     pub hdr: EventHeader,
-    /// Raw `prev_state` of the tracepoint: 0 or [`PREV_STATE_PREEMPTED`]
-    /// means the task stays runnable (involuntary switch).
-    pub prev_state: u64,
+    /// `prev_state` as the classic tracepoint reports it: 0 or
+    /// [`PREV_STATE_PREEMPTED`] means the task stays runnable (involuntary
+    /// switch). Its values fit 32 bits (the tracepoint's field is a long).
+    pub prev_state: u32,
+    /// Why a tracked prev left the CPU, one of [`stack_kind`] (never
+    /// `ON_CPU`): the kind its off-CPU time is weighed under until it runs
+    /// again. [`NO_STACK_KIND`] when prev is untracked or exiting.
+    pub prev_kind: u32,
     pub prev_tid: u32,
     /// From bpf_get_current_pid_tgid (prev is current here).
     pub prev_tgid: u32,
     pub next_tid: u32,
     /// From `TRACKED_TIDS`; 0 when next is not tracked.
     pub next_tgid: u32,
+    /// Where a tracked prev left the CPU from: its user and kernel stacks.
+    /// In the kernel, ids in the `STACKS` stack map; in a recording, capture
+    /// has replaced them by the recording's own stack ids (its STACK_DEFS
+    /// records). -1: no such stack (not sampled, failed, or none).
+    pub prev_user_stack: i32,
+    pub prev_kernel_stack: i32,
 }
-const _: () = assert!(size_of::<SwitchEvent>() == 40);
+const _: () = assert!(size_of::<SwitchEvent>() == 48);
+impl AbiEvent for SwitchEvent {
+    const KIND: u16 = kind::SWITCH;
+}
+
+/// [`SwitchEvent::prev_kind`] when there is no off-CPU interval to weigh.
+pub const NO_STACK_KIND: u32 = u32::MAX;
+
+/// A cpu-clock tick that interrupted a tracked thread: one on-CPU sample of
+/// its stacks. 32 bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleEvent {
+    pub hdr: EventHeader,
+    pub tid: u32,
+    pub tgid: u32,
+    /// As in [`SwitchEvent::prev_user_stack`]: stack-map ids in the kernel,
+    /// the recording's stack ids in a recording, -1 for none.
+    pub user_stack: i32,
+    pub kernel_stack: i32,
+}
+const _: () = assert!(size_of::<SampleEvent>() == 32);
+impl AbiEvent for SampleEvent {
+    const KIND: u16 = kind::SAMPLE;
+}
 
 /// sched_waking / sched_wakeup_new of a tracked task: the moment it becomes
 /// runnable, and who woke it. 40 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WakeupEvent {
     pub hdr: EventHeader,
@@ -317,6 +444,9 @@ pub struct WakeupEvent {
     pub flags: u32,
 }
 const _: () = assert!(size_of::<WakeupEvent>() == 40);
+impl AbiEvent for WakeupEvent {
+    const KIND: u16 = kind::WAKEUP;
+}
 
 /// [`WakeupEvent::flags`]: sched_wakeup_new, the first wakeup of a new task
 /// (the waker is the parent).
@@ -324,6 +454,7 @@ pub const WAKE_NEW_TASK: u32 = 1;
 
 /// task_newtask of a tracked process: a new thread or child process. 56 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ForkEvent {
     pub hdr: EventHeader,
@@ -336,9 +467,13 @@ pub struct ForkEvent {
     pub comm: [u8; COMM_LEN],
 }
 const _: () = assert!(size_of::<ForkEvent>() == 56);
+impl AbiEvent for ForkEvent {
+    const KIND: u16 = kind::FORK;
+}
 
 /// sched_process_exec of a tracked process. 48 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExecEvent {
     pub hdr: EventHeader,
@@ -352,9 +487,13 @@ pub struct ExecEvent {
     pub comm: [u8; COMM_LEN],
 }
 const _: () = assert!(size_of::<ExecEvent>() == 48);
+impl AbiEvent for ExecEvent {
+    const KIND: u16 = kind::EXEC;
+}
 
 /// sched_process_exit of a tracked thread. 32 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExitEvent {
     pub hdr: EventHeader,
@@ -365,10 +504,14 @@ pub struct ExitEvent {
     pub _pad: u32,
 }
 const _: () = assert!(size_of::<ExitEvent>() == 32);
+impl AbiEvent for ExitEvent {
+    const KIND: u16 = kind::EXIT;
+}
 
 /// task_rename of a tracked thread (prctl(PR_SET_NAME), a write to
 /// /proc/…/comm, exec). 40 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CommEvent {
     pub hdr: EventHeader,
@@ -377,10 +520,16 @@ pub struct CommEvent {
     pub comm: [u8; COMM_LEN],
 }
 const _: () = assert!(size_of::<CommEvent>() == 40);
+impl AbiEvent for CommEvent {
+    const KIND: u16 = kind::COMM;
+}
 
 /// The size of the record of an event kind, or `None` for an unknown kind.
+/// (Recordings before format 4 have no `len`: their event sizes were these,
+/// but for [`SwitchEvent`], 40 bytes then, and no [`SampleEvent`].)
 pub const fn event_size(kind: u16) -> Option<usize> {
     match kind {
+        kind::SAMPLE => Some(size_of::<SampleEvent>()),
         kind::SWITCH => Some(size_of::<SwitchEvent>()),
         kind::WAKEUP => Some(size_of::<WakeupEvent>()),
         kind::FORK => Some(size_of::<ForkEvent>()),
@@ -400,6 +549,7 @@ pub const fn event_size(kind: u16) -> Option<usize> {
 /// optional tracepoint the kernel lacks stays 0 and its program is not
 /// attached. 64 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TracepointOffsets {
     /// sched_switch
@@ -451,6 +601,10 @@ pub struct TracepointOffsets {
     pub _pad: [u16; 3],
 }
 const _: () = assert!(size_of::<TracepointOffsets>() == 64);
+// SAFETY: a repr(C) struct of integers with no hidden padding (the
+// derived bytemuck::Pod checks it): every bit pattern is a valid value.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for TracepointOffsets {}
 
 /// Bytes of the `rwbs` string kept from block tracepoints ("R", "WS", "FWFS", …).
 pub const RWBS_LEN: usize = 8;
@@ -458,6 +612,7 @@ pub const RWBS_LEN: usize = 8;
 /// A block request completed, on any device (device statistics are
 /// machine-wide), with the tracked thread that submitted it if any. 72 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BlockIoEvent {
     /// `ts_ns` is the completion time.
@@ -482,9 +637,13 @@ pub struct BlockIoEvent {
     pub rwbs: [u8; RWBS_LEN],
 }
 const _: () = assert!(size_of::<BlockIoEvent>() == 72);
+impl AbiEvent for BlockIoEvent {
+    const KIND: u16 = kind::BLOCK_IO;
+}
 
 /// Kernel-only key of a block request in flight.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RequestKey {
     pub sector: u64,
@@ -495,12 +654,24 @@ const _: () = assert!(size_of::<RequestKey>() == 16);
 
 /// Kernel-only: times of a block request in flight.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RequestTimes {
     pub start_ns: u64,
     pub issue_ns: u64,
 }
 const _: () = assert!(size_of::<RequestTimes>() == 16);
+
+/// Linux errno values the kernel records (a futex wait's return, a block
+/// request's error). Linux's own numbers, defined here rather than taken
+/// from the host's libc: a recording is read on any machine.
+pub mod errno {
+    pub const EINTR: i32 = 4;
+    pub const EAGAIN: i32 = 11;
+    pub const EFAULT: i32 = 14;
+    pub const EEXIST: i32 = 17;
+    pub const ETIMEDOUT: i32 = 110;
+}
 
 /// Which futex system call a [`FutexEvent`] came from.
 pub const FUTEX_SYSCALL_FUTEX: u32 = 0;
@@ -519,6 +690,7 @@ pub const FUTEX_CMD_MASK: u32 = 0x7f;
 
 /// A tracked thread's futex wait, from syscall entry to exit. 56 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FutexEvent {
     /// `ts_ns` is the syscall's exit.
@@ -537,9 +709,13 @@ pub struct FutexEvent {
     pub syscall: u32,
 }
 const _: () = assert!(size_of::<FutexEvent>() == 56);
+impl AbiEvent for FutexEvent {
+    const KIND: u16 = kind::FUTEX;
+}
 
 /// Kernel-only: a futex wait in progress, from entry to exit.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FutexEnter {
     pub ts_ns: u64,
@@ -608,6 +784,7 @@ pub const CUDA_ARGS: usize = 5;
 /// its uprobe to its uretprobe. The arguments are raw registers: which one
 /// means what depends on `func` (see [`cuda_fn`]). 96 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CudaCallEvent {
     /// `ts_ns` is the return.
@@ -626,25 +803,19 @@ pub struct CudaCallEvent {
     pub _pad: u32,
 }
 const _: () = assert!(size_of::<CudaCallEvent>() == 96);
+impl AbiEvent for CudaCallEvent {
+    const KIND: u16 = kind::CUDA;
+}
 
 /// Kernel-only: a CUDA call in progress, from entry to return. 48 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CudaEnter {
     pub ts_ns: u64,
     pub args: [u64; CUDA_ARGS],
 }
 const _: () = assert!(size_of::<CudaEnter>() == 48);
-
-#[cfg(feature = "user")]
-mod pod {
-    //! aya reads these types from maps and writes them as globals.
-    use super::*;
-    unsafe impl aya::Pod for TracepointOffsets {}
-    unsafe impl aya::Pod for StackKey {}
-    unsafe impl aya::Pod for OffCpuStart {}
-    unsafe impl aya::Pod for ThreadState {}
-}
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,9 @@ use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
 
 use profiler::analysis::flame;
-use profiler::capture::{MapLimits, RecordOptions, gpu::GpuOptions, output};
+use profiler::capture::{MapLimits, RecordOptions, gpu::GpuOptions, procfs};
+use profiler::output;
+pub use profiler::outputs::TimelineFormat;
 
 /// Read when `--nvml-lib` is not given (sudo drops it unless kept with
 /// `sudo --preserve-env=TPROF_NVML_LIB`).
@@ -172,40 +174,6 @@ pub struct TimelineArgs {
     pub force: bool,
 }
 
-/// A timeline file format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimelineFormat {
-    /// Chrome trace event JSON.
-    Json,
-    Html,
-}
-
-impl TimelineFormat {
-    /// The format a file name asks for.
-    pub fn of(path: &Path) -> Result<TimelineFormat> {
-        let ext = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase);
-        match ext.as_deref() {
-            Some("json") => Ok(TimelineFormat::Json),
-            Some("html" | "htm") => Ok(TimelineFormat::Html),
-            _ => bail!(
-                "cannot tell the timeline format of {}: name it FILE.json (Perfetto UI, \
-                 chrome://tracing) or FILE.html (any browser)",
-                path.display()
-            ),
-        }
-    }
-
-    pub fn extension(self) -> &'static str {
-        match self {
-            TimelineFormat::Json => "json",
-            TimelineFormat::Html => "html",
-        }
-    }
-}
-
 impl TimelineArgs {
     /// Where to write, and in which format.
     pub fn output_and_format(&self) -> Result<(PathBuf, TimelineFormat)> {
@@ -296,8 +264,7 @@ fn parse_ring_buffer_size(text: &str) -> Result<u32, String> {
         .trim()
         .parse()
         .map_err(|_| format!("`{text}` is not a size in bytes (try 65536)"))?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
+    let page = procfs::page_size();
     if !bytes.is_power_of_two() || bytes < page {
         return Err(format!(
             "ring buffer size {bytes} must be a power of two of at least {page} bytes"

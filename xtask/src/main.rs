@@ -5,17 +5,27 @@
 mod bench;
 mod cmd;
 mod demo;
+mod fixtures;
 mod fuzz;
 mod job_env;
 mod setup;
 mod test;
+mod workloads;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
     about = "tprof's developer tasks",
-    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo\n  sudo cargo xtask demo --healthy\n  sudo cargo xtask bench\n  sudo cargo xtask bench real\n  cargo xtask fuzz --seconds 300"
+    after_help = "Examples:
+  sudo cargo xtask setup
+  sudo cargo xtask test
+  sudo cargo xtask demo
+  sudo cargo xtask demo --healthy
+  sudo cargo xtask bench
+  sudo cargo xtask bench real
+  sudo cargo xtask fixtures
+  cargo xtask fuzz --seconds 300"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -41,6 +51,10 @@ enum Task {
     /// speed; writes target/bench/results.md. `bench real`: whether tprof's
     /// advice on a real PyTorch job lands near its best configuration.
     Bench(bench::Args),
+    /// Record the committed fixture recordings of the current format
+    /// version (profiler/core/tests/fixtures/) from the test workloads; then
+    /// re-bless their goldens with TPROF_BLESS=1.
+    Fixtures(fixtures::Args),
     /// Fuzz the recording reader (and everything after it) for a fixed
     /// time with cargo-fuzz; needs nightly and `cargo install cargo-fuzz`.
     Fuzz(fuzz::Args),
@@ -53,6 +67,7 @@ fn main() {
         Task::Test(args) => test::run(&args),
         Task::Demo(args) => demo::run(&args),
         Task::Bench(args) => bench::run(&args),
+        Task::Fixtures(args) => fixtures::run(&args),
         Task::Fuzz(args) => fuzz::run(&args),
     };
     if let Err(err) = result {

@@ -16,17 +16,20 @@ use aya_ebpf::{
     maps::LruHashMap,
     programs::TracePointContext,
 };
-use profiler_ebpf::{BlockIoEvent, RWBS_LEN, RequestKey, RequestTimes, kind};
+use profiler_ebpf::{
+    BlockIoEvent, MAX_BIO_OWNERS, MAX_REQUESTS, RWBS_LEN, RequestKey, RequestTimes,
+};
 
 use super::{emit, header, is_tracked_process, offsets};
 
 /// Requests in flight: (dev, sector) → times.
 #[map]
-static REQUESTS: LruHashMap<RequestKey, RequestTimes> = LruHashMap::with_max_entries(16384, 0);
+static REQUESTS: LruHashMap<RequestKey, RequestTimes> =
+    LruHashMap::with_max_entries(MAX_REQUESTS, 0);
 
 /// Submitter of a tracked bio: sector → bpf_get_current_pid_tgid().
 #[map]
-static BIO_OWNERS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
+static BIO_OWNERS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(MAX_BIO_OWNERS, 0);
 
 #[tracepoint]
 pub fn tprof_bio_queue(ctx: TracePointContext) -> u32 {
@@ -139,21 +142,18 @@ fn try_rq_complete(ctx: &TracePointContext) -> Result<(), i32> {
     if owner != 0 {
         let _ = BIO_OWNERS.remove(&key.sector);
     }
-    emit(
-        kind::BLOCK_IO,
-        BlockIoEvent {
-            hdr: header(kind::BLOCK_IO),
-            start_ns: times.start_ns,
-            issue_ns: times.issue_ns,
-            sector: key.sector,
-            dev: key.dev,
-            nr_sector: unsafe { ctx.read_at::<u32>(off.complete_nr_sector as usize)? },
-            tid: owner as u32,
-            tgid: (owner >> 32) as u32,
-            error: unsafe { ctx.read_at::<i32>(off.complete_error as usize)? },
-            _pad: 0,
-            rwbs: unsafe { ctx.read_at::<[u8; RWBS_LEN]>(off.complete_rwbs as usize)? },
-        },
-    );
+    emit(BlockIoEvent {
+        hdr: header::<BlockIoEvent>(),
+        start_ns: times.start_ns,
+        issue_ns: times.issue_ns,
+        sector: key.sector,
+        dev: key.dev,
+        nr_sector: unsafe { ctx.read_at::<u32>(off.complete_nr_sector as usize)? },
+        tid: owner as u32,
+        tgid: (owner >> 32) as u32,
+        error: unsafe { ctx.read_at::<i32>(off.complete_error as usize)? },
+        _pad: 0,
+        rwbs: unsafe { ctx.read_at::<[u8; RWBS_LEN]>(off.complete_rwbs as usize)? },
+    });
     Ok(())
 }

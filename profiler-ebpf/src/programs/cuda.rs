@@ -19,18 +19,17 @@ use aya_ebpf::{
     maps::{LruHashMap, PerCpuHashMap},
     programs::{ProbeContext, RetProbeContext},
 };
-use profiler_ebpf::{CUDA_ARGS, CudaCallEvent, CudaEnter, MAX_TRACKED_TGIDS, cuda_fn, kind};
+use profiler_ebpf::{
+    CUDA_ARGS, CudaCallEvent, CudaEnter, MAX_CUDA_CALLS, MAX_TRACKED_TGIDS, cuda_fn,
+};
 
-use super::{emit, header, is_tracked_process};
-
-/// bpf_map_update_elem flag: only create a new element.
-const BPF_NOEXIST: u64 = 1;
+use super::{add_per_cpu, emit, header, is_tracked_process};
 
 /// Calls in progress: (tid << 32 | function id) → entry. Keyed by function
 /// as well as thread so a runtime function that calls another probed one
 /// keeps both. LRU: a thread that dies inside a call never returns.
 #[map]
-static CUDA_CALLS: LruHashMap<u64, CudaEnter> = LruHashMap::with_max_entries(16384, 0);
+static CUDA_CALLS: LruHashMap<u64, CudaEnter> = LruHashMap::with_max_entries(MAX_CUDA_CALLS, 0);
 
 /// cudaLaunchKernel calls per tracked process (tgid → count), per CPU so
 /// counting needs no atomics. Userspace sums the CPUs.
@@ -93,20 +92,17 @@ fn try_cuda_return(ctx: &RetProbeContext) -> Result<(), i32> {
     };
     // cudaError_t is an int: sign-extend its 32 bits.
     let ret = i64::from(ctx.ret::<u64>() as u32 as i32);
-    emit(
-        kind::CUDA,
-        CudaCallEvent {
-            hdr: header(kind::CUDA),
-            enter_ns: entry.ts_ns,
-            args: entry.args,
-            ret,
-            out_ptr,
-            tid: pid_tgid as u32,
-            tgid: (pid_tgid >> 32) as u32,
-            func,
-            _pad: 0,
-        },
-    );
+    emit(CudaCallEvent {
+        hdr: header::<CudaCallEvent>(),
+        enter_ns: entry.ts_ns,
+        args: entry.args,
+        ret,
+        out_ptr,
+        tid: pid_tgid as u32,
+        tgid: (pid_tgid >> 32) as u32,
+        func,
+        _pad: 0,
+    });
     Ok(())
 }
 
@@ -119,13 +115,6 @@ pub fn tprof_cuda_launch(_ctx: ProbeContext) -> u32 {
     if !is_tracked_process(tgid) {
         return 0;
     }
-    if let Some(count) = CUDA_LAUNCHES.get_ptr_mut(&tgid) {
-        unsafe { *count += 1 };
-    } else if CUDA_LAUNCHES.insert(&tgid, &1, BPF_NOEXIST).is_err()
-        && let Some(count) = CUDA_LAUNCHES.get_ptr_mut(&tgid)
-    {
-        // A thread on another CPU created the entry first.
-        unsafe { *count += 1 };
-    }
+    let _ = add_per_cpu(&CUDA_LAUNCHES, &tgid, 1);
     0
 }

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, fs, path::Path};
 
-use crate::recording::SystemSample;
+use tprof_core::recording::SystemSample;
 
 /// Task is a kernel thread (PF_KTHREAD in /proc/…/stat flags).
 const PF_KTHREAD: u64 = 0x0020_0000;
@@ -220,6 +220,14 @@ pub fn online_cpus() -> u32 {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     if n > 0 { n as u32 } else { 1 }
+}
+
+/// The memory page size in bytes (at least 4096), which ring buffer sizes
+/// are multiples of.
+pub fn page_size() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(size).unwrap_or(4096).max(4096)
 }
 
 pub fn exists_task(pid: u32, tid: u32) -> bool {

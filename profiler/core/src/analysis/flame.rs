@@ -1,0 +1,356 @@
+//! Folded stacks for flamegraphs: each sampled stack becomes one line
+//! `role;thread;frame;…;frame weight`, rooted in who ran it so the whole job
+//! (trainer and every worker, exited or not) shares one graph.
+//!
+//! Pure: a [`Model`] in, lines out; render/flamegraph.rs draws them.
+
+use std::collections::BTreeMap;
+
+use crate::model::Model;
+use crate::recording::{Frame, StackKind, StackSample, StackTable};
+
+/// Which time a flamegraph shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlameKind {
+    /// On-CPU samples (count: samples).
+    Cpu,
+    /// Time off CPU, with the reason as the leaf (count: µs).
+    OffCpu,
+    /// On- and off-CPU time together (count: µs).
+    Wall,
+}
+
+impl FlameKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FlameKind::Cpu => "cpu",
+            FlameKind::OffCpu => "offcpu",
+            FlameKind::Wall => "wall",
+        }
+    }
+
+    /// What a line's count measures.
+    pub fn unit(self) -> &'static str {
+        match self {
+            FlameKind::Cpu => "samples",
+            FlameKind::OffCpu | FlameKind::Wall => "us",
+        }
+    }
+}
+
+/// Which threads to include; empty lists include all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub pids: Vec<u32>,
+    pub tids: Vec<u32>,
+}
+
+impl Filter {
+    fn keeps(&self, sample: &StackSample) -> bool {
+        (self.pids.is_empty() || self.pids.contains(&sample.pid))
+            && (self.tids.is_empty() || self.tids.contains(&sample.tid))
+    }
+}
+
+/// Folded stacks, sorted by stack, with weights in `kind.unit()`. Empty
+/// when the recording has no stacks of that kind.
+pub fn fold(model: &Model, kind: FlameKind, filter: &Filter) -> Vec<(String, u64)> {
+    let Some(table) = &model.stacks else {
+        return Vec::new();
+    };
+    let labels: Vec<String> = table.frames.iter().map(frame_label).collect();
+    // Sum in the weights' own unit first (samples, ns), convert at the end,
+    // so rounding happens once per line rather than once per sample.
+    let mut sums: BTreeMap<String, u64> = BTreeMap::new();
+    for sample in table.samples.iter().filter(|s| filter.keeps(s)) {
+        let Some(weight) = weight(table, sample, kind) else {
+            continue;
+        };
+        let line = stack_line(model, table, &labels, sample);
+        // Saturating: weights come from the file, which may be hostile.
+        let sum = sums.entry(line).or_default();
+        *sum = sum.saturating_add(weight);
+    }
+    let mut lines: Vec<(String, u64)> = sums
+        .into_iter()
+        .map(|(line, w)| (line, to_unit(kind, w)))
+        .filter(|&(_, w)| w > 0)
+        .collect();
+    keep_total_in_range(&mut lines);
+    lines
+}
+
+/// inferno sums the lines' weights in u64 and scales differences by 150
+/// in isize: scale them down when their total would overflow that (only a
+/// hostile file comes near: 2^53 µs is 285 years).
+fn keep_total_in_range(lines: &mut [(String, u64)]) {
+    const LIMIT: u128 = 1 << 53;
+    let total: u128 = lines.iter().map(|&(_, w)| u128::from(w)).sum();
+    if total > LIMIT {
+        for (_, w) in lines.iter_mut() {
+            *w = (u128::from(*w) * LIMIT / total) as u64;
+        }
+    }
+}
+
+/// The sample's weight in this kind's summing unit (samples for cpu, ns
+/// otherwise), or None when the kind leaves it out.
+fn weight(table: &StackTable, sample: &StackSample, kind: FlameKind) -> Option<u64> {
+    match (kind, sample.kind.is_on_cpu()) {
+        (FlameKind::Cpu, true) | (FlameKind::OffCpu, false) => Some(sample.weight),
+        (FlameKind::Wall, false) => Some(sample.weight),
+        // One sample stands for 1/hz s of CPU time.
+        (FlameKind::Wall, true) => Some(
+            (u128::from(sample.weight) * 1_000_000_000 / u128::from(table.sample_hz.max(1)))
+                .try_into()
+                .unwrap_or(u64::MAX),
+        ),
+        _ => None,
+    }
+}
+
+fn to_unit(kind: FlameKind, summed: u64) -> u64 {
+    match kind {
+        FlameKind::Cpu => summed,
+        FlameKind::OffCpu | FlameKind::Wall => summed.saturating_add(500) / 1000,
+    }
+}
+
+fn stack_line(
+    model: &Model,
+    table: &StackTable,
+    labels: &[String],
+    sample: &StackSample,
+) -> String {
+    let mut parts = vec![process_role(model, sample.pid), thread_name(model, sample)];
+    if let Some(stack) = table.stacks.get(sample.stack as usize) {
+        parts.extend(
+            stack
+                .iter()
+                .map(|&f| labels.get(f as usize).cloned().unwrap_or_default()),
+        );
+    }
+    if let Some(reason) = reason_label(sample.kind) {
+        parts.push(reason.to_string());
+    }
+    parts
+        .iter()
+        .map(|p| sanitize(p))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// The root frame of a process's stacks. For now: the recording's target
+/// by its name, every descendant as "NAME (child)", so forked workers
+/// (which keep the parent's name until they exec) group apart from it.
+/// The role detection of a later issue (trainer, pt_data_worker) plugs in
+/// here.
+pub fn process_role(model: &Model, pid: u32) -> String {
+    let comm = model
+        .processes
+        .get(&pid)
+        .map(|p| p.comm.clone())
+        .unwrap_or_else(|| format!("pid {pid}"));
+    if model.depth(pid) == 0 {
+        comm
+    } else {
+        format!("{comm} (child)")
+    }
+}
+
+/// The thread's latest name (a reused tid: the latest thread of that pid).
+fn thread_name(model: &Model, sample: &StackSample) -> String {
+    model
+        .threads
+        .iter()
+        .rev()
+        .find(|t| t.tid == sample.tid && t.pid == sample.pid)
+        .map(|t| t.comm.clone())
+        .unwrap_or_else(|| format!("tid {}", sample.tid))
+}
+
+/// The leaf frame naming why a thread was off CPU.
+pub fn reason_label(kind: StackKind) -> Option<&'static str> {
+    Some(match kind {
+        StackKind::OnCpu => return None,
+        StackKind::Runnable => "[runnable]",
+        StackKind::DiskWait => "[disk wait (D)]",
+        StackKind::Sleep => "[sleep]",
+        StackKind::Other => "[other wait]",
+        StackKind::BlockIo => "[block io]",
+        StackKind::Futex => "[futex]",
+    })
+}
+
+/// How a frame reads in a flamegraph: its symbol, else its module and
+/// offset (never a bare "[unknown]" when the module is known). Kernel frames
+/// end in "_[k]", which flamegraph palettes color apart.
+pub fn frame_label(frame: &Frame) -> String {
+    let name = match &frame.symbol {
+        Some(symbol) => symbol.clone(),
+        None if frame.module.is_empty() => format!("[unknown {:#x}]", frame.offset),
+        None => {
+            let base = frame.module.rsplit('/').next().unwrap_or(&frame.module);
+            format!("{base}+{:#x}", frame.offset)
+        }
+    };
+    if frame.is_kernel() {
+        format!("{name}_[k]")
+    } else {
+        name
+    }
+}
+
+/// `;` separates frames and a line ends at the count: keep both out of names.
+fn sanitize(part: &str) -> String {
+    part.replace(';', ":").replace(['\n', '\r'], " ")
+}
+
+/// The folded text: one `stack count` line each.
+pub fn folded_text(lines: &[(String, u64)]) -> String {
+    lines
+        .iter()
+        .map(|(stack, count)| format!("{stack} {count}\n"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Process, Thread};
+    use crate::recording::{FrameKind, Origin};
+
+    fn frame(module: &str, offset: u64, symbol: Option<&str>, kernel: bool) -> Frame {
+        Frame {
+            module: module.into(),
+            offset,
+            symbol: symbol.map(Into::into),
+            kind: if kernel {
+                FrameKind::Kernel
+            } else {
+                FrameKind::Native
+            },
+        }
+    }
+
+    #[test]
+    fn labels_frames() {
+        assert_eq!(
+            frame_label(&frame("/bin/app", 0x10, Some("burn_a"), false)),
+            "burn_a"
+        );
+        assert_eq!(
+            frame_label(&frame("/usr/lib/libx.so.1", 0x1a2b, None, false)),
+            "libx.so.1+0x1a2b"
+        );
+        assert_eq!(
+            frame_label(&frame("[kernel]", 1, Some("schedule"), true)),
+            "schedule_[k]"
+        );
+        assert_eq!(
+            frame_label(&frame("", 0xdead, None, false)),
+            "[unknown 0xdead]"
+        );
+    }
+
+    fn process(pid: u32, ppid: u32, comm: &str) -> Process {
+        Process {
+            pid,
+            ppid,
+            comm: comm.into(),
+            cmdline: Vec::new(),
+            origin: Origin::Forked,
+            start_ns: 0,
+            exit_ns: None,
+            exec_ns: None,
+        }
+    }
+
+    fn thread(tid: u32, pid: u32, comm: &str) -> Thread {
+        Thread {
+            tid,
+            pid,
+            comm: comm.into(),
+            renamed_from: Vec::new(),
+            start_ns: 0,
+            end_ns: 0,
+            exited: false,
+            intervals: Default::default(),
+            involuntary_switches: 0,
+            voluntary_switches: 0,
+        }
+    }
+
+    /// A trainer (pid 1) and a worker (pid 2), one frame table.
+    fn model() -> Model {
+        let mut model = Model {
+            targets: vec![1],
+            threads: vec![thread(1, 1, "python"), thread(2, 2, "pt_data_worker")],
+            ..Default::default()
+        };
+        model.processes.insert(1, process(1, 0, "python"));
+        model.processes.insert(2, process(2, 1, "python"));
+        let sample = |pid, kind, stack, weight| StackSample {
+            pid,
+            tid: pid,
+            kind,
+            stack,
+            weight,
+        };
+        model.stacks = Some(StackTable {
+            sample_hz: 100,
+            frames: vec![
+                frame("/bin/py", 0, Some("main"), false),
+                frame("/bin/py", 8, Some("step;odd"), false),
+                frame("[kernel]", 9, Some("schedule"), true),
+            ],
+            stacks: vec![vec![0, 1], vec![0, 2]],
+            samples: vec![
+                sample(1, StackKind::OnCpu, 0, 3),
+                sample(2, StackKind::OnCpu, 0, 1),
+                sample(2, StackKind::Sleep, 1, 2_000_400),
+                sample(2, StackKind::Runnable, 1, 1_000_000),
+            ],
+        });
+        model
+    }
+
+    #[test]
+    fn folds_cpu_samples_under_role_and_thread() {
+        let lines = fold(&model(), FlameKind::Cpu, &Filter::default());
+        assert_eq!(
+            folded_text(&lines),
+            "python (child);pt_data_worker;main;step:odd 1\npython;python;main;step:odd 3\n"
+        );
+    }
+
+    #[test]
+    fn folds_offcpu_time_with_reason_leaves_in_us() {
+        let lines = fold(&model(), FlameKind::OffCpu, &Filter::default());
+        assert_eq!(
+            lines,
+            vec![
+                (
+                    "python (child);pt_data_worker;main;schedule_[k];[runnable]".into(),
+                    1000
+                ),
+                (
+                    "python (child);pt_data_worker;main;schedule_[k];[sleep]".into(),
+                    2000
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn wall_converts_samples_to_time_and_filters() {
+        let filter = Filter {
+            pids: vec![1],
+            tids: Vec::new(),
+        };
+        let lines = fold(&model(), FlameKind::Wall, &filter);
+        // 3 samples at 100 Hz = 30 ms.
+        assert_eq!(lines, vec![("python;python;main;step:odd".into(), 30_000)]);
+        assert!(fold(&Model::default(), FlameKind::Cpu, &Filter::default()).is_empty());
+    }
+}

@@ -1,0 +1,486 @@
+//! Who is who in the job: the trainer that consumes batches, the data
+//! workers that produce them, the pin-memory thread between them, the
+//! thread pools inside all of them, and the helpers the job runs on the
+//! side.
+//!
+//! The rules rest on what any framework leaves in the kernel's view: the
+//! process tree (workers are descendants of the trainer's process), exec
+//! (a worker is a fork of the trainer's interpreter; a child that exec'd
+//! another program, such as the `ldconfig` that ctypes.util.find_library
+//! runs while torch imports, is a helper), wakeup edges (the trainer is the
+//! thread workers wake), how a thread waits (pool threads that spin on
+//! sched_yield) and the libraries the stacks run in (libgomp, libmkl, …).
+//! PyTorch's thread names (`pt_data_worker`, `pt_data_pin`) only sharpen
+//! them.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+
+use crate::model::{Model, Thread};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The thread that consumes batches (normally the root process's main thread).
+    Trainer,
+    /// Moves batches from the workers into pinned memory for the trainer.
+    PinMemory,
+    /// A thread of a data-loading worker process.
+    DataWorker,
+    /// A thread of an OpenMP / MKL / OpenBLAS / OpenCV / TBB pool.
+    Pool,
+    /// A thread of a process the job ran on the side: a child that exec'd
+    /// another program (`ldconfig`, `sh`, a compiler, `nvidia-smi`), or a
+    /// descendant of one. Shown, never counted as a worker or blamed.
+    Helper,
+    Other,
+}
+
+impl Role {
+    /// A process's role from its threads': the trainer's process is the
+    /// trainer's, then helper, then data worker; pool and pin-memory
+    /// threads say nothing of their process.
+    pub fn max_for_process(self, thread: Role) -> Role {
+        let rank = |r: Role| match r {
+            Role::Trainer => 3,
+            Role::Helper => 2,
+            Role::DataWorker => 1,
+            _ => 0,
+        };
+        if rank(thread) > rank(self) {
+            thread
+        } else {
+            self
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Trainer => "trainer",
+            Role::PinMemory => "pin_memory",
+            Role::DataWorker => "data_worker",
+            Role::Pool => "pool",
+            Role::Helper => "helper",
+            Role::Other => "other",
+        }
+    }
+}
+
+/// Thread-name prefixes of well-known pools (lower case). Pool threads
+/// often keep their creator's name, so stacks are checked too.
+const POOL_NAME_PREFIXES: &[&str] = &["omp", "gomp", "openblas", "mkl", "tbb", "cv::", "opencv"];
+/// Library basename prefixes whose code pool threads run, and the pool
+/// each belongs to. (numpy's OpenBLAS is libscipy_openblas; OpenCV's
+/// Python wheel is one cv2.abi3.so.)
+const POOL_LIBRARIES: &[(&str, PoolLibrary)] = &[
+    ("libgomp", PoolLibrary::OpenMp),
+    ("libiomp", PoolLibrary::OpenMp),
+    ("libomp", PoolLibrary::OpenMp),
+    ("libmkl", PoolLibrary::Mkl),
+    ("libopenblas", PoolLibrary::OpenBlas),
+    ("libscipy_openblas", PoolLibrary::OpenBlas),
+    ("libopencv", PoolLibrary::OpenCv),
+    ("cv2.", PoolLibrary::OpenCv),
+    ("libtbb", PoolLibrary::Tbb),
+];
+/// Share of a thread's on-CPU samples in pool libraries that makes it a pool thread.
+const POOL_SAMPLE_SHARE: f64 = 0.5;
+/// Share of its samples in an OpenMP runtime that makes a thread one of
+/// its pool's: the parallel work itself runs in the caller's libraries
+/// (libtorch_cpu), so a busy OpenMP thread has few samples in the runtime,
+/// but no thread outside a pool runs the runtime's barrier and dispatch.
+const OPENMP_SAMPLE_SHARE: f64 = 0.1;
+/// A thread that runs this short on average between involuntary switches,
+/// and waits for a CPU this many times longer than it runs, is spinning on
+/// sched_yield: a pool thread waiting for work (OpenCV's, OpenBLAS's and
+/// TBB's pools spin so before they sleep).
+const SPIN_MEAN_RUN_NS: u64 = 50_000;
+const SPIN_RUNNABLE_TO_RUN: u64 = 10;
+/// Fewer switches than this say nothing about how a thread waits.
+const SPIN_MIN_SWITCHES: u64 = 100;
+
+/// Which library a pool thread belongs to, so the fix names its setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolLibrary {
+    /// libgomp, Intel's libiomp5, LLVM's libomp: OMP_NUM_THREADS (and
+    /// MKL_NUM_THREADS, which PyTorch also reads).
+    OpenMp,
+    Mkl,
+    OpenBlas,
+    OpenCv,
+    Tbb,
+    /// Known only by how it waits (spinning on sched_yield).
+    Unknown,
+}
+
+impl PoolLibrary {
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolLibrary::OpenMp => "OpenMP",
+            PoolLibrary::Mkl => "MKL",
+            PoolLibrary::OpenBlas => "OpenBLAS",
+            PoolLibrary::OpenCv => "OpenCV",
+            PoolLibrary::Tbb => "TBB",
+            PoolLibrary::Unknown => "unknown",
+        }
+    }
+
+    fn from_thread_name(name: &str) -> PoolLibrary {
+        match name {
+            n if n.starts_with("omp") || n.starts_with("gomp") => PoolLibrary::OpenMp,
+            n if n.starts_with("openblas") => PoolLibrary::OpenBlas,
+            n if n.starts_with("mkl") => PoolLibrary::Mkl,
+            n if n.starts_with("tbb") => PoolLibrary::Tbb,
+            _ => PoolLibrary::OpenCv,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Roles {
+    pub by_tid: BTreeMap<u32, Role>,
+    pub trainer: Option<u32>,
+    /// Each pool thread's library.
+    pub pool_library: BTreeMap<u32, PoolLibrary>,
+}
+
+impl Roles {
+    pub fn of(&self, tid: u32) -> Role {
+        self.by_tid.get(&tid).copied().unwrap_or(Role::Other)
+    }
+}
+
+pub fn classify(model: &Model) -> Roles {
+    let samples = pool_samples(model);
+    let helpers = helper_processes(model);
+    let mut by_tid = BTreeMap::new();
+    let mut pool_library = BTreeMap::new();
+    for t in &model.threads {
+        let role = if helpers.contains(&(t.pid, process_start(model, t))) {
+            Role::Helper
+        } else if let Some(library) = pool_of(t, &samples) {
+            pool_library.insert(t.tid, library);
+            Role::Pool
+        } else if t.comm == "pt_data_pin" {
+            Role::PinMemory
+        } else if t.comm == "pt_data_worker" || model.depth(t.pid) > 0 {
+            Role::DataWorker
+        } else {
+            Role::Other
+        };
+        by_tid.insert(t.tid, role);
+    }
+    let trainer = find_trainer(model, &by_tid);
+    if let Some(tid) = trainer {
+        by_tid.insert(tid, Role::Trainer);
+        pool_library.remove(&tid);
+    }
+    Roles {
+        by_tid,
+        trainer,
+        pool_library,
+    }
+}
+
+/// The start of the process a thread belongs to: with its pid, it tells
+/// the holders of a reused pid apart.
+fn process_start(model: &Model, t: &Thread) -> u64 {
+    model
+        .process_of(t.pid, t.start_ns)
+        .map_or(0, |p| p.start_ns)
+}
+
+/// Helper processes, as (pid, start): descendants of the targets that
+/// exec'd a program other than their parent's (a DataLoader worker is a
+/// fork of the trainer's interpreter, or under the spawn start method an
+/// exec of the same one, and names a thread `pt_data_worker`), and
+/// everything below them.
+fn helper_processes(model: &Model) -> HashSet<(u32, u64)> {
+    let named_workers: HashSet<u32> = model
+        .threads
+        .iter()
+        .filter(|t| t.comm == "pt_data_worker")
+        .map(|t| t.pid)
+        .collect();
+    let execd_other = |p: &crate::model::Process| {
+        p.exec_ns.is_some()
+            && !model.targets.contains(&p.pid)
+            && !named_workers.contains(&p.pid)
+            && model
+                .processes
+                .get(&p.ppid)
+                .is_some_and(|parent| parent.comm != p.comm)
+    };
+    let is_helper = |p: &crate::model::Process| {
+        // Walk up to a target: a helper's children are helpers too.
+        let mut cur = Some(p);
+        for _ in 0..64 {
+            let Some(q) = cur else { break };
+            if model.targets.contains(&q.pid) {
+                break;
+            }
+            if execd_other(q) {
+                return true;
+            }
+            cur = model.processes.get(&q.ppid);
+        }
+        false
+    };
+    model
+        .all_processes()
+        .filter(|p| is_helper(p))
+        .map(|p| (p.pid, p.start_ns))
+        .collect()
+}
+
+/// A thread other than its process's main thread that belongs to a pool:
+/// by name, by where its on-CPU samples run (a pool library, or
+/// sched_yield), or by waiting as a sched_yield loop does. A process's
+/// main thread is never a pool's.
+fn pool_of(t: &Thread, samples: &HashMap<u32, PoolSamples>) -> Option<PoolLibrary> {
+    if t.tid == t.pid {
+        return None;
+    }
+    let name = t.comm.to_ascii_lowercase();
+    if POOL_NAME_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        return Some(PoolLibrary::from_thread_name(&name));
+    }
+    let own = samples.get(&t.tid).filter(|s| s.total > 0);
+    if let Some(s) = own {
+        let share = |n: u64| n as f64 / s.total as f64;
+        let openmp = s.by_library.get(&PoolLibrary::OpenMp).copied().unwrap_or(0);
+        if share(s.in_pool) >= POOL_SAMPLE_SHARE || share(openmp) >= OPENMP_SAMPLE_SHARE {
+            return Some(s.library());
+        }
+    }
+    // Known by how it waits; its library, if any sample says.
+    spins_on_yield(t).then(|| own.map_or(PoolLibrary::Unknown, PoolSamples::library))
+}
+
+/// Switched out still runnable, over and over, after runs of a few
+/// microseconds, and waiting for a CPU far longer than it ran: a
+/// sched_yield loop. (A thread merely starved of CPU also waits runnable,
+/// but runs a time slice, milliseconds, each time it gets a CPU.)
+fn spins_on_yield(t: &Thread) -> bool {
+    let switches = t.voluntary_switches + t.involuntary_switches;
+    if t.involuntary_switches < SPIN_MIN_SWITCHES || t.involuntary_switches <= t.voluntary_switches
+    {
+        return false;
+    }
+    let b = t.breakdown(t.start_ns, t.end_ns);
+    b.on_cpu / switches.max(1) < SPIN_MEAN_RUN_NS && b.runnable >= SPIN_RUNNABLE_TO_RUN * b.on_cpu
+}
+
+/// A thread's on-CPU samples: all, those whose leaf runs in a pool library,
+/// and how many of those each pool library had.
+#[derive(Debug, Default)]
+struct PoolSamples {
+    total: u64,
+    in_pool: u64,
+    by_library: HashMap<PoolLibrary, u64>,
+}
+
+impl PoolSamples {
+    /// The library most samples ran in; a pool seen only spinning on
+    /// sched_yield is Unknown.
+    fn library(&self) -> PoolLibrary {
+        self.by_library
+            .iter()
+            .filter(|&(lib, n)| *lib != PoolLibrary::Unknown && *n > 0)
+            .max_by_key(|&(lib, n)| (*n, std::cmp::Reverse(*lib)))
+            .map_or(PoolLibrary::Unknown, |(lib, _)| *lib)
+    }
+}
+
+/// Per tid, its on-CPU samples by the pool library their leaf runs in;
+/// samples inside sched_yield count as [`PoolLibrary::Unknown`] (a pool
+/// spinning for work).
+fn pool_samples(model: &Model) -> HashMap<u32, PoolSamples> {
+    let Some(table) = &model.stacks else {
+        return HashMap::new();
+    };
+    let mut counts: HashMap<u32, PoolSamples> = HashMap::new();
+    for s in table.samples.iter().filter(|s| s.kind.is_on_cpu()) {
+        let frames = table
+            .stacks
+            .get(s.stack as usize)
+            .map_or(&[][..], |f| &f[..]);
+        let library = if frames.iter().any(|&f| is_yield(table, f)) {
+            Some(PoolLibrary::Unknown)
+        } else {
+            frames
+                .iter()
+                .rev()
+                .find(|&&f| !is_kernel(table, f))
+                .and_then(|&f| table.frames.get(f as usize))
+                .and_then(|frame| {
+                    let base = frame.module.rsplit('/').next().unwrap_or_default();
+                    POOL_LIBRARIES
+                        .iter()
+                        .find(|(prefix, _)| base.starts_with(prefix))
+                        .map(|(_, lib)| *lib)
+                })
+        };
+        let entry = counts.entry(s.tid).or_default();
+        // Weights come from the file: saturate rather than trust them.
+        entry.total = entry.total.saturating_add(s.weight);
+        if let Some(lib) = library {
+            entry.in_pool = entry.in_pool.saturating_add(s.weight);
+            let n = entry.by_library.entry(lib).or_default();
+            *n = n.saturating_add(s.weight);
+        }
+    }
+    counts
+}
+
+/// A frame of sched_yield: libc's wrapper or the kernel's syscall.
+fn is_yield(table: &crate::recording::StackTable, frame: u32) -> bool {
+    table
+        .frames
+        .get(frame as usize)
+        .and_then(|f| f.symbol.as_deref())
+        .is_some_and(|sym| {
+            sym == "sched_yield" || sym.ends_with("sys_sched_yield") || sym == "do_sched_yield"
+        })
+}
+
+/// Per tid, the share of its on-CPU samples spent spinning for pool work:
+/// in an OpenMP runtime (barriers and dispatch; the parallel work itself
+/// runs in the caller's code) or in sched_yield.
+pub fn spin_shares(model: &Model) -> HashMap<u32, f64> {
+    pool_samples(model)
+        .into_iter()
+        .filter(|(_, s)| s.total > 0)
+        .map(|(tid, s)| {
+            let spin: u64 = [PoolLibrary::OpenMp, PoolLibrary::Unknown]
+                .iter()
+                .filter_map(|lib| s.by_library.get(lib))
+                .sum();
+            (tid, spin as f64 / s.total as f64)
+        })
+        .collect()
+}
+
+fn is_kernel(table: &crate::recording::StackTable, frame: u32) -> bool {
+    table
+        .frames
+        .get(frame as usize)
+        .is_some_and(crate::recording::Frame::is_kernel)
+}
+
+/// The thread of a target process that workers (or the pin thread) wake
+/// most often while it waits; else the first target's main thread.
+fn find_trainer(model: &Model, roles: &BTreeMap<u32, Role>) -> Option<u32> {
+    let pid_of: HashMap<u32, u32> = model.threads.iter().map(|t| (t.tid, t.pid)).collect();
+    let mut woken: HashMap<u32, usize> = HashMap::new();
+    for w in &model.wakeups {
+        let Some(&pid) = pid_of.get(&w.tid) else {
+            continue;
+        };
+        let candidate = model.depth(pid) == 0
+            && matches!(roles.get(&w.tid), Some(Role::Other))
+            && matches!(
+                roles.get(&w.waker_tid),
+                Some(Role::DataWorker | Role::PinMemory)
+            );
+        if candidate {
+            *woken.entry(w.tid).or_default() += 1;
+        }
+    }
+    let most_woken = woken
+        .into_iter()
+        .max_by_key(|&(tid, n)| (n, std::cmp::Reverse(tid)))
+        .map(|(tid, _)| tid);
+    most_woken.or_else(|| {
+        model
+            .targets
+            .iter()
+            .find(|&&pid| model.threads.iter().any(|t| t.tid == pid))
+            .copied()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Process, WakeEdge};
+    use crate::recording::Origin;
+
+    fn thread(tid: u32, pid: u32, comm: &str) -> Thread {
+        Thread {
+            tid,
+            pid,
+            comm: comm.into(),
+            renamed_from: vec![],
+            start_ns: 0,
+            end_ns: 100,
+            exited: false,
+            intervals: Default::default(),
+            voluntary_switches: 0,
+            involuntary_switches: 0,
+        }
+    }
+
+    fn process(pid: u32, ppid: u32) -> Process {
+        Process {
+            pid,
+            ppid,
+            comm: "python".into(),
+            cmdline: vec![],
+            origin: Origin::Attached,
+            start_ns: 0,
+            exit_ns: None,
+            exec_ns: None,
+        }
+    }
+
+    fn wake(tid: u32, waker: u32) -> WakeEdge {
+        WakeEdge {
+            ts: 1,
+            tid,
+            waker_tid: waker,
+            waker_tgid: 0,
+            flags: 0,
+        }
+    }
+
+    #[test]
+    fn pytorch_shaped_job() {
+        let model = Model {
+            targets: vec![10],
+            processes: [(10, process(10, 1)), (20, process(20, 10))].into(),
+            threads: vec![
+                thread(10, 10, "python"),
+                thread(11, 10, "pt_data_pin"),
+                thread(12, 10, "python"),
+                thread(20, 20, "pt_data_worker"),
+                thread(21, 20, "python"),
+                thread(22, 20, "omp_worker"),
+            ],
+            // The pin thread wakes the main thread; a worker wakes the pin thread.
+            wakeups: vec![wake(10, 11), wake(10, 11), wake(11, 21), wake(12, 10)],
+            ..Default::default()
+        };
+        let roles = classify(&model);
+        assert_eq!(roles.trainer, Some(10));
+        assert_eq!(roles.of(10), Role::Trainer);
+        assert_eq!(roles.of(11), Role::PinMemory);
+        assert_eq!(roles.of(12), Role::Other);
+        assert_eq!(roles.of(20), Role::DataWorker);
+        assert_eq!(roles.of(21), Role::DataWorker);
+        assert_eq!(roles.of(22), Role::Pool);
+    }
+
+    #[test]
+    fn without_wakeups_the_target_main_thread_trains() {
+        let model = Model {
+            targets: vec![10],
+            processes: [(10, process(10, 1))].into(),
+            threads: vec![thread(10, 10, "train"), thread(11, 10, "helper")],
+            ..Default::default()
+        };
+        assert_eq!(classify(&model).trainer, Some(10));
+    }
+}

@@ -1,0 +1,74 @@
+//! One drain of the event shards: their records gathered and put in
+//! timestamp order.
+
+/// The events of one drain, gathered from every ring-buffer shard and put
+/// in timestamp order, so the recording keeps the order one shared buffer
+/// gave: each shard is in order, and everything reserved before the drain
+/// began is read in it.
+#[derive(Default)]
+pub(super) struct DrainBatch {
+    bytes: Vec<u8>,
+    /// (timestamp, offset in `bytes`, length) of each event.
+    order: Vec<(u64, usize, usize)>,
+}
+
+impl DrainBatch {
+    /// Empties the batch, then takes every record `drain` hands over (each
+    /// shard's in its order) and sorts them by timestamp.
+    pub(super) fn gather(&mut self, drain: impl FnOnce(&mut dyn FnMut(&[u8]))) {
+        self.bytes.clear();
+        self.order.clear();
+        drain(&mut |bytes| {
+            let ts = bytes
+                .get(..8)
+                .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+            self.order.push((ts, self.bytes.len(), bytes.len()));
+            self.bytes.extend_from_slice(bytes);
+        });
+        // Stable: events of one timestamp keep their shard's order.
+        self.order.sort_by_key(|&(ts, _, _)| ts);
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub(super) fn in_order(&self) -> impl Iterator<Item = &[u8]> {
+        self.order
+            .iter()
+            .map(|&(_, start, len)| &self.bytes[start..start + len])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record: its timestamp, then a tag byte to tell records apart.
+    fn record(ts: u64, tag: u8) -> Vec<u8> {
+        let mut bytes = ts.to_le_bytes().to_vec();
+        bytes.push(tag);
+        bytes
+    }
+
+    #[test]
+    fn merges_shards_by_timestamp_keeping_ties_in_shard_order() {
+        let shards = [
+            vec![record(10, b'a'), record(30, b'b'), record(30, b'c')],
+            vec![record(20, b'x'), record(30, b'y')],
+        ];
+        let mut batch = DrainBatch::default();
+        for _ in 0..2 {
+            // The second round reuses the buffers of the first.
+            batch.gather(|push| {
+                for shard in &shards {
+                    for r in shard {
+                        push(r);
+                    }
+                }
+            });
+            let tags: Vec<u8> = batch.in_order().map(|r| r[8]).collect();
+            assert_eq!(tags, b"axbcy");
+        }
+    }
+}

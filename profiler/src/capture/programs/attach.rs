@@ -1,0 +1,184 @@
+//! Which program attaches where, and attaching them: tracepoints (the
+//! scheduler's raw or classic), the cpu-clock sampler, CUDA uprobes.
+
+use std::path::Path;
+
+use anyhow::{Context as _, Result, anyhow};
+use aya::{
+    programs::{
+        PerfEvent, RawTracePoint, TracePoint, UProbe,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+    },
+    util::online_cpus,
+};
+use profiler_ebpf::{cuda_fn, names::program as name};
+
+use super::{KernelPrograms, find_program};
+use crate::capture::tracefs;
+
+/// A program and the tracepoint it attaches to.
+struct Attachment {
+    program: &'static str,
+    category: &'static str,
+    tracepoint: &'static str,
+    /// Absent on some kernels (futex_wait is 6.7+): skipped when missing.
+    optional: bool,
+}
+
+const fn tp(program: &'static str, category: &'static str, tracepoint: &'static str) -> Attachment {
+    Attachment {
+        program,
+        category,
+        tracepoint,
+        optional: false,
+    }
+}
+
+const fn optional(
+    program: &'static str,
+    category: &'static str,
+    tracepoint: &'static str,
+) -> Attachment {
+    Attachment {
+        program,
+        category,
+        tracepoint,
+        optional: true,
+    }
+}
+
+/// The scheduler programs, each in two builds: (classic tracepoint program,
+/// raw tracepoint program, tracepoint). The raw ones skip the perf record
+/// the kernel fills for a classic tracepoint on every context switch and
+/// wakeup on the machine; they need task_struct offsets from the kernel's
+/// BTF, so without BTF (or before Linux 5.18, whose sched_switch lacks
+/// `prev_state`) the classic ones are loaded instead. Only one of each pair
+/// is loaded.
+pub(super) const SCHED: &[(&str, &str, &str)] = &[
+    (name::SWITCH, name::SWITCH_RAW, "sched_switch"),
+    (name::WAKING, name::WAKING_RAW, "sched_waking"),
+    (name::WAKEUP_NEW, name::WAKEUP_NEW_RAW, "sched_wakeup_new"),
+];
+
+/// Every other tracepoint program.
+const TRACEPOINTS: &[Attachment] = &[
+    tp(name::NEWTASK, "task", "task_newtask"),
+    tp(name::EXEC, "sched", "sched_process_exec"),
+    tp(name::EXIT, "sched", "sched_process_exit"),
+    tp(name::RENAME, "task", "task_rename"),
+    tp(name::BIO_QUEUE, "block", "block_bio_queue"),
+    tp(name::BIO_SPLIT, "block", "block_split"),
+    tp(name::RQ_INSERT, "block", "block_rq_insert"),
+    tp(name::RQ_ISSUE, "block", "block_rq_issue"),
+    tp(name::RQ_COMPLETE, "block", "block_rq_complete"),
+    tp(name::FUTEX_ENTER, "syscalls", "sys_enter_futex"),
+    tp(name::FUTEX_EXIT, "syscalls", "sys_exit_futex"),
+    optional(name::FUTEX_WAIT_ENTER, "syscalls", "sys_enter_futex_wait"),
+    optional(name::FUTEX_EXIT, "syscalls", "sys_exit_futex_wait"),
+    optional(name::FUTEX_WAITV_ENTER, "syscalls", "sys_enter_futex_waitv"),
+    optional(name::FUTEX_EXIT, "syscalls", "sys_exit_futex_waitv"),
+];
+
+/// What attaching to one CUDA runtime library did.
+#[derive(Debug, Default)]
+pub struct CudaProbes {
+    /// Functions probed.
+    pub probed: Vec<String>,
+    /// Functions not probed, each with why.
+    pub missing: Vec<String>,
+}
+
+impl KernelPrograms {
+    /// Attaches every program to its tracepoint.
+    pub fn attach(&mut self) -> Result<()> {
+        for &(classic, raw, tracepoint) in SCHED {
+            let what = || format!("attaching to tracepoint sched/{tracepoint} failed");
+            if self.raw_sched {
+                let program: &mut RawTracePoint = find_program(&mut self.ebpf, raw)?.try_into()?;
+                program.attach(tracepoint).with_context(what)?;
+            } else {
+                let program: &mut TracePoint = find_program(&mut self.ebpf, classic)?.try_into()?;
+                program
+                    .attach("sched", tracepoint)
+                    .with_context(|| format!("{}; is the kernel built with it?", what()))?;
+            }
+        }
+        for a in TRACEPOINTS {
+            if a.optional && !tracefs::exists(a.category, a.tracepoint) {
+                continue;
+            }
+            let program: &mut TracePoint = find_program(&mut self.ebpf, a.program)?.try_into()?;
+            program.attach(a.category, a.tracepoint).with_context(|| {
+                format!(
+                    "attaching to tracepoint {}/{} failed; is the kernel built with it?",
+                    a.category, a.tracepoint
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Samples every CPU's cpu-clock at `hz`; the program keeps samples of
+    /// tracked threads only. (No hardware PMU is needed: cpu-clock is an
+    /// hrtimer, so this works in VMs.)
+    pub fn attach_sampler(&mut self, hz: u64) -> Result<()> {
+        let program: &mut PerfEvent = find_program(&mut self.ebpf, name::SAMPLE)?.try_into()?;
+        let cpus = online_cpus().map_err(|(what, e)| anyhow!("cannot list CPUs ({what}): {e}"))?;
+        for cpu in cpus {
+            program
+                .attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Frequency(hz),
+                    false,
+                )
+                .with_context(|| format!("attaching the cpu-clock sampler on CPU {cpu} failed"))?;
+        }
+        Ok(())
+    }
+
+    /// Probes the CUDA runtime functions in the library file at `library`,
+    /// for every process that maps it (the programs keep tracked processes
+    /// only). A function the library lacks is skipped and named in
+    /// [`CudaProbes::missing`]; only a broken program object is an error.
+    pub fn attach_cuda(&mut self, library: &Path) -> Result<CudaProbes> {
+        let mut out = CudaProbes::default();
+        for (func, symbol) in cuda_fn::ALL {
+            let point = || UProbeAttachPoint {
+                location: UProbeAttachLocation::Symbol(symbol),
+                cookie: Some(u64::from(func)),
+            };
+            let entry_name = if func == cuda_fn::LAUNCH_KERNEL {
+                name::CUDA_LAUNCH
+            } else {
+                name::CUDA_ENTER
+            };
+            let entry = self.uprobe(entry_name)?;
+            let entry_link = match entry.attach(point(), library, UProbeScope::AllProcesses) {
+                Ok(link) => link,
+                Err(e) => {
+                    out.missing
+                        .push(format!("{symbol}: {:#}", anyhow::Error::from(e)));
+                    continue;
+                }
+            };
+            if func != cuda_fn::LAUNCH_KERNEL {
+                let ret = self.uprobe(name::CUDA_RETURN)?;
+                if let Err(e) = ret.attach(point(), library, UProbeScope::AllProcesses) {
+                    out.missing
+                        .push(format!("{symbol} (return): {:#}", anyhow::Error::from(e)));
+                    // An entry without its return would only fill CUDA_CALLS.
+                    self.uprobe(entry_name)?.detach(entry_link)?;
+                    continue;
+                }
+            }
+            out.probed.push(symbol.to_string());
+        }
+        Ok(out)
+    }
+
+    fn uprobe(&mut self, name: &str) -> Result<&mut UProbe> {
+        Ok(find_program(&mut self.ebpf, name)?.try_into()?)
+    }
+}

@@ -1,0 +1,387 @@
+//! Loads tprof's kernel programs, attaches them, and owns their maps. The
+//! only module that talks to aya (its submodules included): the rest of
+//! capture sees plain values and byte slices. Dropping [`KernelPrograms`]
+//! detaches every program and frees every map (nothing is pinned, so a
+//! killed tprof leaves nothing behind either: the kernel frees them with
+//! the last fd).
+//!
+//! [`attach`] says which program attaches where, [`stacks`] reads the
+//! stack map, [`info`] what aya does not expose about a program.
+
+mod attach;
+mod info;
+mod stacks;
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
+    programs::Program,
+    util::online_cpus,
+};
+use profiler_ebpf::{
+    BPF_NOEXIST, EVENT_SHARDS, LOST_TRACK_FULL, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS,
+    RING_BUFFER_BYTES, ThreadState, TracepointOffsets, kind, lost_stack,
+    names::{global, map},
+};
+
+use super::{btf, procfs};
+use attach::SCHED;
+pub use stacks::StackSource;
+use tprof_core::recording::{LostCounts, events::kind_name};
+
+/// The object built by build.rs from profiler-ebpf.
+#[cfg(not(tprof_no_ebpf))]
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+/// Built without bpf-linker (see build.rs): no programs to load.
+#[cfg(tprof_no_ebpf)]
+static OBJECT: &[u8] = &[];
+
+/// Set to 1 to use the classic scheduler tracepoints even where the raw
+/// ones work (to compare the two, and to test the fallback).
+pub const CLASSIC_SCHED_ENV: &str = "TPROF_CLASSIC_SCHED";
+
+/// Set to a raw scheduler program's name to have it treated as refused by
+/// the verifier: the tests' way to exercise the fallback a kernel with BTF
+/// but a stricter verifier takes, on a kernel that accepts every program.
+const REFUSE_RAW_ENV: &str = "TPROF_REFUSE_RAW_SCHED";
+
+/// Sizes of the kernel maps that bound what tprof can follow. The defaults
+/// are the ABI crate's constants; `tprof record`'s hidden
+/// `--max-tracked-threads` and `--ring-buffer-size` shrink them so tests can
+/// fill the tracked set or overflow the ring buffer with a modest workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapLimits {
+    /// Entries of TRACKED_TIDS, and of TRACKED_TGIDS when below its default.
+    pub tracked_threads: u32,
+    /// Bytes of the EVENTS ring buffer: a power of two, a multiple of the
+    /// page size.
+    pub ring_buffer_bytes: u32,
+}
+
+impl Default for MapLimits {
+    fn default() -> MapLimits {
+        MapLimits {
+            tracked_threads: MAX_TRACKED_TIDS,
+            ring_buffer_bytes: RING_BUFFER_BYTES,
+        }
+    }
+}
+
+pub struct KernelPrograms {
+    // Field order is drop order: maps first, then the programs and links.
+    /// The event shards, `EVENTS0`… (CPU c writes to shard c % EVENT_SHARDS).
+    events: Vec<RingBuf<MapData>>,
+    tracked_tgids: HashMap<MapData, u32, u8>,
+    /// tid → the thread's state in the kernel.
+    tracked_tids: HashMap<MapData, u32, ThreadState>,
+    lost: PerCpuArray<MapData, u64>,
+    /// Until [`KernelPrograms::take_stack_source`] hands it on.
+    stacks: Option<StackSource>,
+    cuda_launches: PerCpuHashMap<MapData, u32, u64>,
+    /// The raw scheduler programs are loaded (else the classic ones).
+    raw_sched: bool,
+    /// The loaded object: its programs and their links (the maps above
+    /// were taken out of it).
+    ebpf: Ebpf,
+}
+
+impl KernelPrograms {
+    /// Loads the programs with this kernel's tracepoint offsets, without
+    /// attaching them.
+    /// `sample_stacks` false turns off-CPU stack walks off in the kernel.
+    pub fn load(
+        offsets: &TracepointOffsets,
+        sample_stacks: bool,
+        limits: MapLimits,
+    ) -> Result<KernelPrograms> {
+        if OBJECT.is_empty() {
+            bail!(
+                "this tprof was built without its eBPF programs (bpf-linker was missing); \
+                 run `cargo xtask setup` and build it again to record"
+            );
+        }
+        let (offsets, raw_sched) = sched_offsets(*offsets);
+        let mut ebpf = open_object(&offsets, sample_stacks, limits)?;
+        load_programs(&mut ebpf)?;
+        let raw_sched = load_sched_programs(&mut ebpf, raw_sched)?;
+        find_program(&mut ebpf, profiler_ebpf::names::program::SAMPLE)?;
+        Ok(KernelPrograms {
+            events: map::EVENTS
+                .iter()
+                .map(|name| Ok(RingBuf::try_from(take_map(&mut ebpf, name)?)?))
+                .collect::<Result<_>>()?,
+            tracked_tgids: HashMap::try_from(take_map(&mut ebpf, map::TRACKED_TGIDS)?)?,
+            tracked_tids: HashMap::try_from(take_map(&mut ebpf, map::TRACKED_TIDS)?)?,
+            lost: PerCpuArray::try_from(take_map(&mut ebpf, map::LOST)?)?,
+            stacks: Some(StackSource::new(
+                StackTraceMap::try_from(take_map(&mut ebpf, map::STACKS)?)?,
+                raw_sched,
+            )),
+            cuda_launches: PerCpuHashMap::try_from(take_map(&mut ebpf, map::CUDA_LAUNCHES)?)?,
+            raw_sched,
+            ebpf,
+        })
+    }
+
+    /// Hands every record waiting in the event shards to `each`, shard by
+    /// shard (each shard's records in their order), emptying them.
+    pub fn drain_events(&mut self, each: &mut dyn FnMut(&[u8])) {
+        for shard in &mut self.events {
+            while let Some(item) = shard.next() {
+                each(&item);
+            }
+        }
+    }
+
+    /// The stack map, for the thread that reads it from now on (None the
+    /// second time).
+    pub fn take_stack_source(&mut self) -> Option<StackSource> {
+        self.stacks.take()
+    }
+
+    /// cudaLaunchKernel calls per process so far, summed over CPUs.
+    pub fn cuda_launches(&self) -> Result<BTreeMap<u32, u64>> {
+        let mut out = BTreeMap::new();
+        for item in self.cuda_launches.iter() {
+            let (tgid, per_cpu) = item.context("reading the cudaLaunchKernel counts failed")?;
+            out.insert(tgid, per_cpu.iter().sum());
+        }
+        Ok(out)
+    }
+
+    /// Starts tracking a process: the kernel then tracks its new threads
+    /// and children by itself.
+    pub fn track_process(&mut self, tgid: u32) -> Result<()> {
+        self.tracked_tgids
+            .insert(tgid, 1, 0)
+            .with_context(|| format!("cannot track process {tgid}: tracked-process map full"))
+    }
+
+    /// Starts tracking one thread of a tracked process.
+    /// A thread the kernel already tracks (`tprof_newtask` added it since
+    /// its process was tracked) keeps its entry: overwriting it would drop
+    /// the stack walks or futex wait the programs keep there.
+    pub fn track_thread(&mut self, tid: u32, tgid: u32) -> Result<()> {
+        match self
+            .tracked_tids
+            .insert(tid, ThreadState::new(tgid), BPF_NOEXIST)
+        {
+            Ok(()) => Ok(()),
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EEXIST) => {
+                Ok(())
+            }
+            Err(e) => Err(e)
+                .with_context(|| format!("cannot track thread {tid}: tracked-thread map full")),
+        }
+    }
+
+    /// Stops tracking a thread that turned out to be gone.
+    pub fn untrack_thread(&mut self, tid: u32) {
+        let _ = self.tracked_tids.remove(&tid);
+    }
+
+    /// Drop counts so far, summed over CPUs.
+    pub fn lost_counts(&self) -> Result<LostCounts> {
+        let mut lost = LostCounts {
+            recursion_misses: self.recursion_misses(),
+            ..Default::default()
+        };
+        let total = |slot: u32| -> Result<u64> { Ok(self.lost.get(&slot, 0)?.iter().sum()) };
+        for slot in 0..kind::COUNT {
+            if slot == LOST_TRACK_FULL {
+                lost.tracking_full = total(slot)?;
+            } else {
+                lost.ring_buffer_full
+                    .insert(kind_name(slot as u16).to_string(), total(slot)?);
+            }
+        }
+        lost.stack_collisions = total(lost_stack::COLLISION)?;
+        lost.stack_failed = total(lost_stack::FAILED)?;
+        Ok(lost)
+    }
+}
+
+/// The tracepoint offsets with the `task_struct` fields the raw scheduler
+/// programs read, and whether to load those (else the classic ones): where
+/// the kernel's BTF gives the offsets and the user did not ask for the
+/// classic programs.
+fn sched_offsets(mut offsets: TracepointOffsets) -> (TracepointOffsets, bool) {
+    if std::env::var_os(CLASSIC_SCHED_ENV).is_some_and(|v| v == "1") {
+        return (offsets, false);
+    }
+    match btf::task_offsets() {
+        Ok(task) => {
+            offsets.task_pid = task.pid;
+            offsets.task_exit_state = task.exit_state;
+            offsets.task_cpu = task.cpu;
+            (offsets, true)
+        }
+        // No BTF (or an older kernel): the classic tracepoints record the
+        // same events, at a higher cost per event.
+        Err(_) => (offsets, false),
+    }
+}
+
+/// Opens the object with the globals and map sizes set, its maps created
+/// and no program loaded yet.
+fn open_object(
+    offsets: &TracepointOffsets,
+    sample_stacks: bool,
+    limits: MapLimits,
+) -> Result<Ebpf> {
+    let sample_stacks = u32::from(sample_stacks);
+    let mut loader = EbpfLoader::new();
+    for (name, bytes) in map::EVENTS
+        .iter()
+        .zip(shard_sizes(limits.ring_buffer_bytes))
+    {
+        loader.map_max_entries(name, bytes);
+    }
+    loader
+        .override_global(global::OFFSETS, offsets, true)
+        .override_global(global::SAMPLE_STACKS, &sample_stacks, true)
+        .map_max_entries(map::TRACKED_TIDS, limits.tracked_threads)
+        .map_max_entries(
+            map::TRACKED_TGIDS,
+            limits.tracked_threads.min(MAX_TRACKED_TGIDS),
+        )
+        .load(OBJECT)
+        .map_err(|e| anyhow!("loading the eBPF programs failed: {e}"))
+        .context(
+            "the kernel refused tprof's programs; tprof needs Linux 5.15+ with \
+             CONFIG_BPF_SYSCALL, run as root (kernel BTF is not needed)",
+        )
+}
+
+/// Loads every program but the scheduler ones.
+fn load_programs(ebpf: &mut Ebpf) -> Result<()> {
+    let is_sched = |name: &str| {
+        SCHED
+            .iter()
+            .any(|&(classic, raw, _)| name == classic || name == raw)
+    };
+    for (name, program) in ebpf.programs_mut() {
+        if !is_sched(name) {
+            load_program(name, program)?;
+        }
+    }
+    Ok(())
+}
+
+/// Loads the raw scheduler programs where they load (`raw`) and the classic
+/// ones otherwise; returns which set is loaded. A kernel whose verifier
+/// refuses a raw one (BTF present but something else missing) gets the
+/// classic ones rather than no recording, with a note.
+fn load_sched_programs(ebpf: &mut Ebpf, raw: bool) -> Result<bool> {
+    if raw {
+        match SCHED
+            .iter()
+            .try_for_each(|&(_, raw, _)| load_raw_sched(ebpf, raw))
+        {
+            Ok(()) => return Ok(true),
+            Err(e) => eprintln!(
+                "tprof: note: {e:#}; recording with the classic scheduler \
+                 tracepoints instead, which cost the job more per event"
+            ),
+        }
+    }
+    for &(classic, raw, _) in SCHED {
+        if let Some(Program::RawTracePoint(program)) = ebpf.program_mut(raw) {
+            // Unloading one that did load; one that did not is a no-op error.
+            let _ = program.unload();
+        }
+        load_program(classic, find_program(ebpf, classic)?)?;
+    }
+    Ok(false)
+}
+
+/// Bytes of each event shard: the ring buffer budget split evenly (rounded
+/// down to a power of two, at least a page) over the shards online CPUs
+/// write to; a shard no online CPU uses gets one page.
+fn shard_sizes(total: u32) -> Vec<u32> {
+    let page = procfs::page_size();
+    let cpus = online_cpus().unwrap_or_else(|_| vec![0]);
+    let used: Vec<bool> = (0..EVENT_SHARDS)
+        .map(|shard| cpus.iter().any(|&cpu| cpu % EVENT_SHARDS == shard))
+        .collect();
+    let count = used.iter().filter(|&&u| u).count().max(1) as u32;
+    let share = total / count;
+    let share = if share == 0 {
+        0
+    } else {
+        1 << (31 - share.leading_zeros())
+    };
+    used.iter()
+        .map(|&u| if u { share.max(page) } else { page })
+        .collect()
+}
+
+/// Loads one program into the kernel (verifier included).
+fn load_program(name: &str, program: &mut Program) -> Result<()> {
+    let loaded = match program {
+        Program::TracePoint(p) => p.load(),
+        Program::RawTracePoint(p) => p.load(),
+        Program::PerfEvent(p) => p.load(),
+        Program::UProbe(p) => p.load(),
+        other => bail!(
+            "program {name} has an unexpected type {:?}",
+            other.prog_type()
+        ),
+    };
+    loaded.with_context(|| format!("the kernel's verifier rejected {name}"))
+}
+
+/// Loads one raw scheduler program (or fails as [`REFUSE_RAW_ENV`] asks).
+fn load_raw_sched(ebpf: &mut Ebpf, raw: &str) -> Result<()> {
+    if std::env::var_os(REFUSE_RAW_ENV).is_some_and(|v| v == raw) {
+        bail!("the kernel's verifier rejected {raw} ({REFUSE_RAW_ENV} is set)");
+    }
+    load_program(raw, find_program(ebpf, raw)?)
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map> {
+    ebpf.take_map(name)
+        .with_context(|| format!("map {name} missing from the eBPF object"))
+}
+
+fn find_program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Program> {
+    ebpf.program_mut(name)
+        .with_context(|| format!("program {name} missing from the eBPF object"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use profiler_ebpf::names::program;
+
+    use super::*;
+
+    /// The names userspace looks programs and maps up by (the ABI crate's
+    /// `names`) are the ones the built object has, both ways: a program or
+    /// map renamed on one side only fails here, not at load time as root.
+    #[test]
+    // A tprof built without bpf-linker has no object to check (build.rs).
+    #[cfg_attr(tprof_no_ebpf, ignore = "built without the eBPF programs")]
+    fn abi_names_match_the_object() {
+        let object = aya_obj::Object::parse(OBJECT).expect("parse the eBPF object");
+        let in_object: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
+        let listed: BTreeSet<&str> = program::ALL.iter().copied().collect();
+        assert_eq!(in_object, listed, "programs");
+        let in_object: BTreeSet<&str> = object
+            .maps
+            .keys()
+            .map(String::as_str)
+            .filter(|name| !name.starts_with('.'))
+            .collect();
+        let listed: BTreeSet<&str> = map::ALL_BUT_EVENTS
+            .iter()
+            .chain(&map::EVENTS)
+            .copied()
+            .collect();
+        assert_eq!(in_object, listed, "maps");
+    }
+}

@@ -1,0 +1,546 @@
+//! One recording in progress: tracks the targets, then every 50 ms drains
+//! the kernel's events into the recording's pipeline ([`Pipeline`]: a
+//! writer thread names their stacks and writes them), snapshots new
+//! processes, samples /proc/stat, and once a second refreshes lost counts,
+//! GPU samples, /proc/<pid>/maps and the CUDA state; at the end writes the
+//! totals and the footer.
+
+use std::{
+    collections::HashSet,
+    io::{IsTerminal as _, Write as _},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Result, bail};
+use profiler_ebpf::kind;
+
+use super::clock::{anchor, monotonic_ns};
+use super::cuda::CudaTracer;
+use super::file::cut_short_error;
+use super::gpu::GpuSampler;
+use super::pipeline::Pipeline;
+use super::programs::KernelPrograms;
+use super::signals::Signals;
+use super::{RecordOptions, RecordOutcome, StopReason, limits, procfs};
+use tprof_core::recording::{
+    self, ClockAnchor, Event, Footer, GpuInfo, Header, LostCounts, Origin, ProcessInfo, ThreadInfo,
+    events::Framing, record,
+};
+
+/// How often the ring buffer is drained and the file flushed. Polling on a
+/// timer instead of waking per event keeps tprof's cost flat under load (the
+/// kernel side submits with BPF_RB_NO_WAKEUP).
+const DRAIN_EVERY: Duration = Duration::from_millis(50);
+/// How long after it appears a process's maps are re-read on every drain.
+const YOUNG_FOR: Duration = Duration::from_secs(2);
+/// How often /proc/stat is sampled (every other drain).
+const SAMPLE_EVERY_TICKS: u32 = 2;
+/// How often the status line and the lost counts are refreshed, and the
+/// /proc/<pid>/maps snapshots of live processes (for dlopen'd libraries,
+/// and a CUDA runtime loaded after tracking began).
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+
+pub(super) fn check_targets(pids: &[u32]) -> Result<()> {
+    for &pid in pids {
+        let Some(stat) = procfs::stat(pid) else {
+            bail!("no such process: {pid}; check the PID with `ps -p {pid}`");
+        };
+        if pid == std::process::id() {
+            bail!("process {pid} is tprof itself; give the PID of the job to profile");
+        }
+        if stat.is_kernel_thread() {
+            bail!(
+                "process {pid} ({}) is a kernel thread; tprof profiles user processes",
+                stat.comm
+            );
+        }
+        if stat.is_dead() {
+            bail!("process {pid} ({}) has already exited (zombie)", stat.comm);
+        }
+    }
+    Ok(())
+}
+
+/// One recording in progress.
+pub(super) struct Session {
+    programs: KernelPrograms,
+    out: Pipeline,
+    /// The processes whose exit ends the recording.
+    roots: Vec<u32>,
+    /// The launched command's pid, which we must reap.
+    child: Option<u32>,
+    /// Processes with a /proc snapshot in the recording.
+    known: HashSet<u32>,
+    /// Processes that appeared or exec'd lately, whose libraries are still
+    /// being mapped: their maps are re-read every tick, not every second.
+    young: Vec<(u32, Instant)>,
+    sample_hz: Option<u64>,
+    events: u64,
+    lost: LostCounts,
+    /// Threads and processes of `-p` targets that could not be tracked
+    /// because the tracked maps were full: counted with the kernel's own
+    /// tracking_full drops.
+    untracked: u64,
+    started: Instant,
+    ticks: u32,
+    last_status: Instant,
+    threads_seen: usize,
+    /// Written after the header.
+    gpu_info: GpuInfo,
+    gpu: Option<GpuSampler>,
+    cuda: CudaTracer,
+    /// Ticks on which the writer was too far behind to take a drain.
+    lagged_ticks: u64,
+}
+
+impl Session {
+    pub(super) fn new(
+        programs: KernelPrograms,
+        out: Pipeline,
+        opts: &RecordOptions,
+        (gpu_info, gpu): (GpuInfo, Option<GpuSampler>),
+    ) -> Session {
+        Session {
+            programs,
+            out,
+            roots: Vec::new(),
+            child: None,
+            known: HashSet::new(),
+            young: Vec::new(),
+            sample_hz: opts.sample_hz,
+            events: 0,
+            lost: LostCounts::default(),
+            untracked: 0,
+            started: Instant::now(),
+            ticks: 0,
+            last_status: Instant::now(),
+            threads_seen: 0,
+            gpu_info,
+            gpu,
+            cuda: CudaTracer::new(opts.cuda),
+            lagged_ticks: 0,
+        }
+    }
+
+    fn write_header(&mut self, start: ClockAnchor, command: Option<Vec<String>>) -> Result<()> {
+        let uname = uname();
+        let header = Header {
+            tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            kernel_release: uname.0,
+            hostname: uname.1,
+            cores: procfs::online_cpus(),
+            start,
+            targets: self.roots.clone(),
+            command,
+            block_devices: procfs::block_devices(),
+            cpu_limit: self.roots.first().map(|&pid| limits::cpu_limit(pid)),
+            sample_hz: self.sample_hz,
+        };
+        self.out.write_json(record::HEADER, &header)?;
+        self.out.write_json(record::GPU_INFO, &self.gpu_info)?;
+        Ok(())
+    }
+
+    /// Tracks a launched command, held before exec.
+    pub(super) fn track_launched(
+        &mut self,
+        pid: u32,
+        argv: &[String],
+        start: ClockAnchor,
+    ) -> Result<()> {
+        self.roots = vec![pid];
+        self.child = Some(pid);
+        self.programs.track_process(pid)?;
+        self.programs.track_thread(pid, pid)?;
+        self.write_header(start, Some(argv.to_vec()))?;
+        let info = ProcessInfo {
+            pid,
+            ppid: std::process::id(),
+            comm: argv[0]
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .chars()
+                .take(15)
+                .collect(),
+            cmdline: argv.to_vec(),
+            origin: Origin::Launched,
+            seen_ns: start.monotonic_ns,
+        };
+        self.out.write_json(record::PROCESS, &info)?;
+        self.known.insert(pid);
+        let thread = ThreadInfo {
+            tid: pid,
+            pid,
+            comm: info.comm.clone(),
+            state: 'S',
+        };
+        self.out.write_json(record::THREAD, &thread)?;
+        self.threads_seen = 1;
+        Ok(())
+    }
+
+    /// Tracks running processes, their descendants and all their threads.
+    /// Each process is tracked in the kernel before its threads and children
+    /// are listed, so one created in between is caught by the kernel.
+    pub(super) fn track_attached(&mut self, pids: &[u32], start: ClockAnchor) -> Result<()> {
+        self.roots = pids.to_vec();
+        self.write_header(start, None)?;
+        let mut pending: Vec<u32> = pids.to_vec();
+        while !pending.is_empty() {
+            let mut tracked = Vec::new();
+            for &pid in &pending {
+                self.known.insert(pid);
+                if self.programs.track_process(pid).is_err() {
+                    // The tracked-process map is full: counted, not fatal.
+                    self.untracked += 1;
+                    continue;
+                }
+                tracked.push(pid);
+            }
+            for pid in tracked {
+                self.snapshot_process(pid, Origin::Attached)?;
+                self.track_threads(pid)?;
+                self.cuda.scan(&mut self.programs, pid, monotonic_ns())?;
+            }
+            let all: Vec<u32> = self.known.iter().copied().collect();
+            pending = procfs::descendants(&all)
+                .into_iter()
+                .filter(|p| !self.known.contains(p))
+                .collect();
+        }
+        Ok(())
+    }
+
+    fn track_threads(&mut self, pid: u32) -> Result<()> {
+        for tid in procfs::tasks(pid) {
+            if self.programs.track_thread(tid, pid).is_err() {
+                // The tracked-thread map is full: counted, not fatal.
+                self.untracked += 1;
+                continue;
+            }
+            // A thread that exited between the listing and now would stay in
+            // the map forever; drop it again.
+            let Some(stat) = procfs::task_stat(pid, tid) else {
+                self.programs.untrack_thread(tid);
+                continue;
+            };
+            let info = ThreadInfo {
+                tid,
+                pid,
+                comm: stat.comm,
+                state: stat.state,
+            };
+            self.out.write_json(record::THREAD, &info)?;
+            self.threads_seen += 1;
+        }
+        Ok(())
+    }
+
+    fn snapshot_process(&mut self, pid: u32, origin: Origin) -> Result<()> {
+        let Some(stat) = procfs::stat(pid) else {
+            return Ok(()); // already gone; its events still tell its story
+        };
+        let info = ProcessInfo {
+            pid,
+            ppid: stat.ppid,
+            comm: stat.comm,
+            cmdline: procfs::cmdline(pid),
+            origin,
+            seen_ns: monotonic_ns(),
+        };
+        self.out.write_json(record::PROCESS, &info)?;
+        if self.sample_hz.is_some() {
+            self.out.snapshot_maps(pid)?;
+        }
+        Ok(())
+    }
+
+    /// The one line a script waiting for tprof to attach can look for.
+    pub(super) fn announce(&self) {
+        eprintln!(
+            "tprof: recording {} process(es), {} thread(s) to {} (Ctrl-C to stop)",
+            self.known.len(),
+            self.threads_seen,
+            self.out.path().display()
+        );
+        match &self.gpu_info.status {
+            Some(reason) => eprintln!("tprof: no GPU data: {reason}"),
+            None => eprintln!("tprof: sampling {} GPU(s)", self.gpu_info.devices.len()),
+        }
+    }
+
+    pub(super) async fn run(
+        &mut self,
+        signals: &mut Signals,
+        duration: Option<Duration>,
+    ) -> Result<StopReason> {
+        let mut tick = tokio::time::interval(DRAIN_EVERY);
+        let deadline = duration.map(|d| self.started + d);
+        loop {
+            tokio::select! {
+                // A stop request wins over another drain: the user is waiting.
+                biased;
+                reason = signals.next() => return Ok(reason),
+                _ = tick.tick() => {
+                    self.on_tick()?;
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(StopReason::Duration);
+                    }
+                    if self.roots_exited() {
+                        return Ok(StopReason::TargetsExited);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_tick(&mut self) -> Result<()> {
+        self.drain()?;
+        self.refresh_young_maps()?;
+        self.ticks += 1;
+        if self.ticks.is_multiple_of(SAMPLE_EVERY_TICKS)
+            && let Some(sample) = procfs::system_sample(monotonic_ns())
+        {
+            self.out.write_json(record::SYSTEM, &sample)?;
+        }
+        if self.last_status.elapsed() >= STATUS_EVERY {
+            self.last_status = Instant::now();
+            self.refresh_lost()?;
+            // Once a second: one record per series per second keeps the
+            // file small; a killed recording loses at most that second.
+            self.drain_gpu()?;
+            self.refresh_maps()?;
+            self.refresh_cuda()?;
+            self.status_line();
+        }
+        self.out.flush()?;
+        Ok(())
+    }
+
+    /// Moves every event from the ring buffer into the recording, and
+    /// snapshots processes that appeared or exec'd. When the writer is too
+    /// far behind, the events wait in the ring buffer for a later tick.
+    fn drain(&mut self) -> Result<()> {
+        if self.out.is_full() {
+            self.lagged_ticks += 1;
+            return Ok(());
+        }
+        let mut new_processes = Vec::new();
+        let mut batch = self.out.empty_batch();
+        batch.gather(|push| self.programs.drain_events(push));
+        for bytes in batch.in_order() {
+            self.events += 1;
+            if let Some((pid, parent)) = process_change(bytes) {
+                if let Some(parent) = parent {
+                    self.out.set_parent(pid, parent)?;
+                }
+                new_processes.push(pid);
+            }
+        }
+        // Before the events: the writer names their stacks against these
+        // processes' mappings.
+        for pid in new_processes {
+            self.known.insert(pid);
+            self.young.push((pid, Instant::now()));
+            self.snapshot_process(pid, Origin::Forked)?;
+            // An exec may have brought the CUDA runtime in (a launched job,
+            // a worker started with spawn).
+            self.cuda.scan(&mut self.programs, pid, monotonic_ns())?;
+        }
+        self.out.send_events(batch)?;
+        self.write_cuda()?;
+        Ok(())
+    }
+
+    /// Moves the GPU samples gathered so far into the recording.
+    fn drain_gpu(&mut self) -> Result<()> {
+        let Some(gpu) = &self.gpu else {
+            return Ok(());
+        };
+        for batch in gpu.drain(&self.known) {
+            self.out.write_json(record::GPU_SAMPLES, &batch)?;
+        }
+        Ok(())
+    }
+
+    /// The kernel's drop counts plus what could not be tracked at attach
+    /// and the stacks the writer found gone from the stack map.
+    fn lost_counts(&self) -> Result<LostCounts> {
+        let mut lost = self.programs.lost_counts()?;
+        lost.tracking_full += self.untracked;
+        lost.stack_failed += self.out.unreadable_stacks();
+        Ok(lost)
+    }
+
+    fn refresh_lost(&mut self) -> Result<()> {
+        let lost = self.lost_counts()?;
+        if lost != self.lost {
+            self.out.write_json(record::LOST, &lost)?;
+            self.lost = lost;
+        }
+        Ok(())
+    }
+
+    /// Re-reads the maps of processes younger than YOUNG_FOR: a process
+    /// maps its libraries (and a JIT its code) in its first moments, and a
+    /// short-lived worker may exit before the once-a-second refresh.
+    fn refresh_young_maps(&mut self) -> Result<()> {
+        self.young.retain(|(_, seen)| seen.elapsed() < YOUNG_FOR);
+        if self.sample_hz.is_none() {
+            return Ok(());
+        }
+        for &(pid, _) in &self.young {
+            self.out.snapshot_maps(pid)?;
+        }
+        Ok(())
+    }
+
+    /// Re-reads the maps of live processes, so libraries loaded since the
+    /// last snapshot resolve even if the process exits before the end.
+    fn refresh_maps(&mut self) -> Result<()> {
+        if self.sample_hz.is_none() {
+            return Ok(());
+        }
+        for &pid in &self.known {
+            self.out.snapshot_maps(pid)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the CUDA record when it changed.
+    fn write_cuda(&mut self) -> Result<()> {
+        match self.cuda.take_changed() {
+            Some(info) => self.out.write_json(record::CUDA, &info),
+            None => Ok(()),
+        }
+    }
+
+    /// Looks for a CUDA runtime loaded since the last look (a job importing
+    /// torch now) and records the cudaLaunchKernel counts.
+    fn refresh_cuda(&mut self) -> Result<()> {
+        let now = monotonic_ns();
+        let pids: Vec<u32> = self.known.iter().copied().collect();
+        for pid in pids {
+            self.cuda.scan(&mut self.programs, pid, now)?;
+        }
+        self.cuda.refresh_launches(&self.programs)?;
+        self.write_cuda()
+    }
+
+    fn status_line(&self) {
+        let lagging = if self.out.is_full() {
+            " (writing behind: events wait in the ring buffer)"
+        } else {
+            ""
+        };
+        let line = format!(
+            "tprof: {:.0} s, {} events, {} lost, {} processes{lagging}",
+            self.started.elapsed().as_secs_f64(),
+            self.events,
+            self.lost.total(),
+            self.known.len()
+        );
+        if std::io::stderr().is_terminal() {
+            eprint!("\r\x1b[K{line}");
+            let _ = std::io::stderr().flush();
+        } else if self.started.elapsed().as_secs().is_multiple_of(10) {
+            eprintln!("{line}");
+        }
+    }
+
+    fn roots_exited(&mut self) -> bool {
+        if let Some(child) = self.child {
+            let mut status = 0;
+            // SAFETY: reaping our own child without blocking.
+            let rc = unsafe { libc::waitpid(child as i32, &mut status, libc::WNOHANG) };
+            return rc == child as i32 || rc < 0;
+        }
+        self.roots
+            .iter()
+            .all(|&pid| procfs::stat(pid).is_none_or(|s| s.is_dead()))
+    }
+
+    /// Drains what is left, writes the totals and the footer, and detaches.
+    /// On an error, before or here, the recording so far stays readable and
+    /// the error says so.
+    pub(super) fn finish(self, result: Result<StopReason>) -> Result<RecordOutcome> {
+        if std::io::stderr().is_terminal() {
+            eprintln!();
+        }
+        let path = self.out.path().to_path_buf();
+        // On an error `self` is dropped here: the programs detach, and the
+        // writer thread ends when its queue is empty.
+        result
+            .and_then(|reason| self.complete(reason))
+            .map_err(|e| cut_short_error(&path, e))
+    }
+
+    fn complete(mut self, stop_reason: StopReason) -> Result<RecordOutcome> {
+        // The last drain must not be put off: wait for the writer.
+        while self.out.is_full() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.drain()?;
+        if let Some(gpu) = &mut self.gpu {
+            gpu.stop();
+        }
+        self.drain_gpu()?;
+        self.cuda.refresh_launches(&self.programs)?;
+        let path = self.out.path().to_path_buf();
+        let (mut file, unreadable_stacks) = self.out.finish()?;
+        file.write_json(record::CUDA, self.cuda.info())?;
+        let mut lost = self.programs.lost_counts()?;
+        lost.tracking_full += self.untracked;
+        lost.stack_failed += unreadable_stacks;
+        self.lost = lost;
+        file.write_json(record::LOST, &self.lost)?;
+        let footer = Footer {
+            end: anchor(),
+            stop_reason: stop_reason.as_str().to_string(),
+        };
+        file.write_json(record::FOOTER, &footer)?;
+        file.finish()?;
+        drop(self.programs);
+        Ok(RecordOutcome {
+            path,
+            stop_reason,
+            events: self.events,
+            lost: self.lost,
+        })
+    }
+}
+
+/// The pid of a process that a raw event says was created (with its parent)
+/// or exec'd.
+fn process_change(bytes: &[u8]) -> Option<(u32, Option<u32>)> {
+    let kind = u16::from_le_bytes(bytes.get(8..10)?.try_into().ok()?);
+    if kind != kind::FORK && kind != kind::EXEC {
+        return None;
+    }
+    match recording::events::decode(bytes, Framing::Length).ok()?.0? {
+        Event::Fork {
+            parent_tgid,
+            child_tgid,
+            ..
+        } if child_tgid != parent_tgid => Some((child_tgid, Some(parent_tgid))),
+        Event::Exec { tgid, .. } => Some((tgid, None)),
+        _ => None,
+    }
+}
+
+/// (kernel release, hostname).
+fn uname() -> (String, String) {
+    // SAFETY: uname fills a zeroed struct.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    unsafe { libc::uname(&mut u) };
+    let field = |f: &[libc::c_char]| {
+        let bytes: Vec<u8> = f
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    (field(&u.release), field(&u.nodename))
+}

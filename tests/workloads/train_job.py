@@ -192,8 +192,10 @@ def report_worker_threads(dataset):
     """In a worker: emit its threads whenever the set changes (pool threads
     appear at the first parallel region, queue feeders at the first batch),
     so the ground truth has them even though a worker has no exit hook to
-    report from. A Python thread is in /proc before threading lists it, so
-    a new set is emitted once it held for a whole item."""
+    report from. A Python thread is in /proc before threading lists it (the
+    queue's feeder thread starts multiprocessing's resource sharer while
+    this one decodes), so a new set is emitted once it held for a whole
+    item with no Python thread still starting."""
     if torch.utils.data.get_worker_info() is None:
         return
     tids = frozenset(os.listdir("/proc/self/task"))
@@ -201,7 +203,7 @@ def report_worker_threads(dataset):
         dataset.threads_seen = tids
         dataset.threads_settled = False
         return
-    if dataset.threads_settled:
+    if dataset.threads_settled or threading._limbo:
         return
     dataset.threads_settled = True
     emit({"event": "worker_threads", "pid": os.getpid(), "ts_ns": time.monotonic_ns(), "threads": thread_table()})

@@ -13,8 +13,8 @@ use crate::job_env;
 
 /// Debian packages: LLVM 22 for bpf-linker (same major as rustc's LLVM),
 /// sysstat/bpftool/libbpf-tools as test oracles and peers, gcc for the C
-/// workloads, python3-pip for the CUDA runtime wheel, chromium to load the
-/// HTML timeline headless.
+/// workloads, python3-pip for the CUDA runtime wheel, python3.11-venv for
+/// the train-job venv, chromium to load the HTML timeline headless.
 const APT_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",
@@ -26,6 +26,9 @@ const APT_PACKAGES: &[&str] = &[
     // `perf sched record`, compared against in `cargo xtask bench`.
     "linux-perf",
     "python3-pip",
+    // Debian's python3.11 can make the train-job venv only with this
+    // (job_env.rs uses pyenv's 3.11 first, when there is one).
+    "python3.11-venv",
     "chromium",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";

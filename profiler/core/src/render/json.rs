@@ -17,7 +17,7 @@ use crate::analysis::{
 };
 
 /// Version of the JSON contract (not of the recording format).
-pub const JSON_VERSION: u32 = 1;
+pub const JSON_VERSION: u32 = 2;
 
 #[derive(Serialize)]
 struct Report<'a> {

@@ -121,9 +121,12 @@ impl RealJob {
         workspace_root().join("tests/workloads/train_job.py")
     }
 
-    /// Where the job's JPEGs are kept between runs (made on first use).
+    /// Where the job's JPEGs are kept between runs (made on first use, 40
+    /// MB): in RAM, so no run waits for a disk that the machine's other
+    /// work keeps busy (a test of the CPU pipeline would get disk_bound).
+    /// `cargo xtask bench real` uses the same directory.
     fn data_dir() -> PathBuf {
-        workspace_root().join("target/train-job-images")
+        PathBuf::from("/dev/shm/tprof-train-job-images")
     }
 
     fn ensure_images(&self) {

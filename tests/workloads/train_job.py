@@ -6,7 +6,9 @@ resize, Gaussian blur) and converts with torch, through a DataLoader with
 the given num_workers, pin_memory, persistent_workers and batch size.
 Thread pools are left to the environment (OMP_NUM_THREADS,
 MKL_NUM_THREADS), as in a user's job. The images are generated on the
-first run into --data-dir and reused while their parameters match.
+first run into --data-dir and reused while their parameters match (the
+tests and the bench keep them in /dev/shm, so no run waits for a disk the
+machine's other work keeps busy).
 
 The job prints its own ground truth as JSON lines on stdout (and appends
 them to $TPROF_TRUTH_FILE when set, since `tprof record --` mixes the
@@ -43,7 +45,9 @@ into fresh memory in place of page-locked memory ("pin_memory_thread":
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 
@@ -92,18 +96,41 @@ def parse_args():
 # ---- the dataset -----------------------------------------------------------
 
 
+def has_images(data_dir, stamp):
+    try:
+        with open(os.path.join(data_dir, "stamp.json")) as f:
+            return json.load(f) == stamp
+    except (OSError, ValueError):
+        return False
+
+
 def generate_images(args):
     """JPEGs with smooth shapes and some noise, so they decode like photos
-    rather than flat colour. Reused while the stamp matches."""
-    stamp_path = os.path.join(args.data_dir, "stamp.json")
+    rather than flat colour. Reused while the stamp matches. Made in a
+    directory of their own and renamed into place, so jobs started together
+    never read another's half-written files."""
     stamp = {"images": args.images, "source_size": args.source_size, "version": 2}
+    if has_images(args.data_dir, stamp):
+        return
+    parent = os.path.dirname(os.path.abspath(args.data_dir))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".images-", dir=parent)
     try:
-        with open(stamp_path) as f:
-            if json.load(f) == stamp:
-                return
-    except (OSError, ValueError):
-        pass
-    os.makedirs(args.data_dir, exist_ok=True)
+        write_images(args, staging)
+        with open(os.path.join(staging, "stamp.json"), "w") as f:
+            json.dump(stamp, f)
+        if os.path.isdir(args.data_dir) and not has_images(args.data_dir, stamp):
+            shutil.rmtree(args.data_dir, ignore_errors=True)
+        try:
+            os.rename(staging, args.data_dir)
+        except OSError:
+            if not has_images(args.data_dir, stamp):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_images(args, out_dir):
     w, h = args.source_size
     rng = np.random.default_rng(12345)
     yy, xx = np.mgrid[0 : 2 * h, 0 : 2 * w].astype(np.float32)
@@ -135,9 +162,7 @@ def generate_images(args):
             x0, y0 = int(rng.integers(0, w - 40)), int(rng.integers(0, h - 40))
             color = tuple(int(c) for c in rng.integers(0, 255, size=3))
             cv2.rectangle(img, (x0, y0), (x0 + 40, y0 + 30), color, -1)
-        cv2.imwrite(os.path.join(args.data_dir, f"{i:05d}.jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, 90])
-    with open(stamp_path, "w") as f:
-        json.dump(stamp, f)
+        cv2.imwrite(os.path.join(out_dir, f"{i:05d}.jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, 90])
 
 
 class JpegDataset(torch.utils.data.Dataset):

@@ -110,8 +110,10 @@ impl Config {
 /// The swept configurations: num_workers 0, 1, 2, 4, 8 × two thread settings.
 const SWEPT: usize = 10;
 
+/// The job's JPEGs, in RAM so no run waits for the disk (the integration
+/// tests use the same directory: tests/support/real_job.rs).
 fn data_dir() -> PathBuf {
-    cmd::root().join("target/train-job-images")
+    PathBuf::from("/dev/shm/tprof-train-job-images")
 }
 
 pub fn run(args: &Args) -> Result<()> {

@@ -102,7 +102,7 @@ const SPIN_MIN_SWITCHES: u64 = 100;
 
 /// Which library a pool thread belongs to, so the fix names its setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "lowercase")]
 pub enum PoolLibrary {
     /// libgomp, Intel's libiomp5, LLVM's libomp: OMP_NUM_THREADS (and
     /// MKL_NUM_THREADS, which PyTorch also reads).

@@ -483,4 +483,124 @@ mod tests {
         };
         assert_eq!(classify(&model).trainer, Some(10));
     }
+
+    /// A thread that alternates `run` ns on a CPU with `wait` ns runnable,
+    /// switched out still runnable each time, `n` times.
+    fn cycling(tid: u32, pid: u32, run: u64, wait: u64, n: u64) -> Thread {
+        let mut intervals = Vec::new();
+        let mut t = 0;
+        for _ in 0..n {
+            intervals.push(crate::model::Interval::new(
+                t,
+                t + run,
+                crate::model::ThreadState::Running,
+            ));
+            intervals.push(crate::model::Interval::new(
+                t + run,
+                t + run + wait,
+                crate::model::ThreadState::Runnable,
+            ));
+            t += run + wait;
+        }
+        Thread {
+            end_ns: t,
+            intervals: intervals.into(),
+            involuntary_switches: n,
+            ..thread(tid, pid, "pt_data_worker")
+        }
+    }
+
+    #[test]
+    fn an_execd_child_is_a_helper_and_so_are_its_children() {
+        let ldconfig = Process {
+            comm: "ldconfig".into(),
+            exec_ns: Some(5),
+            ..process(20, 10)
+        };
+        let sh = Process {
+            comm: "sh".into(),
+            exec_ns: Some(5),
+            ..process(30, 10)
+        };
+        let cc = Process {
+            comm: "cc1".into(),
+            exec_ns: Some(7),
+            ..process(31, 30)
+        };
+        // A worker of the spawn start method: an exec of the same
+        // interpreter that names its thread.
+        let spawned = Process {
+            exec_ns: Some(9),
+            ..process(40, 10)
+        };
+        let model = Model {
+            targets: vec![10],
+            processes: [
+                (10, process(10, 1)),
+                (20, ldconfig),
+                (30, sh),
+                (31, cc),
+                (40, spawned),
+                (50, process(50, 10)),
+            ]
+            .into(),
+            threads: vec![
+                thread(10, 10, "python"),
+                thread(20, 20, "ldconfig"),
+                thread(30, 30, "sh"),
+                thread(31, 31, "cc1"),
+                thread(40, 40, "pt_data_worker"),
+                thread(50, 50, "pt_data_worker"),
+            ],
+            // ldconfig's output wakes the trainer: still no delivery.
+            wakeups: vec![wake(10, 20), wake(10, 50)],
+            ..Default::default()
+        };
+        let roles = classify(&model);
+        assert_eq!(roles.trainer, Some(10));
+        for helper in [20, 30, 31] {
+            assert_eq!(roles.of(helper), Role::Helper, "{helper}");
+        }
+        assert_eq!(roles.of(40), Role::DataWorker);
+        assert_eq!(roles.of(50), Role::DataWorker);
+    }
+
+    #[test]
+    fn a_thread_spinning_on_sched_yield_is_a_pool_thread() {
+        // OpenCV's pool between jobs: 5 µs on a CPU, then runnable again.
+        let spinner = cycling(21, 20, 5_000, 500_000, 200);
+        // A thread starved of CPU: a 4 ms slice each time it gets one.
+        let starved = cycling(22, 20, 4_000_000, 20_000_000, 200);
+        // The worker's main thread is never a pool's, however it waits.
+        let main = cycling(20, 20, 5_000, 500_000, 200);
+        let model = Model {
+            targets: vec![10],
+            processes: [(10, process(10, 1)), (20, process(20, 10))].into(),
+            threads: vec![thread(10, 10, "python"), main, spinner, starved],
+            ..Default::default()
+        };
+        let roles = classify(&model);
+        assert_eq!(roles.of(21), Role::Pool);
+        assert_eq!(roles.pool_library.get(&21), Some(&PoolLibrary::Unknown));
+        assert_eq!(roles.of(22), Role::DataWorker);
+        assert_eq!(roles.of(20), Role::DataWorker);
+    }
+
+    #[test]
+    fn process_roles_rank_trainer_helper_worker() {
+        assert_eq!(Role::Other.max_for_process(Role::Pool), Role::Other);
+        assert_eq!(
+            Role::Other.max_for_process(Role::DataWorker),
+            Role::DataWorker
+        );
+        assert_eq!(
+            Role::DataWorker.max_for_process(Role::Trainer),
+            Role::Trainer
+        );
+        assert_eq!(
+            Role::Trainer.max_for_process(Role::PinMemory),
+            Role::Trainer
+        );
+        assert_eq!(Role::DataWorker.max_for_process(Role::Helper), Role::Helper);
+    }
 }

@@ -220,12 +220,14 @@ fn check_roles(run: &RealRun) {
         truth.config
     );
     assert_eq!(r.pipeline.pin_memory_tids, pins, "{text}");
-    let roles: Vec<i64> = r
+    // (The JSON's keys are strings, in string order.)
+    let mut roles: Vec<i64> = r
         .roles
         .iter()
         .filter(|(_, role)| *role == "pin_memory")
         .map(|(tid, _)| tid.parse().expect("tid"))
         .collect();
+    roles.sort_unstable();
     assert_eq!(roles, pins, "{:?}", r.roles);
     match pins.as_slice() {
         [] => assert!(

@@ -57,7 +57,8 @@ pub struct RecordArgs {
     #[arg(short, long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
     /// Stop after this long (e.g. 30s, 500ms, 2m); default: until Ctrl-C or
-    /// until the targets exit.
+    /// until the targets exit. A command tprof launched is stopped then too
+    /// (SIGTERM, see --kill-after).
     #[arg(short, long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Write the recording here [default: tprof-YYYYmmdd-HHMMSS.tprof].
@@ -108,7 +109,17 @@ pub struct RecordArgs {
     /// overflow it.
     #[arg(long, hide = true, value_name = "BYTES", value_parser = parse_ring_buffer_size)]
     pub ring_buffer_size: Option<u32>,
-    /// The command to launch and trace (after --).
+    /// When the recording stops before the command does (Ctrl-C, a signal
+    /// to tprof, --duration), how long the command's process group gets to
+    /// exit after tprof passes the stop on to it (SIGINT, SIGTERM or
+    /// SIGHUP, as tprof got; SIGTERM for --duration), before SIGKILL.
+    /// With -- CMD only: -p targets are left running.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration,
+          conflicts_with = "pids")]
+    pub kill_after: Duration,
+    /// The command to launch and trace (after --). It runs in a process
+    /// group of its own, so a Ctrl-C reaches it once, through tprof; it
+    /// cannot read the terminal (record a job that does with -p).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
@@ -285,6 +296,7 @@ impl RecordArgs {
                     ring_buffer_bytes: self.ring_buffer_size.unwrap_or(defaults.ring_buffer_bytes),
                 }
             },
+            kill_after: self.kill_after,
         })
     }
 }
@@ -380,11 +392,33 @@ mod tests {
             no_cuda: false,
             max_tracked_threads: None,
             ring_buffer_size: None,
+            kill_after: Duration::from_secs(5),
             command,
         };
         assert!(args(vec![], vec![]).to_options().is_err());
         assert!(args(vec![1], vec!["ls".into()]).to_options().is_err());
         assert!(args(vec![1], vec![]).to_options().is_ok());
+    }
+
+    /// `--kill-after` is for a launched command: refused with `-p`, 5 s
+    /// unless given.
+    #[test]
+    fn kill_after_goes_with_a_command() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|cli| cli.command);
+        assert!(parse(&["tprof", "record", "-p", "1", "--kill-after", "1s"]).is_err());
+        let Ok(Command::Record(given)) =
+            parse(&["tprof", "record", "--kill-after", "500ms", "--", "ls"])
+        else {
+            panic!("record --kill-after 500ms -- ls did not parse");
+        };
+        assert_eq!(given.kill_after, Duration::from_millis(500));
+        let Ok(Command::Record(default)) = parse(&["tprof", "record", "--", "ls"]) else {
+            panic!("record -- ls did not parse");
+        };
+        assert_eq!(
+            default.to_options().unwrap().kill_after,
+            Duration::from_secs(5)
+        );
     }
 
     #[test]

@@ -10,9 +10,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use profiler::model::{Assembly, Model};
 use profiler::recording::{
-    ClockAnchor, Footer, Frame, GpuDevice, GpuInfo, GpuMetric, GpuSeries, Header, LostCounts,
-    Origin, ProcessInfo, Recording, StackKind, StackSample, StackTable, SystemSample, ThreadInfo,
-    Writer, events, reader, record,
+    ClockAnchor, CommandExit, Footer, Frame, GpuDevice, GpuInfo, GpuMetric, GpuSeries, Header,
+    LostCounts, Origin, ProcessInfo, Recording, StackKind, StackSample, StackTable, SystemSample,
+    ThreadInfo, Writer, events, reader, record,
 };
 use profiler::render;
 use profiler_ebpf::{COMM_LEN, event_size, kind};
@@ -205,6 +205,14 @@ fn random_recording_and_events(rng: &mut Rng) -> (Recording, Vec<u8>) {
                 realtime_ns: 0,
             },
             stop_reason: "duration".into(),
+            // Any values, the signal numbers past the known names too.
+            command_exit: rng.chance(2).then(|| CommandExit {
+                pid: rng.below(1 << 22) as u32,
+                code: rng.chance(2).then(|| rng.below(256) as i32),
+                signal: rng.chance(2).then(|| rng.below(70) as i32 - 2),
+                stop_signal: rng.chance(2).then(|| rng.below(70) as i32 - 2),
+                killed: rng.chance(2),
+            }),
         }),
         truncated: rng.chance(3),
     };
@@ -326,6 +334,7 @@ fn empty_recording_reports() {
         footer: Some(Footer {
             end: ClockAnchor::default(),
             stop_reason: "duration".into(),
+            command_exit: None,
         }),
         ..Default::default()
     };

@@ -18,8 +18,9 @@ use super::cuda::CudaTracer;
 use super::drain::DrainBatch;
 use super::file::{RecordingFile, cut_short_error};
 use super::gpu::GpuSampler;
+use super::launch::{KILL_WAIT, LaunchedCommand};
 use super::programs::KernelPrograms;
-use super::signals::Signals;
+use super::signals::{FINISHING, Signals};
 use super::symbols::{self, AddressSpaces};
 use super::{RecordOptions, RecordOutcome, StopReason, limits, procfs};
 use crate::recording::{
@@ -67,8 +68,12 @@ pub(super) struct Session {
     out: RecordingFile,
     /// The processes whose exit ends the recording.
     roots: Vec<u32>,
-    /// The launched command's pid, which we must reap.
-    child: Option<u32>,
+    /// The launched command, which we reap, and stop with the recording.
+    command: Option<LaunchedCommand>,
+    /// How long the command's group gets to exit once stopped (`--kill-after`).
+    kill_after: Duration,
+    /// Set while stopping: what the status line adds.
+    stopping: Option<String>,
     /// Processes with a /proc snapshot in the recording.
     known: HashSet<u32>,
     /// Their executable mappings, for symbolizing stacks at the end.
@@ -106,7 +111,9 @@ impl Session {
             programs,
             out,
             roots: Vec::new(),
-            child: None,
+            command: None,
+            kill_after: opts.kill_after,
+            stopping: None,
             known: HashSet::new(),
             spaces: AddressSpaces::default(),
             young: Vec::new(),
@@ -151,7 +158,6 @@ impl Session {
         start: ClockAnchor,
     ) -> Result<()> {
         self.roots = vec![pid];
-        self.child = Some(pid);
         self.programs.track_process(pid)?;
         self.programs.track_thread(pid, pid)?;
         self.write_header(start, Some(argv.to_vec()))?;
@@ -256,6 +262,17 @@ impl Session {
         Ok(())
     }
 
+    /// The launched command, released: from now on it is reaped and
+    /// stopped with the recording.
+    pub(super) fn command_started(&mut self, command: LaunchedCommand) {
+        self.command = Some(command);
+    }
+
+    /// The launched command's pid (and process group), while there is one.
+    pub(super) fn command_pid(&self) -> Option<u32> {
+        self.command.as_ref().map(LaunchedCommand::pid)
+    }
+
     /// The one line a script waiting for tprof to attach can look for.
     pub(super) fn announce(&self) {
         eprintln!(
@@ -293,6 +310,63 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// Stops the launched command when the recording stopped before it
+    /// did: passes the stop on to its process group (the signal tprof got;
+    /// SIGTERM for `--duration`), keeps recording while the group shuts
+    /// down, and kills it after `--kill-after`. Targets of `-p` are left
+    /// alone.
+    pub(super) async fn stop_command(&mut self, reason: StopReason) -> Result<()> {
+        let Some(command) = &mut self.command else {
+            return Ok(());
+        };
+        let sig = match reason {
+            StopReason::TargetsExited => return Ok(()),
+            StopReason::Interrupted => libc::SIGINT,
+            StopReason::HungUp => libc::SIGHUP,
+            StopReason::Terminated | StopReason::Duration => libc::SIGTERM,
+        };
+        if !command.group_alive() {
+            return Ok(());
+        }
+        command.stop(sig);
+        let pid = command.pid();
+        let kill_at = Instant::now() + self.kill_after;
+        let mut tick = tokio::time::interval(DRAIN_EVERY);
+        let mut killed_at = None;
+        loop {
+            tick.tick().await;
+            let now = Instant::now();
+            let left = kill_at.saturating_duration_since(now).as_secs_f64().ceil();
+            self.stopping = Some(format!(
+                "waiting for the command (process group {pid}) to exit, SIGKILL in {left:.0} s"
+            ));
+            self.on_tick()?;
+            let command = self.command.as_mut().expect("checked above");
+            if !command.group_alive() {
+                break;
+            }
+            match killed_at {
+                None if now >= kill_at => {
+                    command.kill();
+                    killed_at = Some(now);
+                }
+                // SIGKILL waits only for uninterruptible sleeps to end.
+                Some(at) if now.duration_since(at) >= KILL_WAIT => {
+                    eprintln!(
+                        "tprof: warning: processes of the command's group {pid} are still \
+                         alive {} s after SIGKILL (in uninterruptible sleep?); recording stops \
+                         without them",
+                        KILL_WAIT.as_secs()
+                    );
+                    break;
+                }
+                _ => {}
+            }
+        }
+        self.stopping = None;
+        Ok(())
     }
 
     fn on_tick(&mut self) -> Result<()> {
@@ -429,13 +503,16 @@ impl Session {
     }
 
     fn status_line(&self) {
-        let line = format!(
+        let mut line = format!(
             "tprof: {:.0} s, {} events, {} lost, {} processes",
             self.started.elapsed().as_secs_f64(),
             self.events,
             self.lost.total(),
             self.known.len()
         );
+        if let Some(stopping) = &self.stopping {
+            line = format!("{line}; {stopping}; {FINISHING}");
+        }
         if std::io::stderr().is_terminal() {
             eprint!("\r\x1b[K{line}");
             let _ = std::io::stderr().flush();
@@ -445,11 +522,8 @@ impl Session {
     }
 
     fn roots_exited(&mut self) -> bool {
-        if let Some(child) = self.child {
-            let mut status = 0;
-            // SAFETY: reaping our own child without blocking.
-            let rc = unsafe { libc::waitpid(child as i32, &mut status, libc::WNOHANG) };
-            return rc == child as i32 || rc < 0;
+        if let Some(command) = &mut self.command {
+            return command.try_reap();
         }
         self.roots
             .iter()
@@ -459,15 +533,24 @@ impl Session {
     /// Drains what is left, writes the totals and the footer, and detaches.
     /// On an error, before or here, the recording so far stays readable and
     /// the error says so.
-    pub(super) fn finish(self, result: Result<StopReason>) -> Result<RecordOutcome> {
+    pub(super) fn finish(mut self, result: Result<StopReason>) -> Result<RecordOutcome> {
         if std::io::stderr().is_terminal() {
             eprintln!();
         }
         let path = self.out.path().to_path_buf();
-        // On an error `self` is dropped here: the programs detach.
-        result
-            .and_then(|reason| self.complete(reason))
-            .map_err(|e| cut_short_error(&path, e))
+        match result {
+            Ok(reason) => self.complete(reason),
+            Err(err) => {
+                // The command must not outlive tprof: stopped as a
+                // `--duration` would, without recording its end.
+                if let Some(command) = &mut self.command {
+                    command.stop_and_wait(libc::SIGTERM, self.kill_after);
+                }
+                // `self` is dropped here: the programs detach.
+                Err(err)
+            }
+        }
+        .map_err(|e| cut_short_error(&path, e))
     }
 
     fn complete(mut self, stop_reason: StopReason) -> Result<RecordOutcome> {
@@ -481,9 +564,11 @@ impl Session {
         self.write_cuda(true)?;
         self.lost = self.lost_counts()?;
         self.out.write_json(record::LOST, &self.lost)?;
+        let command_exit = self.command.as_ref().map(LaunchedCommand::exit);
         let footer = Footer {
             end: anchor(),
             stop_reason: stop_reason.as_str().to_string(),
+            command_exit: command_exit.clone(),
         };
         self.out.write_json(record::FOOTER, &footer)?;
         let path = self.out.path().to_path_buf();
@@ -494,6 +579,7 @@ impl Session {
             stop_reason,
             events: self.events,
             lost: self.lost,
+            command_exit,
         })
     }
 }

@@ -449,6 +449,7 @@ mod tests {
         let footer = Footer {
             end: ClockAnchor::default(),
             stop_reason: "duration".into(),
+            command_exit: None,
         };
         w.write_json(record::FOOTER, &footer).unwrap();
         w.finish().unwrap()
@@ -515,6 +516,7 @@ mod tests {
             let footer = Footer {
                 end: ClockAnchor::default(),
                 stop_reason: "duration".into(),
+                command_exit: None,
             };
             w.write_json(record::FOOTER, &footer).unwrap();
         }

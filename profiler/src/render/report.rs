@@ -95,6 +95,9 @@ fn header(out: &mut String, s: &Summary) {
              this report covers what was saved"
         );
     }
+    if let Some(exit) = &s.command_exit {
+        let _ = writeln!(out, "The command (pid {}) {}.", exit.pid, exit.describe());
+    }
 }
 
 /// One line a tired engineer can act on: is the job asking for more CPU

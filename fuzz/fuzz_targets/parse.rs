@@ -5,8 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use profiler::recording::reader::parse;
-use profiler::render;
+use tprof_core::recording::reader::parse;
+use tprof_core::render;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(rec) = parse(data) {

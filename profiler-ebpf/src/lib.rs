@@ -224,6 +224,7 @@ pub const fn offcpu_reason(prev_state: u64) -> Option<u32> {
 /// for [`stack_kind::ON_CPU`], else nanoseconds). A stack id is negative
 /// when that stack could not be taken. 24 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct StackKey {
     pub tgid: u32,
@@ -235,10 +236,15 @@ pub struct StackKey {
     pub _pad: u32,
 }
 const _: () = assert!(size_of::<StackKey>() == 24);
+// SAFETY: a repr(C) struct of integers with no hidden padding (the
+// derived bytemuck::Pod checks it): every bit pattern is a valid value.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for StackKey {}
 
 /// Kernel-only: a tracked thread's switch-out, kept until it runs again.
 /// 24 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OffCpuStart {
     /// CLOCK_MONOTONIC ns of the switch-out.
@@ -251,10 +257,15 @@ pub struct OffCpuStart {
     pub tgid: u32,
 }
 const _: () = assert!(size_of::<OffCpuStart>() == 24);
+// SAFETY: a repr(C) struct of integers with no hidden padding (the
+// derived bytemuck::Pod checks it): every bit pattern is a valid value.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for OffCpuStart {}
 
 /// Kernel-only: a thread's last walked off-CPU stacks, reused by switch-outs
 /// that follow within [`STACK_REUSE_NS`]. 16 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LastStacks {
     pub walked_ns: u64,
@@ -277,6 +288,7 @@ const _: () = assert!((stack_kind::FUTEX as usize) < STACK_KINDS);
 /// Userspace seeds it with [`ThreadState::new`] and reads `offcpu` of the
 /// threads still off CPU when recording ends. 184 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadState {
     /// The last switch-out; `ts_ns` 0 while on a CPU (or never seen off).
@@ -289,6 +301,10 @@ pub struct ThreadState {
     pub _pad: u32,
 }
 const _: () = assert!(size_of::<ThreadState>() == 184);
+// SAFETY: a repr(C) struct of integers with no hidden padding (the
+// derived bytemuck::Pod checks it): every bit pattern is a valid value.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for ThreadState {}
 
 impl ThreadState {
     /// A thread of process `tgid` with nothing in progress.
@@ -376,6 +392,7 @@ pub const PREV_STATE_DEAD: u64 = 0x10 | 0x20;
 
 /// Starts every ring-buffer record. 16 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EventHeader {
     /// CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns).
@@ -390,6 +407,7 @@ const _: () = assert!(size_of::<EventHeader>() == 16);
 
 /// sched_switch where the previous or next task is tracked. 40 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SwitchEvent {
     pub hdr: EventHeader,
@@ -408,6 +426,7 @@ const _: () = assert!(size_of::<SwitchEvent>() == 40);
 /// sched_waking / sched_wakeup_new of a tracked task: the moment it becomes
 /// runnable, and who woke it. 40 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WakeupEvent {
     pub hdr: EventHeader,
@@ -434,6 +453,7 @@ pub const WAKE_NEW_TASK: u32 = 1;
 
 /// task_newtask of a tracked process: a new thread or child process. 56 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ForkEvent {
     pub hdr: EventHeader,
@@ -449,6 +469,7 @@ const _: () = assert!(size_of::<ForkEvent>() == 56);
 
 /// sched_process_exec of a tracked process. 48 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExecEvent {
     pub hdr: EventHeader,
@@ -465,6 +486,7 @@ const _: () = assert!(size_of::<ExecEvent>() == 48);
 
 /// sched_process_exit of a tracked thread. 32 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExitEvent {
     pub hdr: EventHeader,
@@ -479,6 +501,7 @@ const _: () = assert!(size_of::<ExitEvent>() == 32);
 /// task_rename of a tracked thread (prctl(PR_SET_NAME), a write to
 /// /proc/…/comm, exec). 40 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CommEvent {
     pub hdr: EventHeader,
@@ -510,6 +533,7 @@ pub const fn event_size(kind: u16) -> Option<usize> {
 /// optional tracepoint the kernel lacks stays 0 and its program is not
 /// attached. 64 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TracepointOffsets {
     /// sched_switch
@@ -561,6 +585,10 @@ pub struct TracepointOffsets {
     pub _pad: [u16; 3],
 }
 const _: () = assert!(size_of::<TracepointOffsets>() == 64);
+// SAFETY: a repr(C) struct of integers with no hidden padding (the
+// derived bytemuck::Pod checks it): every bit pattern is a valid value.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for TracepointOffsets {}
 
 /// Bytes of the `rwbs` string kept from block tracepoints ("R", "WS", "FWFS", …).
 pub const RWBS_LEN: usize = 8;
@@ -568,6 +596,7 @@ pub const RWBS_LEN: usize = 8;
 /// A block request completed, on any device (device statistics are
 /// machine-wide), with the tracked thread that submitted it if any. 72 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BlockIoEvent {
     /// `ts_ns` is the completion time.
@@ -595,6 +624,7 @@ const _: () = assert!(size_of::<BlockIoEvent>() == 72);
 
 /// Kernel-only key of a block request in flight.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RequestKey {
     pub sector: u64,
@@ -605,12 +635,24 @@ const _: () = assert!(size_of::<RequestKey>() == 16);
 
 /// Kernel-only: times of a block request in flight.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RequestTimes {
     pub start_ns: u64,
     pub issue_ns: u64,
 }
 const _: () = assert!(size_of::<RequestTimes>() == 16);
+
+/// Linux errno values the kernel records (a futex wait's return, a block
+/// request's error). Linux's own numbers, defined here rather than taken
+/// from the host's libc: a recording is read on any machine.
+pub mod errno {
+    pub const EINTR: i32 = 4;
+    pub const EAGAIN: i32 = 11;
+    pub const EFAULT: i32 = 14;
+    pub const EEXIST: i32 = 17;
+    pub const ETIMEDOUT: i32 = 110;
+}
 
 /// Which futex system call a [`FutexEvent`] came from.
 pub const FUTEX_SYSCALL_FUTEX: u32 = 0;
@@ -629,6 +671,7 @@ pub const FUTEX_CMD_MASK: u32 = 0x7f;
 
 /// A tracked thread's futex wait, from syscall entry to exit. 56 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FutexEvent {
     /// `ts_ns` is the syscall's exit.
@@ -650,6 +693,7 @@ const _: () = assert!(size_of::<FutexEvent>() == 56);
 
 /// Kernel-only: a futex wait in progress, from entry to exit.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FutexEnter {
     pub ts_ns: u64,
@@ -718,6 +762,7 @@ pub const CUDA_ARGS: usize = 5;
 /// its uprobe to its uretprobe. The arguments are raw registers: which one
 /// means what depends on `func` (see [`cuda_fn`]). 96 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CudaCallEvent {
     /// `ts_ns` is the return.
@@ -739,22 +784,13 @@ const _: () = assert!(size_of::<CudaCallEvent>() == 96);
 
 /// Kernel-only: a CUDA call in progress, from entry to return. 48 bytes.
 #[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CudaEnter {
     pub ts_ns: u64,
     pub args: [u64; CUDA_ARGS],
 }
 const _: () = assert!(size_of::<CudaEnter>() == 48);
-
-#[cfg(feature = "user")]
-mod pod {
-    //! aya reads these types from maps and writes them as globals.
-    use super::*;
-    unsafe impl aya::Pod for TracepointOffsets {}
-    unsafe impl aya::Pod for StackKey {}
-    unsafe impl aya::Pod for OffCpuStart {}
-    unsafe impl aya::Pod for ThreadState {}
-}
 
 #[cfg(test)]
 mod tests {

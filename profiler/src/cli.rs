@@ -10,7 +10,9 @@ use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
 
 use profiler::analysis::flame;
-use profiler::capture::{MapLimits, RecordOptions, gpu::GpuOptions, output, procfs};
+use profiler::capture::{MapLimits, RecordOptions, gpu::GpuOptions, procfs};
+use profiler::output;
+pub use profiler::outputs::TimelineFormat;
 
 /// Read when `--nvml-lib` is not given (sudo drops it unless kept with
 /// `sudo --preserve-env=TPROF_NVML_LIB`).
@@ -181,40 +183,6 @@ pub struct TimelineArgs {
     /// Overwrite the output if it exists.
     #[arg(long)]
     pub force: bool,
-}
-
-/// A timeline file format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimelineFormat {
-    /// Chrome trace event JSON.
-    Json,
-    Html,
-}
-
-impl TimelineFormat {
-    /// The format a file name asks for.
-    pub fn of(path: &Path) -> Result<TimelineFormat> {
-        let ext = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase);
-        match ext.as_deref() {
-            Some("json") => Ok(TimelineFormat::Json),
-            Some("html" | "htm") => Ok(TimelineFormat::Html),
-            _ => bail!(
-                "cannot tell the timeline format of {}: name it FILE.json (Perfetto UI, \
-                 chrome://tracing) or FILE.html (any browser)",
-                path.display()
-            ),
-        }
-    }
-
-    pub fn extension(self) -> &'static str {
-        match self {
-            TimelineFormat::Json => "json",
-            TimelineFormat::Html => "html",
-        }
-    }
 }
 
 impl TimelineArgs {

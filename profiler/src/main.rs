@@ -7,7 +7,7 @@ use std::{
     process::ExitCode,
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use clap::Parser as _;
 use profiler::{
     analysis::{
@@ -15,12 +15,10 @@ use profiler::{
         flame::{self, Filter, FlameKind},
     },
     capture,
-    model::{Assembly, Model},
-    recording,
-    render::{
-        self,
-        timeline::{Limits, TimelineInput},
-    },
+    model::Model,
+    output,
+    outputs::{self, Folded, TimelineFormat, load_model},
+    render::{self, timeline::Limits},
 };
 
 mod cli;
@@ -80,25 +78,19 @@ fn timeline(args: &cli::TimelineArgs) -> Result<()> {
     Ok(())
 }
 
-/// model → analysis (roles, steps, deliveries, stalls) → one timeline file.
+/// One timeline file ([`outputs::timeline`]).
 fn write_timeline(
     model: &Model,
     summary: &Summary,
     recording: &Path,
     out: &Path,
-    format: cli::TimelineFormat,
+    format: TimelineFormat,
     limits: Limits,
     force: bool,
 ) -> Result<()> {
-    let facts = analysis::timeline::derive(model, summary);
-    let title = format!("tprof timeline — {}", recording.display());
-    let input = TimelineInput::new(model, summary, &facts, title, limits);
-    let file = io::BufWriter::new(capture::output::create(out, force)?);
-    match format {
-        cli::TimelineFormat::Json => render::timeline::chrome::write(&input, file),
-        cli::TimelineFormat::Html => render::timeline::html::write(&input, file),
-    }
-    .with_context(|| format!("writing {} failed", out.display()))
+    let file = io::BufWriter::new(output::create(out, force)?);
+    outputs::timeline(model, summary, recording, format, limits, file)
+        .with_context(|| format!("writing {} failed", out.display()))
 }
 
 /// `tprof flamegraph`: one recording's SVG or folded stacks, or the
@@ -120,7 +112,7 @@ fn flamegraph(args: &cli::FlamegraphArgs) -> Result<()> {
         None => svg_path(&args.path, kind, ""),
     };
     let out = args.output.clone().unwrap_or(default_out);
-    let file = capture::output::create(&out, args.force)?;
+    let file = output::create(&out, args.force)?;
     match &args.after {
         Some(after) => {
             let (after_lines, after_note) = folded(after, kind, &filter)?;
@@ -143,27 +135,11 @@ fn flamegraph(args: &cli::FlamegraphArgs) -> Result<()> {
     Ok(())
 }
 
-/// Folded stacks: (`frame;frame;…`, weight) lines.
-type Folded = Vec<(String, u64)>;
-
-/// The folded stacks of a recording and what it lost
-/// ([`render::loss_note`]); an error when there are no stacks.
+/// The folded stacks of a recording ([`outputs::folded`]) and what it lost
+/// ([`render::loss_note`]).
 fn folded(path: &Path, kind: FlameKind, filter: &Filter) -> Result<(Folded, Option<String>)> {
     let model = load_model(path)?;
-    if model.stacks.is_none() {
-        bail!(
-            "{} has no stacks (recorded with --no-stacks, or cut short before the end)",
-            path.display()
-        );
-    }
-    let lines = flame::fold(&model, kind, filter);
-    if lines.is_empty() {
-        bail!(
-            "{} has no {} stacks for the chosen processes and threads",
-            path.display(),
-            kind.name()
-        );
-    }
+    let lines = outputs::folded(&model, path, kind, filter)?;
     Ok((lines, render::loss_note(&model.lost, model.cut_short)))
 }
 
@@ -195,7 +171,7 @@ fn record_outputs(recording: &Path, flamegraphs: bool, timelines: bool, force: b
         return Ok(());
     }
     let summary = analysis::summarize(&model);
-    for format in [cli::TimelineFormat::Html, cli::TimelineFormat::Json] {
+    for format in [TimelineFormat::Html, TimelineFormat::Json] {
         let out = cli::timeline_path(recording, format);
         let limits = Limits::default();
         match write_timeline(&model, &summary, recording, &out, format, limits, force) {
@@ -222,7 +198,7 @@ fn record_flamegraphs(model: &Model, recording: &Path, force: bool) -> Result<()
             continue;
         }
         let out = svg_path(recording, kind, "");
-        let file = capture::output::create(&out, force)?;
+        let file = output::create(&out, force)?;
         render::flamegraph::svg(&lines, kind, &title(kind, recording), note.as_deref(), file)
             .with_context(|| format!("writing {} failed", out.display()))?;
         eprintln!(
@@ -250,26 +226,13 @@ fn title(kind: FlameKind, recording: &Path) -> String {
     format!("tprof: {what} — {}", recording.display())
 }
 
-/// recording → model → analysis → render: the one path every output takes.
+/// `tprof report`: recording → model → analysis → render, to stdout.
 fn report(path: &Path, json: bool) -> Result<()> {
     let model = load_model(path)?;
     let summary = analysis::summarize(&model);
-    let text = if json {
-        render::json::render(&summary)
-    } else {
-        render::report::render(&summary)
-    };
+    let text = outputs::report(&summary, json);
     io::stdout().lock().write_all(text.as_bytes())?;
     Ok(())
-}
-
-/// The model of the recording at `path`, its events streamed from the file
-/// in timestamp order rather than held in memory all at once.
-fn load_model(path: &Path) -> Result<Model> {
-    let opened = recording::reader::open(path)?;
-    let mut assembly = Assembly::new(&opened.meta, opened.last_event_ns);
-    let stats = opened.events_in_order(|event| assembly.apply(event))?;
-    Ok(assembly.finish(stats))
 }
 
 /// A reader that closed our stdout (`tprof report x | head`) is not an error.

@@ -10,9 +10,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use profiler::recording::{self, Event};
 use profiler_ebpf::cuda_fn;
 use serde_json::Value;
+use tprof_core::recording::{self, Event};
 use tprof_tests::{
     Report, Running, Traced, build_workload, close_to, fake_cudart, real_cudart, record_command,
     report_json, require_root, show, trace_workload_env,

@@ -28,8 +28,12 @@ pub fn command(program: &str) -> Command {
 }
 
 /// The cargo that runs this xtask, so nested builds use the same toolchain.
+/// Cargo, for every build xtask runs: these must have the eBPF programs,
+/// so profiler's build script may not fall back to a build without them.
 pub fn cargo() -> Command {
-    command(&std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let mut cargo = command(&std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo.env("TPROF_REQUIRE_EBPF", "1");
+    cargo
 }
 
 fn cargo_bin_dir() -> Option<PathBuf> {

@@ -16,7 +16,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::Args as ClapArgs;
 
 use crate::cmd::{self, cargo, command, run as run_cmd};
-use crate::setup;
+use crate::{setup, workloads};
 
 #[derive(ClapArgs)]
 pub struct Args {
@@ -53,23 +53,13 @@ pub fn run(args: &Args) -> Result<()> {
     run_cmd(cargo().args(["build", "--release", "-p", "profiler"]))?;
     let dir = cmd::root().join("target/demo");
     std::fs::create_dir_all(&dir)?;
-    let workload = dir.join("demo_pipeline");
-    compile_demo(&workload)?;
+    let workload = workloads::build("pipeline", &dir)?;
     let config = if args.healthy { &HEALTHY } else { &STARVED };
     let recording = dir.join(format!("{}.tprof", config.name));
     record(&workload, config, &recording)?;
     let report = write_report(&recording)?;
     print_outputs(&recording, &report);
     Ok(())
-}
-
-fn compile_demo(out: &Path) -> Result<()> {
-    run_cmd(
-        command("gcc")
-            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
-            .arg(out)
-            .arg("tests/workloads/pipeline.c"),
-    )
 }
 
 /// tprof's output (its report included) streams straight to the terminal.

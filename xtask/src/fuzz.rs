@@ -2,7 +2,7 @@
 //! recording reader (fuzz/fuzz_targets/parse.rs) for a fixed time, from a
 //! seed corpus of small valid recordings. Needs nightly and cargo-fuzz
 //! (`cargo install cargo-fuzz`). A crash leaves its input under
-//! fuzz/artifacts/parse/; it belongs in profiler/tests/hostile_recordings.rs
+//! fuzz/artifacts/parse/; it belongs in profiler/core/tests/hostile_recordings.rs
 //! as a regression test.
 
 use std::fs;
@@ -48,7 +48,7 @@ pub fn run(args: &Args) -> Result<()> {
     .with_context(|| {
         format!(
             "the fuzzer found a crash; its input is under {}; add it to \
-             profiler/tests/hostile_recordings.rs as a regression test",
+             profiler/core/tests/hostile_recordings.rs as a regression test",
             fuzz_dir.join("artifacts").join(TARGET).display()
         )
     })

@@ -5,16 +5,18 @@
 mod bench;
 mod cmd;
 mod demo;
+mod fixtures;
 mod fuzz;
 mod setup;
 mod test;
+mod workloads;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
     about = "tprof's developer tasks",
-    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo\n  sudo cargo xtask demo --healthy\n  sudo cargo xtask bench\n  cargo xtask fuzz --seconds 300"
+    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo\n  sudo cargo xtask demo --healthy\n  sudo cargo xtask bench\n  sudo cargo xtask fixtures\n  cargo xtask fuzz --seconds 300"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -37,6 +39,10 @@ enum Task {
     /// libbpf-tools and perf sched, its capacity, recording size and report
     /// speed; writes target/bench/results.md.
     Bench(bench::Args),
+    /// Record the committed fixture recordings of the current format
+    /// version (profiler/core/tests/fixtures/) from the test workloads; then
+    /// re-bless their goldens with TPROF_BLESS=1.
+    Fixtures(fixtures::Args),
     /// Fuzz the recording reader (and everything after it) for a fixed
     /// time with cargo-fuzz; needs nightly and `cargo install cargo-fuzz`.
     Fuzz(fuzz::Args),
@@ -49,6 +55,7 @@ fn main() {
         Task::Test(args) => test::run(&args),
         Task::Demo(args) => demo::run(&args),
         Task::Bench(args) => bench::run(&args),
+        Task::Fixtures(args) => fixtures::run(&args),
         Task::Fuzz(args) => fuzz::run(&args),
     };
     if let Err(err) = result {

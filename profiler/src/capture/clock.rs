@@ -2,7 +2,7 @@
 //! programs' clock (bpf_ktime_get_ns), and anchor pairs that tie it to the
 //! wall clock.
 
-use crate::recording::ClockAnchor;
+use tprof_core::recording::ClockAnchor;
 
 /// CLOCK_MONOTONIC now, in ns (the clock of bpf_ktime_get_ns).
 pub fn monotonic_ns() -> u64 {

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use super::programs::KernelPrograms;
-use crate::recording::{CudaInfo, CudaLibrary, Writer, record};
+use tprof_core::recording::{CudaInfo, CudaLibrary, Writer, record};
 
 /// A library file mapped executable by a process.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use std::{
 use anyhow::{Context as _, Result, anyhow};
 use serde::Serialize;
 
-use crate::recording::Writer;
+use tprof_core::recording::Writer;
 
 /// Removes the output file of a recording that failed to start, when
 /// dropped; forgotten once it starts.

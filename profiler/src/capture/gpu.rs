@@ -27,7 +27,7 @@ use nvml_wrapper::{
     error::NvmlError,
 };
 
-use crate::recording::{GpuDevice, GpuInfo, GpuMetric, GpuSeries};
+use tprof_core::recording::{GpuDevice, GpuInfo, GpuMetric, GpuSeries};
 
 /// A GPU's series: the metric, and the process for per-process metrics.
 type SeriesKey = (GpuMetric, Option<u32>);

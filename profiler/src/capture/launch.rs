@@ -34,7 +34,7 @@ use anyhow::{Context as _, Result, bail};
 use std::time::{Duration, Instant};
 
 use super::procfs;
-use crate::recording::CommandExit;
+use tprof_core::recording::CommandExit;
 
 /// A forked child waiting for [`HeldChild::release`] to exec the command.
 pub struct HeldChild {

@@ -5,7 +5,7 @@
 
 use std::{fs, path::Path};
 
-use crate::recording::CpuLimit;
+use tprof_core::recording::CpuLimit;
 
 /// The limits that apply to `pid` now.
 pub fn cpu_limit(pid: u32) -> CpuLimit {

@@ -21,7 +21,6 @@ mod file;
 pub mod gpu;
 mod launch;
 pub mod limits;
-pub mod output;
 mod privileges;
 pub mod procfs;
 mod programs;
@@ -34,7 +33,6 @@ use std::{io::BufWriter, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result};
 
-use crate::recording::{CommandExit, LostCounts, Writer};
 pub use clock::{anchor, monotonic_ns};
 use file::{RecordingFile, Unstarted};
 use gpu::GpuOptions;
@@ -42,6 +40,7 @@ use programs::KernelPrograms;
 pub use programs::MapLimits;
 use session::Session;
 use signals::Signals;
+use tprof_core::recording::{CommandExit, LostCounts, Writer};
 
 /// What `tprof record` was asked to do, validated.
 #[derive(Debug, Clone)]
@@ -168,7 +167,7 @@ fn start(opts: &RecordOptions) -> Result<Session> {
     session::check_targets(&opts.pids)?;
     tracefs::ensure_mounted()?;
     let offsets = tracefs::tracepoint_offsets()?;
-    let file = output::create(&opts.output, opts.force)?;
+    let file = crate::output::create(&opts.output, opts.force)?;
     // Until recording starts, a failure leaves no empty file behind (it
     // would only make the next run's -o refuse the path).
     let unstarted = Unstarted(&opts.output);

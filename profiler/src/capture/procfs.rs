@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, fs, path::Path};
 
-use crate::recording::SystemSample;
+use tprof_core::recording::SystemSample;
 
 /// Task is a kernel thread (PF_KTHREAD in /proc/…/stat flags).
 const PF_KTHREAD: u64 = 0x0020_0000;

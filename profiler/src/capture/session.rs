@@ -23,7 +23,7 @@ use super::programs::KernelPrograms;
 use super::signals::{FINISHING, Signals};
 use super::symbols::{self, AddressSpaces};
 use super::{RecordOptions, RecordOutcome, StopReason, limits, procfs};
-use crate::recording::{
+use tprof_core::recording::{
     self, ClockAnchor, Event, Footer, GpuInfo, Header, LostCounts, Origin, ProcessInfo, ThreadInfo,
     record,
 };

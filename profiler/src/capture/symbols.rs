@@ -23,7 +23,7 @@ use super::{
     procfs::{self, Mapping},
     programs::RawStacks,
 };
-use crate::recording::{Frame, StackKind, StackSample, StackTable};
+use tprof_core::recording::{Frame, StackKind, StackSample, StackTable};
 
 /// The executable mappings of every tracked process, as last seen alive.
 #[derive(Debug, Default)]

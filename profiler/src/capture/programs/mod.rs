@@ -28,12 +28,16 @@ use profiler_ebpf::{
 };
 
 use super::{btf, procfs};
-use crate::recording::{LostCounts, events::kind_name};
 use attach::SCHED;
 pub use stacks::RawStacks;
+use tprof_core::recording::{LostCounts, events::kind_name};
 
 /// The object built by build.rs from profiler-ebpf.
+#[cfg(not(tprof_no_ebpf))]
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+/// Built without bpf-linker (see build.rs): no programs to load.
+#[cfg(tprof_no_ebpf)]
+static OBJECT: &[u8] = &[];
 
 /// Set to 1 to use the classic scheduler tracepoints even where the raw
 /// ones work (to compare the two, and to test the fallback).
@@ -93,6 +97,12 @@ impl KernelPrograms {
         sample_stacks: bool,
         limits: MapLimits,
     ) -> Result<KernelPrograms> {
+        if OBJECT.is_empty() {
+            bail!(
+                "this tprof was built without its eBPF programs (bpf-linker was missing); \
+                 run `cargo xtask setup` and build it again to record"
+            );
+        }
         let (offsets, raw_sched) = sched_offsets(*offsets);
         let mut ebpf = open_object(&offsets, sample_stacks, limits)?;
         load_programs(&mut ebpf)?;

@@ -137,33 +137,15 @@ pub enum DecodeError {
     Short { needed: usize, left: usize },
 }
 
-/// Types whose every bit pattern is a valid value: `#[repr(C)]` structs of
-/// integers and byte arrays with explicit padding (the ABI types).
-///
-/// # Safety
-/// Implement only for such types.
-unsafe trait PlainData: Copy {}
-unsafe impl PlainData for EventHeader {}
-unsafe impl PlainData for SwitchEvent {}
-unsafe impl PlainData for WakeupEvent {}
-unsafe impl PlainData for ForkEvent {}
-unsafe impl PlainData for ExecEvent {}
-unsafe impl PlainData for ExitEvent {}
-unsafe impl PlainData for CommEvent {}
-unsafe impl PlainData for BlockIoEvent {}
-unsafe impl PlainData for FutexEvent {}
-unsafe impl PlainData for CudaCallEvent {}
-
-fn read_plain<T: PlainData>(bytes: &[u8]) -> Result<T, DecodeError> {
-    if bytes.len() < size_of::<T>() {
-        return Err(DecodeError::Short {
+/// The ABI struct at the start of `bytes` (any alignment).
+fn read_plain<T: bytemuck::Pod>(bytes: &[u8]) -> Result<T, DecodeError> {
+    match bytes.get(..size_of::<T>()) {
+        Some(head) => Ok(bytemuck::pod_read_unaligned(head)),
+        None => Err(DecodeError::Short {
             needed: size_of::<T>(),
             left: bytes.len(),
-        });
+        }),
     }
-    // SAFETY: length checked above; T is plain data (any bit pattern valid);
-    // read_unaligned has no alignment requirement.
-    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
 /// Decodes the event at the start of `bytes`; returns it and its length.
@@ -336,14 +318,10 @@ pub fn comm_string(comm: &[u8]) -> String {
 }
 
 /// Encodes an ABI struct as the bytes the kernel would have written (tests
-/// and fixtures build recordings with it).
-pub fn encode<T: Copy>(event: &T) -> Vec<u8> {
-    // SAFETY: the ABI types are repr(C) with explicit padding, so every byte
-    // is initialized.
-    let bytes = unsafe {
-        std::slice::from_raw_parts(std::ptr::from_ref(event).cast::<u8>(), size_of::<T>())
-    };
-    bytes.to_vec()
+/// and fixtures build recordings with it). `Pod` guarantees every byte is
+/// initialized: the ABI types have no hidden padding.
+pub fn encode<T: bytemuck::Pod>(event: &T) -> Vec<u8> {
+    bytemuck::bytes_of(event).to_vec()
 }
 
 #[cfg(test)]

@@ -8,14 +8,14 @@
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use profiler::model::{Assembly, Model};
-use profiler::recording::{
+use profiler_ebpf::{COMM_LEN, event_size, kind};
+use tprof_core::model::{Assembly, Model};
+use tprof_core::recording::{
     ClockAnchor, CommandExit, Footer, Frame, GpuDevice, GpuInfo, GpuMetric, GpuSeries, Header,
     LostCounts, Origin, ProcessInfo, Recording, StackKind, StackSample, StackTable, SystemSample,
     ThreadInfo, Writer, events, reader, record,
 };
-use profiler::render;
-use profiler_ebpf::{COMM_LEN, event_size, kind};
+use tprof_core::render;
 
 /// xorshift64: deterministic, no dependency.
 struct Rng(u64);
@@ -344,7 +344,7 @@ fn empty_recording_reports() {
 // Regressions: each crash the generator above found, as the smallest
 // recording that showed it.
 
-fn event<T: Copy>(event: &T) -> profiler::recording::Event {
+fn event<T: bytemuck::Pod>(event: &T) -> tprof_core::recording::Event {
     events::decode(&events::encode(event)).expect("decodes").0
 }
 
@@ -405,7 +405,7 @@ fn wild_timestamp_does_not_stretch_the_window() {
         ..Default::default()
     };
     let model = Model::build(&rec);
-    assert!(model.duration_ns() <= profiler::model::MAX_WINDOW_NS);
+    assert!(model.duration_ns() <= tprof_core::model::MAX_WINDOW_NS);
     every_output(&rec);
 }
 

@@ -45,8 +45,8 @@ pub struct Process {
 }
 
 /// Futex returns that mean "not woken by another thread".
-const ETIMEDOUT: i64 = -(libc::ETIMEDOUT as i64);
-const EINTR: i64 = -(libc::EINTR as i64);
+const ETIMEDOUT: i64 = -(profiler_ebpf::errno::ETIMEDOUT as i64);
+const EINTR: i64 = -(profiler_ebpf::errno::EINTR as i64);
 
 /// "tid was woken by waker at ts": the raw material of stall attribution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,12 +12,12 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use profiler::recording::reader::{ReadError, parse};
-use profiler::recording::{
+use profiler_ebpf::{EventHeader, ExitEvent, kind};
+use tprof_core::recording::reader::{ReadError, parse};
+use tprof_core::recording::{
     ClockAnchor, FORMAT_VERSION, Footer, Header, MAX_RECORD_LEN, PREAMBLE_LEN, Writer, events,
     record,
 };
-use profiler_ebpf::{EventHeader, ExitEvent, kind};
 
 struct Counting;
 
@@ -47,7 +47,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Parses `bytes`; panics if it allocated more than 64 times the input plus
 /// 1 MiB at its peak (a decoded event is a few times its bytes; JSON values
 /// likewise).
-fn parse_bounded(bytes: &[u8]) -> Result<profiler::recording::Recording, ReadError> {
+fn parse_bounded(bytes: &[u8]) -> Result<tprof_core::recording::Recording, ReadError> {
     let base = CURRENT.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);
     let result = parse(bytes);

@@ -1,0 +1,385 @@
+//! `cargo xtask fixtures`: records the committed fixture recordings of the
+//! current format version, profiler/core/tests/fixtures/vN/NAME.tprof, from the
+//! workloads in tests/workloads, with tprof as it is now. The golden
+//! outputs made from them (profiler/core/tests/golden.rs) are then re-blessed
+//! with `TPROF_BLESS=1 cargo test -p tprof-core --test golden`.
+//!
+//! Each fixture is a real recording: a second or two of a small workload,
+//! stacks on, chosen so that together they exercise every part of the
+//! pipeline (steps, roles, each finding it can, on- and off-CPU stacks,
+//! block IO, futexes, CUDA calls and GPU samples through the fake
+//! libraries). A recording is not reproducible byte for byte (scheduling,
+//! pids, other processes' disk IO), so regenerating changes every golden;
+//! what the goldens pin down is what tprof makes of a given file.
+//!
+//! Older format versions cannot be made by today's tprof: their fixtures
+//! were recorded once by the commit that wrote that version, and
+//! profiler/core/tests/fixtures/README.md says how.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::cmd::{self, cargo, command, probe, run as run_cmd};
+use crate::workloads;
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+/// Over this, a fixture is too large to commit: shorten its workload.
+const MAX_FIXTURE_BYTES: u64 = 1 << 20;
+
+/// What a fixture's workload needs in an argument or environment value.
+#[derive(Clone, Copy)]
+enum Value {
+    Text(&'static str),
+    /// tests/fake_cudart, as the CUDA runtime the workload dlopens.
+    FakeCudart,
+    /// tests/fake_nvml, as the NVML library tprof loads.
+    FakeNvml,
+    /// A file of this many MiB on the workspace's disk, for O_DIRECT reads.
+    DataFile(u64),
+}
+
+struct Fixture {
+    name: &'static str,
+    workload: &'static str,
+    args: &'static [Value],
+    env: &'static [(&'static str, Value)],
+    /// What it is there to exercise (the README's table).
+    exercises: &'static str,
+}
+
+use Value::{DataFile, FakeCudart, FakeNvml, Text};
+
+/// A GPU busy, then idle, over and over: NVML series with idle stretches.
+const GPU_SCRIPT: (&str, Value) = ("FAKE_NVML_SCRIPT", Text("busy:90:0.3,idle:0:0.2"));
+
+const FIXTURES: &[Fixture] = &[
+    Fixture {
+        name: "pool",
+        workload: "pipeline",
+        args: &[Text("3"), Text("40"), Text("20"), Text("1"), Text("cpu")],
+        env: &[
+            ("PIPELINE_POOL", Text("2")),
+            ("TPROF_NVML_LIB", FakeNvml),
+            GPU_SCRIPT,
+        ],
+        exercises: "roles (trainer, data workers, pools), steps, thread_oversubscription, \
+                    futex waits at pool barriers, on- and off-CPU stacks, GPU samples",
+    },
+    Fixture {
+        name: "workers",
+        workload: "pipeline",
+        args: &[Text("6"), Text("150"), Text("20"), Text("1"), Text("cpu")],
+        env: &[],
+        exercises: "too_many_workers: six single-threaded workers queueing for two cores",
+    },
+    Fixture {
+        name: "disk",
+        workload: "pipeline",
+        args: &[
+            Text("1"),
+            Text("40"),
+            Text("4096"),
+            Text("1"),
+            Text("io"),
+            DataFile(64),
+        ],
+        env: &[],
+        exercises: "disk_bound: a worker's O_DIRECT reads as block IO it owns, device \
+                    statistics, off-CPU stacks in disk waits",
+    },
+    Fixture {
+        name: "decode",
+        workload: "pipeline",
+        args: &[Text("1"), Text("40"), Text("20"), Text("1"), Text("cpu")],
+        env: &[],
+        exercises: "decode_bound: one worker busy on a CPU while the other core idles; \
+                    the workers' hottest functions",
+    },
+    Fixture {
+        name: "healthy",
+        workload: "pipeline",
+        args: &[Text("2"), Text("30"), Text("4"), Text("20"), Text("cpu")],
+        env: &[],
+        exercises: "trainer_cpu_bound: workers that keep up, no input-pipeline finding",
+    },
+    Fixture {
+        name: "cuda",
+        workload: "cuda_copies",
+        args: &[Text("pageable"), Text("20")],
+        env: &[
+            ("TPROF_CUDART", FakeCudart),
+            ("TPROF_NVML_LIB", FakeNvml),
+            GPU_SCRIPT,
+        ],
+        exercises: "CUDA runtime calls through the fake libcudart: pageable copies with \
+                    syncs (pageable_copies), launch counts, GPU idle during syncs",
+    },
+    Fixture {
+        name: "two_functions",
+        workload: "two_functions",
+        args: &[Text("1")],
+        env: &[],
+        exercises: "on-CPU stacks split 3:1 between burn_a and burn_b; one thread, taken \
+                    for the trainer, and no steps (trainer_cpu_bound)",
+    },
+];
+
+pub fn run(_args: &Args) -> Result<()> {
+    if !cmd::is_root() {
+        bail!("cargo xtask fixtures needs root (tprof loads eBPF programs): run it with sudo");
+    }
+    let tprof = tprof_bin()?;
+    // Workloads run from here by relative paths, so their command lines in
+    // the recordings (and the goldens) do not name this checkout.
+    let stage = cmd::root().join("target/fixtures");
+    if stage.exists() {
+        fs::remove_dir_all(&stage).with_context(|| format!("cannot clear {}", stage.display()))?;
+    }
+    fs::create_dir_all(&stage)?;
+    let needs = Needs::build(&stage)?;
+    let mut recorded = Vec::new();
+    for fixture in FIXTURES {
+        let path = record(&tprof, &stage, &needs, fixture)?;
+        recorded.push((fixture, path));
+    }
+    let version = format_version(&recorded[0].1)?;
+    let dir = cmd::root().join(format!("profiler/core/tests/fixtures/v{version}"));
+    replace_fixtures(&dir, &recorded)?;
+    write_manifest(&dir, version, &recorded)?;
+    println!(
+        "\nRecorded {} fixtures into {}.\nNow re-bless their goldens and review the diff:\n  \
+         TPROF_BLESS=1 cargo test -p tprof-core --test golden",
+        recorded.len(),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// `$TPROF_BIN`, else a debug build of tprof (the one the integration tests
+/// run).
+fn tprof_bin() -> Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("TPROF_BIN") {
+        return Ok(PathBuf::from(bin));
+    }
+    run_cmd(cargo().args(["build", "-p", "profiler"]))?;
+    Ok(cmd::root().join("target/debug/tprof"))
+}
+
+/// The libraries and data file the fixtures' workloads use, built once.
+struct Needs {
+    fake_cudart: PathBuf,
+    fake_nvml: PathBuf,
+    data_file: PathBuf,
+}
+
+impl Needs {
+    fn build(stage: &Path) -> Result<Needs> {
+        for f in FIXTURES {
+            workloads::build(f.workload, stage)?;
+        }
+        let mib = FIXTURES
+            .iter()
+            .flat_map(|f| f.args.iter())
+            .filter_map(|v| match v {
+                DataFile(mib) => Some(*mib),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let data_file = stage.join("data.bin");
+        write_data_file(&data_file, mib)?;
+        Ok(Needs {
+            fake_cudart: workloads::build_shared(
+                "tests/fake_cudart/fake_cudart.c",
+                stage,
+                "libcudart-fake.so",
+            )?,
+            fake_nvml: workloads::build_shared(
+                "tests/fake_nvml/fake_nvml.c",
+                stage,
+                "libnvidia-ml-fake.so",
+            )?,
+            data_file,
+        })
+    }
+
+    fn resolve(&self, value: Value) -> String {
+        let relative = |p: &Path| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            format!("./{name}")
+        };
+        match value {
+            Text(text) => text.to_string(),
+            FakeCudart => relative(&self.fake_cudart),
+            // tprof loads NVML itself: a path it can open from the stage.
+            FakeNvml => relative(&self.fake_nvml),
+            DataFile(_) => relative(&self.data_file),
+        }
+    }
+}
+
+/// MIB MiB of data, synced to the disk (O_DIRECT reads must find it there,
+/// not only in the page cache).
+fn write_data_file(path: &Path, mib: u64) -> Result<()> {
+    use std::io::Write as _;
+    let mut file = fs::File::create(path)?;
+    let chunk: Vec<u8> = (0..1 << 20)
+        .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    for _ in 0..mib {
+        file.write_all(&chunk)?;
+    }
+    file.sync_all()
+        .with_context(|| format!("cannot sync {}", path.display()))
+}
+
+/// The nice value the workloads run at, so that whatever else the machine
+/// runs (builds, other tests) a fixture shows the workload's own behaviour
+/// and the finding it was chosen for.
+const WORKLOAD_NICE: i32 = -15;
+
+/// Runs `cmd` (tprof, and so the command it launches) in a session of its
+/// own whose scheduler autogroup has [`WORKLOAD_NICE`]. With autogroups
+/// (`/proc/sys/kernel/sched_autogroup_enabled`) a task's nice value only
+/// counts against its own session's tasks; the group's nice is what weighs
+/// against other sessions' builds. Without autogroups the write fails and
+/// the task's own nice value does the same job.
+fn prioritized(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: the hook runs in the forked child before exec and calls only
+    // async-signal-safe functions (setsid, open, write, close,
+    // setpriority) on data prepared before the fork; it allocates nothing.
+    let nice = WORKLOAD_NICE.to_string().into_bytes();
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::setsid();
+            let path = c"/proc/self/autogroup";
+            let fd = libc::open(path.as_ptr(), libc::O_WRONLY);
+            if fd >= 0 {
+                libc::write(fd, nice.as_ptr().cast(), nice.len());
+                libc::close(fd);
+            }
+            libc::setpriority(libc::PRIO_PROCESS, 0, WORKLOAD_NICE);
+            Ok(())
+        });
+    }
+}
+
+/// `tprof record` of one fixture's workload, in the stage; returns the
+/// recording's path.
+fn record(tprof: &Path, stage: &Path, needs: &Needs, fixture: &Fixture) -> Result<PathBuf> {
+    let out = stage.join(format!("{}.tprof", fixture.name));
+    let mut cmd = command(&tprof.to_string_lossy());
+    prioritized(&mut cmd);
+    cmd.current_dir(stage)
+        .args([
+            "record",
+            "--force",
+            "--no-report",
+            "--no-flamegraphs",
+            "--no-timeline",
+        ])
+        .arg("-o")
+        .arg(&out)
+        .arg("--")
+        .arg(format!("./{}", fixture.workload))
+        .args(fixture.args.iter().map(|&v| needs.resolve(v)));
+    for &(key, value) in fixture.env {
+        cmd.env(key, needs.resolve(value));
+    }
+    run_cmd(&mut cmd)?;
+    let size = fs::metadata(&out)?.len();
+    if size > MAX_FIXTURE_BYTES {
+        bail!(
+            "fixture {} is {size} bytes, over the {MAX_FIXTURE_BYTES}-byte budget: shorten its \
+             workload in xtask/src/fixtures.rs",
+            fixture.name
+        );
+    }
+    Ok(out)
+}
+
+/// The format version in a recording's preamble (magic, then a u32 LE).
+fn format_version(recording: &Path) -> Result<u32> {
+    let bytes = fs::read(recording)?;
+    let word = bytes
+        .get(8..12)
+        .with_context(|| format!("{} has no preamble", recording.display()))?;
+    Ok(u32::from_le_bytes(word.try_into().expect("4 bytes")))
+}
+
+/// Replaces the version's fixtures with the new recordings; a fixture no
+/// longer in [`FIXTURES`] goes too.
+fn replace_fixtures(dir: &Path, recorded: &[(&Fixture, PathBuf)]) -> Result<()> {
+    fs::create_dir_all(dir)?;
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "tprof") {
+            fs::remove_file(&path)?;
+        }
+    }
+    for (fixture, path) in recorded {
+        let to = dir.join(format!("{}.tprof", fixture.name));
+        fs::copy(path, &to).with_context(|| format!("cannot write {}", to.display()))?;
+    }
+    Ok(())
+}
+
+/// DIR/README.md: how each fixture of this version was made.
+fn write_manifest(dir: &Path, version: u32, recorded: &[(&Fixture, PathBuf)]) -> Result<()> {
+    let commit = probe(command("git").args(["rev-parse", "--short", "HEAD"]))
+        .map_or_else(|| "unknown".into(), |c| c.trim().to_string());
+    let dirty = probe(command("git").args(["status", "--porcelain", "--untracked-files=no"]))
+        .is_some_and(|s| !s.trim().is_empty());
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut text = format!(
+        "# Format version {version} fixtures\n\n\
+         Written by `cargo xtask fixtures` (xtask/src/fixtures.rs); do not edit. Recorded by \
+         tprof at commit {commit}{} on Linux {}, each as\n\
+         `tprof record --no-report --no-flamegraphs --no-timeline -o \
+         NAME.tprof -- CMD` run in the directory that holds the workload (target/fixtures/), in a session of its \
+         own at nice {WORKLOAD_NICE} (the task and its scheduler autogroup).\n\n\
+         | fixture | command | environment | bytes | exercises |\n|---|---|---|---|---|\n",
+        if dirty {
+            " (with uncommitted changes)"
+        } else {
+            ""
+        },
+        kernel.trim()
+    );
+    let shown = |v: Value| match v {
+        Text(t) => t.to_string(),
+        FakeCudart => "./libcudart-fake.so (tests/fake_cudart)".into(),
+        FakeNvml => "./libnvidia-ml-fake.so (tests/fake_nvml)".into(),
+        DataFile(mib) => format!("./data.bin ({mib} MiB)"),
+    };
+    for (fixture, path) in recorded {
+        let args: Vec<String> = fixture.args.iter().map(|&v| shown(v)).collect();
+        let env: Vec<String> = fixture
+            .env
+            .iter()
+            .map(|&(k, v)| format!("{k}={}", shown(v)))
+            .collect();
+        writeln!(
+            text,
+            "| {} | `./{} {}` | {} | {} | {} |",
+            fixture.name,
+            fixture.workload,
+            args.join(" "),
+            if env.is_empty() {
+                "-".into()
+            } else {
+                format!("`{}`", env.join(" "))
+            },
+            fs::metadata(path)?.len(),
+            fixture.exercises
+        )?;
+    }
+    fs::write(dir.join("README.md"), text)?;
+    Ok(())
+}

@@ -111,6 +111,17 @@ pub struct RecordArgs {
     /// overflow it.
     #[arg(long, hide = true, value_name = "BYTES", value_parser = parse_ring_buffer_size)]
     pub ring_buffer_size: Option<u32>,
+    /// Entries of the kernel's maps of things in flight: block requests,
+    /// tracked bios and CUDA calls (default 16384 each). Hidden: for tests
+    /// that fill them.
+    #[arg(long, hide = true, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(profiler_ebpf::MAX_REQUESTS)))]
+    pub max_in_flight: Option<u32>,
+    /// Age at which a block request or tracked bio still in flight is taken
+    /// for one whose end the kernel will not report, dropped and counted
+    /// (default 60s). Hidden: for tests that expire entries.
+    #[arg(long, hide = true, value_name = "DURATION", value_parser = parse_duration)]
+    pub expire_in_flight_after: Option<Duration>,
     /// When the recording stops before the command does (Ctrl-C, a signal
     /// to tprof, --duration), how long the command's process group gets to
     /// exit after tprof passes the stop on to it (SIGINT, SIGTERM or
@@ -262,6 +273,10 @@ impl RecordArgs {
                 MapLimits {
                     tracked_threads: self.max_tracked_threads.unwrap_or(defaults.tracked_threads),
                     ring_buffer_bytes: self.ring_buffer_size.unwrap_or(defaults.ring_buffer_bytes),
+                    in_flight: self.max_in_flight.unwrap_or(defaults.in_flight),
+                    in_flight_expiry: self
+                        .expire_in_flight_after
+                        .unwrap_or(defaults.in_flight_expiry),
                 }
             },
             kill_after: self.kill_after,
@@ -360,6 +375,8 @@ mod tests {
             no_cuda: false,
             max_tracked_threads: None,
             ring_buffer_size: None,
+            max_in_flight: None,
+            expire_in_flight_after: None,
             kill_after: Duration::from_secs(5),
             command,
         };

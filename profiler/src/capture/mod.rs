@@ -215,8 +215,12 @@ fn stop(session: Session, result: Result<StopReason>) -> Result<RecordOutcome> {
             0 => String::new(),
             n => format!(", {n} stacks lost"),
         };
+        let in_flight_lost = match outcome.lost.in_flight_lost() {
+            0 => String::new(),
+            n => format!(", {n} requests, bios or CUDA calls lost in flight"),
+        };
         eprintln!(
-            "tprof: stopped ({}), {} events, {} lost{stacks_lost}, written to {}",
+            "tprof: stopped ({}), {} events, {} lost{stacks_lost}{in_flight_lost}, written to {}",
             outcome.stop_reason.as_str(),
             outcome.events,
             outcome.lost.total(),

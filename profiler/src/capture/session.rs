@@ -19,7 +19,7 @@ use super::drain::DrainBatch;
 use super::file::{RecordingFile, cut_short_error};
 use super::gpu::GpuSampler;
 use super::launch::{KILL_WAIT, LaunchedCommand};
-use super::programs::KernelPrograms;
+use super::programs::{Expired, KernelPrograms};
 use super::signals::{FINISHING, Signals};
 use super::symbols::{self, AddressSpaces};
 use super::{RecordOptions, RecordOutcome, StopReason, limits, procfs};
@@ -40,6 +40,11 @@ const SAMPLE_EVERY_TICKS: u32 = 2;
 /// /proc/<pid>/maps snapshots of live processes (for dlopen'd libraries,
 /// and a CUDA runtime loaded after tracking began).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
+/// How often the maps of things in flight are checked for entries whose end
+/// will not come (reading them costs two system calls per entry), or as
+/// often as their expiry age when that is shorter (tests), down to every
+/// drain.
+const EXPIRE_EVERY: Duration = Duration::from_secs(5);
 
 pub(super) fn check_targets(pids: &[u32]) -> Result<()> {
     for &pid in pids {
@@ -88,6 +93,12 @@ pub(super) struct Session {
     /// because the tracked maps were full: counted with the kernel's own
     /// tracking_full drops.
     untracked: u64,
+    /// Entries of the maps of things in flight dropped so far because their
+    /// end will not come: counted as lost.
+    expired: Expired,
+    /// How old a request or bio in flight may get (`MapLimits`).
+    in_flight_expiry: Duration,
+    last_expiry: Instant,
     started: Instant,
     ticks: u32,
     last_status: Instant,
@@ -121,6 +132,9 @@ impl Session {
             events: 0,
             lost: LostCounts::default(),
             untracked: 0,
+            expired: Expired::default(),
+            in_flight_expiry: opts.limits.in_flight_expiry,
+            last_expiry: Instant::now(),
             started: Instant::now(),
             ticks: 0,
             last_status: Instant::now(),
@@ -372,6 +386,9 @@ impl Session {
     fn on_tick(&mut self) -> Result<()> {
         self.drain()?;
         self.refresh_young_maps();
+        if self.last_expiry.elapsed() >= self.in_flight_expiry.clamp(DRAIN_EVERY, EXPIRE_EVERY) {
+            self.expire_in_flight();
+        }
         self.ticks += 1;
         if self.ticks.is_multiple_of(SAMPLE_EVERY_TICKS)
             && let Some(sample) = procfs::system_sample(monotonic_ns())
@@ -432,11 +449,25 @@ impl Session {
         Ok(())
     }
 
-    /// The kernel's drop counts plus what could not be tracked at attach.
+    /// The kernel's drop counts plus what could not be tracked at attach
+    /// and the entries of things in flight that expired.
     fn lost_counts(&self) -> Result<LostCounts> {
         let mut lost = self.programs.lost_counts()?;
         lost.tracking_full += self.untracked;
+        lost.requests_expired += self.expired.requests;
+        lost.bio_owners_expired += self.expired.bio_owners;
+        lost.cuda_calls_unreturned += self.expired.cuda_calls;
         Ok(lost)
+    }
+
+    /// Drops (and counts) the entries of requests, bios and CUDA calls whose
+    /// end will not come.
+    fn expire_in_flight(&mut self) {
+        let expired = self.programs.expire_in_flight(self.in_flight_expiry);
+        self.expired.requests += expired.requests;
+        self.expired.bio_owners += expired.bio_owners;
+        self.expired.cuda_calls += expired.cuda_calls;
+        self.last_expiry = Instant::now();
     }
 
     fn refresh_lost(&mut self) -> Result<()> {
@@ -562,6 +593,7 @@ impl Session {
         self.write_stacks()?;
         self.cuda.refresh_launches(&self.programs)?;
         self.write_cuda(true)?;
+        self.expire_in_flight();
         self.lost = self.lost_counts()?;
         self.out.write_json(record::LOST, &self.lost)?;
         let command_exit = self.command.as_ref().map(LaunchedCommand::exit);

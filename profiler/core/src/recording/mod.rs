@@ -206,6 +206,38 @@ pub struct LostCounts {
     /// Off-CPU intervals lost because the switch-out map was full.
     #[serde(default)]
     pub offcpu_full: u64,
+    /// Block requests whose start and issue times were lost because the
+    /// kernel's map of requests in flight was full (their completion is
+    /// still recorded, without a queue or service time).
+    #[serde(default)]
+    pub requests_full: u64,
+    /// Block requests in flight dropped from that map after a minute with
+    /// no completion (one whose completion the kernel did not trace, or
+    /// one that did take that long and then lost its times).
+    #[serde(default)]
+    pub requests_expired: u64,
+    /// Bios of tracked threads whose submitter was lost because the map of
+    /// bio owners was full: their requests are not attributed to a thread.
+    #[serde(default)]
+    pub bio_owners_full: u64,
+    /// Bios of tracked threads that did not become a request on their
+    /// device within a minute (a stacked device's upper bio, such as dm's,
+    /// whose requests are issued on the device below; or a bio that waited
+    /// that long, whose request then has no owner).
+    #[serde(default)]
+    pub bio_owners_expired: u64,
+    /// CUDA runtime calls lost because the map of calls in progress was
+    /// full.
+    #[serde(default)]
+    pub cuda_calls_full: u64,
+    /// CUDA runtime calls whose thread exited inside them: never returned,
+    /// so never recorded.
+    #[serde(default)]
+    pub cuda_calls_unreturned: u64,
+    /// cudaLaunchKernel calls not counted because the per-process count map
+    /// was full.
+    #[serde(default)]
+    pub cuda_launches_full: u64,
 }
 
 impl LostCounts {
@@ -229,6 +261,22 @@ impl LostCounts {
             self.stack_failed,
             self.stack_aggregate_full,
             self.offcpu_full,
+        ])
+    }
+
+    /// Block requests that lost their times or their owner, CUDA calls and
+    /// cudaLaunchKernel counts lost: things in flight the kernel's maps
+    /// could not keep. They make IO attribution, device statistics and the
+    /// CUDA section approximate.
+    pub fn in_flight_lost(&self) -> u64 {
+        saturating_sum([
+            self.requests_full,
+            self.requests_expired,
+            self.bio_owners_full,
+            self.bio_owners_expired,
+            self.cuda_calls_full,
+            self.cuda_calls_unreturned,
+            self.cuda_launches_full,
         ])
     }
 }

@@ -70,6 +70,15 @@ fn header(out: &mut String, s: &Summary) {
             s.lost.offcpu_full
         );
     }
+    if s.lost.in_flight_lost() > 0 {
+        let _ = writeln!(
+            out,
+            "warning: the kernel lost track of {} block request(s), bio(s) or CUDA call(s) in \
+             flight ({}); device statistics, IO waits and CUDA calls are approximate there",
+            s.lost.in_flight_lost(),
+            super::in_flight_causes(&s.lost).join("; ")
+        );
+    }
     if s.late_events > 0 {
         let _ = writeln!(
             out,

@@ -1,7 +1,7 @@
 //! Any bytes through everything tprof does with a file: parse, then (when
 //! it parses) `render::every_output` — model, analysis, report, JSON,
 //! flamegraphs and timelines. A crash, a panic or an out-of-memory is a finding; add the
-//! input to profiler/tests/hostile_recordings.rs as a regression test.
+//! input to profiler/core/tests/hostile_recordings.rs as a regression test.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -5,10 +5,13 @@
 //! byte: every type is `#[repr(C)]`, fields are ordered largest alignment
 //! first, padding is an explicit `_pad` field, and each type's size is pinned
 //! by a `const` assertion below it. Every ring-buffer record starts with an
-//! [`EventHeader`] whose `kind` says which record follows.
+//! [`EventHeader`] whose `kind` says which record follows and whose `len` how
+//! long it is, so a reader can skip a kind it does not know. With the `pod`
+//! feature each type derives bytemuck's `Pod`, which checks there is no
+//! hidden padding.
 //!
 //! Changing any of these types changes the recording format too (events are
-//! stored as these bytes): bump `recording::FORMAT_VERSION` in `profiler`.
+//! stored as these bytes): bump `recording::FORMAT_VERSION` in `tprof-core`.
 #![no_std]
 
 /// Length of a task's `comm` (TASK_COMM_LEN).
@@ -114,7 +117,6 @@ pub mod names {
         pub const TRACKED_TIDS: &str = "TRACKED_TIDS";
         pub const LOST: &str = "LOST";
         pub const STACKS: &str = "STACKS";
-        pub const STACK_COUNTS: &str = "STACK_COUNTS";
         pub const REQUESTS: &str = "REQUESTS";
         pub const BIO_OWNERS: &str = "BIO_OWNERS";
         pub const CUDA_CALLS: &str = "CUDA_CALLS";
@@ -126,7 +128,6 @@ pub mod names {
             TRACKED_TIDS,
             LOST,
             STACKS,
-            STACK_COUNTS,
             REQUESTS,
             BIO_OWNERS,
             CUDA_CALLS,
@@ -153,9 +154,11 @@ pub mod kind {
     pub const BLOCK_IO: u16 = 7;
     pub const FUTEX: u16 = 8;
     pub const CUDA: u16 = 9;
+    /// An on-CPU stack sample ([`super::SampleEvent`]).
+    pub const SAMPLE: u16 = 10;
     /// One past the largest kind: the size of the per-kind drop counters
     /// (it must stay below the `lost_stack` slots, 24).
-    pub const COUNT: u32 = 10;
+    pub const COUNT: u32 = 11;
 }
 
 /// Index into the `LOST` per-CPU array for "a fork could not be tracked
@@ -169,13 +172,8 @@ pub mod lost_stack {
     pub const COLLISION: u32 = 24;
     /// bpf_get_stackid failed otherwise (-ENOMEM, -EFAULT): no stack.
     pub const FAILED: u32 = 25;
-    /// `STACK_COUNTS` was full: a sample or off-CPU interval was dropped.
-    pub const AGGREGATE_FULL: u32 = 26;
-    /// A switch-out could not be kept: its off-CPU time is lost. No longer
-    /// produced (the off-CPU start lives in the thread's `TRACKED_TIDS`
-    /// entry, which exists whenever the thread is tracked); the slot is kept
-    /// so the `offcpu_full` count userspace reports stays meaningful (0).
-    pub const OFFCPU_FULL: u32 = 27;
+    // 26 and 27 counted the in-kernel stack aggregate's overflows until
+    // recording format 4, which streams samples instead; left unused.
 }
 /// `LOST` slots for maps of things in flight that refused an entry because
 /// they were full: the thing (a request's timing, a bio's owner, a CUDA
@@ -191,21 +189,19 @@ pub mod lost_map {
     pub const CUDA_LAUNCHES_FULL: u32 = 31;
 }
 /// Size of the `LOST` array.
-pub const LOST_SLOTS: u32 = 40;
+pub const LOST_SLOTS: u32 = 32;
 const _: () = assert!(
     kind::COUNT <= lost_stack::COLLISION
-        && lost_stack::OFFCPU_FULL < lost_map::REQUESTS_FULL
+        && lost_stack::FAILED < lost_map::REQUESTS_FULL
         && lost_map::CUDA_LAUNCHES_FULL < LOST_SLOTS
 );
 
 /// Distinct stacks the `STACKS` map holds (user and kernel stacks share it).
 pub const MAX_STACKS: u32 = 16_384;
-/// Distinct (thread, stacks, kind) keys `STACK_COUNTS` holds.
-pub const MAX_STACK_KEYS: u32 = 32_768;
 /// bpf_get_stackid flag: the user-space stack instead of the kernel's.
 pub const BPF_F_USER_STACK: u64 = 1 << 8;
 
-/// [`StackKey::kind`]: what a stack's weight measures. `ON_CPU` counts
+/// What a stack sample's weight measures: `ON_CPU` counts
 /// cpu-clock samples; the others are off-CPU nanoseconds, by why the thread
 /// left the CPU. Plain u32 constants rather than a Rust enum, because a
 /// kernel value outside a Rust enum's variants would be undefined behaviour.
@@ -241,48 +237,6 @@ pub const fn offcpu_reason(prev_state: u64) -> Option<u32> {
     }
 }
 
-/// Key of the in-kernel stack aggregate `STACK_COUNTS` (value: u64 samples
-/// for [`stack_kind::ON_CPU`], else nanoseconds). A stack id is negative
-/// when that stack could not be taken. 24 bytes.
-#[repr(C)]
-#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct StackKey {
-    pub tgid: u32,
-    pub tid: u32,
-    pub user_stack_id: i32,
-    pub kernel_stack_id: i32,
-    /// One of [`stack_kind`].
-    pub kind: u32,
-    pub _pad: u32,
-}
-const _: () = assert!(size_of::<StackKey>() == 24);
-// SAFETY: a repr(C) struct of integers with no hidden padding (the
-// derived bytemuck::Pod checks it): every bit pattern is a valid value.
-#[cfg(feature = "user")]
-unsafe impl aya::Pod for StackKey {}
-
-/// Kernel-only: a tracked thread's switch-out, kept until it runs again.
-/// 24 bytes.
-#[repr(C)]
-#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OffCpuStart {
-    /// CLOCK_MONOTONIC ns of the switch-out.
-    pub ts_ns: u64,
-    pub user_stack_id: i32,
-    pub kernel_stack_id: i32,
-    /// One of [`stack_kind`] (never `ON_CPU`).
-    pub reason: u32,
-    /// The thread's tgid.
-    pub tgid: u32,
-}
-const _: () = assert!(size_of::<OffCpuStart>() == 24);
-// SAFETY: a repr(C) struct of integers with no hidden padding (the
-// derived bytemuck::Pod checks it): every bit pattern is a valid value.
-#[cfg(feature = "user")]
-unsafe impl aya::Pod for OffCpuStart {}
-
 /// Kernel-only: a thread's last walked off-CPU stacks, reused by switch-outs
 /// that follow within [`STACK_REUSE_NS`]. 16 bytes.
 #[repr(C)]
@@ -304,16 +258,13 @@ const _: () = assert!((stack_kind::FUTEX as usize) < STACK_KINDS);
 /// piece of per-thread state the hot programs keep, in one preallocated
 /// hash entry updated in place. A context switch then does one lookup per
 /// task: the lookup that tells whether the task is tracked also finds its
-/// off-CPU start, its cached stack walks and whether it is in a futex
-/// wait (four more lookups when these lived in maps of their own).
-/// Userspace seeds it with [`ThreadState::new`] and reads `offcpu` of the
-/// threads still off CPU when recording ends. 184 bytes.
+/// cached stack walks and whether it is in a futex wait (more lookups when
+/// these lived in maps of their own). Userspace seeds it with
+/// [`ThreadState::new`]. 160 bytes.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadState {
-    /// The last switch-out; `ts_ns` 0 while on a CPU (or never seen off).
-    pub offcpu: OffCpuStart,
     /// The futex wait in progress; `ts_ns` 0 when none.
     pub futex: FutexEnter,
     /// The last walked off-CPU stacks, by off-CPU reason ([`stack_kind`]).
@@ -321,7 +272,7 @@ pub struct ThreadState {
     pub tgid: u32,
     pub _pad: u32,
 }
-const _: () = assert!(size_of::<ThreadState>() == 184);
+const _: () = assert!(size_of::<ThreadState>() == 160);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
 // derived bytemuck::Pod checks it): every bit pattern is a valid value.
 #[cfg(feature = "user")]
@@ -331,13 +282,6 @@ impl ThreadState {
     /// A thread of process `tgid` with nothing in progress.
     pub const fn new(tgid: u32) -> ThreadState {
         ThreadState {
-            offcpu: OffCpuStart {
-                ts_ns: 0,
-                user_stack_id: 0,
-                kernel_stack_id: 0,
-                reason: 0,
-                tgid: 0,
-            },
             futex: FutexEnter {
                 ts_ns: 0,
                 uaddr: 0,
@@ -422,27 +366,81 @@ pub struct EventHeader {
     pub kind: u16,
     /// CPU the program ran on.
     pub cpu: u16,
-    pub _pad: u32,
+    /// The whole record's length in bytes, this header included (since
+    /// recording format 4; recordings before it hold 0 here and each
+    /// kind's size is fixed). A reader skips a kind it does not know by it.
+    pub len: u32,
 }
 const _: () = assert!(size_of::<EventHeader>() == 16);
 
-/// sched_switch where the previous or next task is tracked. 40 bytes.
+/// A ring-buffer record type: its [`kind`] value, tied to the type so a
+/// program cannot emit one struct under another's kind.
+pub trait AbiEvent: Sized {
+    const KIND: u16;
+    /// A header for this record at `ts_ns` on `cpu`, with its length.
+    fn header(ts_ns: u64, cpu: u16) -> EventHeader {
+        EventHeader {
+            ts_ns,
+            kind: Self::KIND,
+            cpu,
+            len: size_of::<Self>() as u32,
+        }
+    }
+}
+
+/// sched_switch where the previous or next task is tracked. 48 bytes.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SwitchEvent {
     pub hdr: EventHeader,
-    /// Raw `prev_state` of the tracepoint: 0 or [`PREV_STATE_PREEMPTED`]
-    /// means the task stays runnable (involuntary switch).
-    pub prev_state: u64,
+    /// `prev_state` as the classic tracepoint reports it: 0 or
+    /// [`PREV_STATE_PREEMPTED`] means the task stays runnable (involuntary
+    /// switch). Its values fit 32 bits (the tracepoint's field is a long).
+    pub prev_state: u32,
+    /// Why a tracked prev left the CPU, one of [`stack_kind`] (never
+    /// `ON_CPU`): the kind its off-CPU time is weighed under until it runs
+    /// again. [`NO_STACK_KIND`] when prev is untracked or exiting.
+    pub prev_kind: u32,
     pub prev_tid: u32,
     /// From bpf_get_current_pid_tgid (prev is current here).
     pub prev_tgid: u32,
     pub next_tid: u32,
     /// From `TRACKED_TIDS`; 0 when next is not tracked.
     pub next_tgid: u32,
+    /// Where a tracked prev left the CPU from: its user and kernel stacks.
+    /// In the kernel, ids in the `STACKS` stack map; in a recording, capture
+    /// has replaced them by the recording's own stack ids (its STACK_DEFS
+    /// records). -1: no such stack (not sampled, failed, or none).
+    pub prev_user_stack: i32,
+    pub prev_kernel_stack: i32,
 }
-const _: () = assert!(size_of::<SwitchEvent>() == 40);
+const _: () = assert!(size_of::<SwitchEvent>() == 48);
+impl AbiEvent for SwitchEvent {
+    const KIND: u16 = kind::SWITCH;
+}
+
+/// [`SwitchEvent::prev_kind`] when there is no off-CPU interval to weigh.
+pub const NO_STACK_KIND: u32 = u32::MAX;
+
+/// A cpu-clock tick that interrupted a tracked thread: one on-CPU sample of
+/// its stacks. 32 bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleEvent {
+    pub hdr: EventHeader,
+    pub tid: u32,
+    pub tgid: u32,
+    /// As in [`SwitchEvent::prev_user_stack`]: stack-map ids in the kernel,
+    /// the recording's stack ids in a recording, -1 for none.
+    pub user_stack: i32,
+    pub kernel_stack: i32,
+}
+const _: () = assert!(size_of::<SampleEvent>() == 32);
+impl AbiEvent for SampleEvent {
+    const KIND: u16 = kind::SAMPLE;
+}
 
 /// sched_waking / sched_wakeup_new of a tracked task: the moment it becomes
 /// runnable, and who woke it. 40 bytes.
@@ -467,6 +465,9 @@ pub struct WakeupEvent {
     pub flags: u32,
 }
 const _: () = assert!(size_of::<WakeupEvent>() == 40);
+impl AbiEvent for WakeupEvent {
+    const KIND: u16 = kind::WAKEUP;
+}
 
 /// [`WakeupEvent::flags`]: sched_wakeup_new, the first wakeup of a new task
 /// (the waker is the parent).
@@ -487,6 +488,9 @@ pub struct ForkEvent {
     pub comm: [u8; COMM_LEN],
 }
 const _: () = assert!(size_of::<ForkEvent>() == 56);
+impl AbiEvent for ForkEvent {
+    const KIND: u16 = kind::FORK;
+}
 
 /// sched_process_exec of a tracked process. 48 bytes.
 #[repr(C)]
@@ -504,6 +508,9 @@ pub struct ExecEvent {
     pub comm: [u8; COMM_LEN],
 }
 const _: () = assert!(size_of::<ExecEvent>() == 48);
+impl AbiEvent for ExecEvent {
+    const KIND: u16 = kind::EXEC;
+}
 
 /// sched_process_exit of a tracked thread. 32 bytes.
 #[repr(C)]
@@ -518,6 +525,9 @@ pub struct ExitEvent {
     pub _pad: u32,
 }
 const _: () = assert!(size_of::<ExitEvent>() == 32);
+impl AbiEvent for ExitEvent {
+    const KIND: u16 = kind::EXIT;
+}
 
 /// task_rename of a tracked thread (prctl(PR_SET_NAME), a write to
 /// /proc/…/comm, exec). 40 bytes.
@@ -531,10 +541,16 @@ pub struct CommEvent {
     pub comm: [u8; COMM_LEN],
 }
 const _: () = assert!(size_of::<CommEvent>() == 40);
+impl AbiEvent for CommEvent {
+    const KIND: u16 = kind::COMM;
+}
 
 /// The size of the record of an event kind, or `None` for an unknown kind.
+/// (Recordings before format 4 have no `len`: their event sizes were these,
+/// but for [`SwitchEvent`], 40 bytes then, and no [`SampleEvent`].)
 pub const fn event_size(kind: u16) -> Option<usize> {
     match kind {
+        kind::SAMPLE => Some(size_of::<SampleEvent>()),
         kind::SWITCH => Some(size_of::<SwitchEvent>()),
         kind::WAKEUP => Some(size_of::<WakeupEvent>()),
         kind::FORK => Some(size_of::<ForkEvent>()),
@@ -645,6 +661,9 @@ pub struct BlockIoEvent {
     pub rwbs: [u8; RWBS_LEN],
 }
 const _: () = assert!(size_of::<BlockIoEvent>() == 72);
+impl AbiEvent for BlockIoEvent {
+    const KIND: u16 = kind::BLOCK_IO;
+}
 
 /// Kernel-only key of a block request in flight (`REQUESTS`) and of a
 /// tracked bio waiting for its request (`BIO_OWNERS`): the whole disk's
@@ -745,6 +764,9 @@ pub struct FutexEvent {
     pub syscall: u32,
 }
 const _: () = assert!(size_of::<FutexEvent>() == 56);
+impl AbiEvent for FutexEvent {
+    const KIND: u16 = kind::FUTEX;
+}
 
 /// Kernel-only: a futex wait in progress, from entry to exit.
 #[repr(C)]
@@ -836,6 +858,9 @@ pub struct CudaCallEvent {
     pub _pad: u32,
 }
 const _: () = assert!(size_of::<CudaCallEvent>() == 96);
+impl AbiEvent for CudaCallEvent {
+    const KIND: u16 = kind::CUDA;
+}
 
 /// Kernel-only: a CUDA call in progress, from entry to return. 48 bytes.
 #[repr(C)]

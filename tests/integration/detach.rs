@@ -120,7 +120,7 @@ fn command_group(tprof: &Running) -> i32 {
 
 /// kill -9 gives tprof no chance to clean up: the kernel must free the
 /// programs with tprof's last fds, and what was flushed must read as a
-/// recording cut short.
+/// recording cut short, stacks included.
 #[test]
 fn kill_9_leaves_readable_prefix_and_no_programs() {
     require_root();
@@ -149,6 +149,14 @@ fn kill_9_leaves_readable_prefix_and_no_programs() {
         "{}",
         tprof_tests::show(&text)
     );
+    // Stacks are streamed with the events (format 4): the ones sampled
+    // before the kill are in the prefix, each stack defined before use.
+    let wall = tprof_tests::flamegraph_folded(&recording, &["--kind", "wall"]);
+    let named = wall
+        .iter()
+        .filter(|(stack, _)| stack.contains(";main;"))
+        .count();
+    assert!(named > 0, "no stacks kept after kill -9: {wall:#?}");
 }
 
 /// `tprof record -- flood 60`, a second after it says it is recording:

@@ -1,12 +1,12 @@
 //! `cargo xtask fuzz --seconds N`: runs the libFuzzer target over the
-//! recording reader (fuzz/fuzz_targets/parse.rs) for a fixed time, from a
-//! seed corpus of small valid recordings. Needs nightly and cargo-fuzz
+//! recording reader (fuzz/fuzz_targets/parse.rs) for a fixed time, seeded
+//! with the committed fixture recordings (profiler/core/tests/fixtures/). Needs nightly and cargo-fuzz
 //! (`cargo install cargo-fuzz`). A crash leaves its input under
 //! fuzz/artifacts/parse/; it belongs in profiler/core/tests/hostile_recordings.rs
 //! as a regression test.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 
@@ -63,54 +63,52 @@ pub fn fuzz(seconds: u64, rss_limit_mb: u64) -> Result<()> {
     })
 }
 
-/// Small valid recordings for libFuzzer to mutate: the preamble, a header,
-/// a few events and process records, with and without a footer.
+/// Where the committed fixture recordings are, one directory per format
+/// version (written by `cargo xtask fixtures`).
+const FIXTURES: &str = "profiler/core/tests/fixtures";
+
+/// The seeds: every committed fixture recording, of every format version,
+/// as `fixture-vN-NAME.tprof`. Real recordings reach every record kind the
+/// writer makes (stacks, CUDA, GPU samples, lost counts, footer) in the
+/// writer's own encoding. libFuzzer reads at most `-max_len` bytes of a
+/// seed, so a larger fixture seeds as its first 64 KiB: a recording cut
+/// short, which the reader must take too.
 fn write_seeds(corpus: &Path) -> Result<()> {
     fs::create_dir_all(corpus).with_context(|| format!("cannot create {}", corpus.display()))?;
-    let header = br#"{"tool_version":"0.1.0","kernel_release":"6.18","hostname":"h","cores":2,"start":{"monotonic_ns":1000,"realtime_ns":5000},"targets":[7],"command":null,"block_devices":{"264241152":"vda"}}"#;
-    let process = br#"{"pid":7,"ppid":1,"comm":"train","cmdline":["python","train.py"],"origin":"attached","seen_ns":1000}"#;
-    let thread = br#"{"tid":7,"pid":7,"comm":"train","state":"S"}"#;
-    let stacks = br#"{"sample_hz":99,"frames":[{"module":"m","offset":1,"symbol":"f","kernel":false}],"stacks":[[0]],"samples":[{"pid":7,"tid":7,"kind":"on_cpu","stack":0,"weight":3}]}"#;
-    let footer = br#"{"end":{"monotonic_ns":9000,"realtime_ns":13000},"stop_reason":"duration"}"#;
-    let mut events = Vec::new();
-    // A switch (kind 1: prev_state as two words, prev tid and tgid, next
-    // tid and tgid) and an exit (kind 5: tid, tgid, group_dead, padding).
-    events.extend(event(2000, 1, &[1, 0, 7, 7, 8, 0]));
-    events.extend(event(3000, 5, &[7, 7, 1, 0]));
-    let mut base = preamble();
-    record(&mut base, 1, header);
-    record(&mut base, 2, process);
-    record(&mut base, 3, thread);
-    record(&mut base, 4, &events);
-    fs::write(corpus.join("seed-cut-short"), &base)?;
-    let mut full = base.clone();
-    record(&mut full, 10, stacks);
-    record(&mut full, 7, footer);
-    fs::write(corpus.join("seed-complete"), &full)?;
+    let fixtures = cmd::root().join(FIXTURES);
+    let mut seeds = 0;
+    for version in sorted_entries(&fixtures)? {
+        if !version.is_dir() {
+            continue;
+        }
+        for file in sorted_entries(&version)? {
+            if file.extension().is_none_or(|e| e != "tprof") {
+                continue;
+            }
+            let name = format!(
+                "fixture-{}-{}",
+                version.file_name().unwrap_or_default().to_string_lossy(),
+                file.file_name().unwrap_or_default().to_string_lossy()
+            );
+            fs::copy(&file, corpus.join(&name))
+                .with_context(|| format!("cannot copy {} into the corpus", file.display()))?;
+            seeds += 1;
+        }
+    }
+    if seeds == 0 {
+        bail!(
+            "no fixture recordings under {} to seed the fuzzer with",
+            fixtures.display()
+        );
+    }
     Ok(())
 }
 
-fn preamble() -> Vec<u8> {
-    let mut bytes = b"TPROFREC".to_vec();
-    bytes.extend(2u32.to_le_bytes());
-    bytes.extend(0u32.to_le_bytes());
-    bytes
-}
-
-fn record(out: &mut Vec<u8>, kind: u32, payload: &[u8]) {
-    out.extend(kind.to_le_bytes());
-    out.extend((payload.len() as u32).to_le_bytes());
-    out.extend(payload);
-}
-
-/// An event: the 16-byte header (ts, kind, cpu, padding), then `words`.
-fn event(ts: u64, kind: u16, words: &[u32]) -> Vec<u8> {
-    let mut bytes = ts.to_le_bytes().to_vec();
-    bytes.extend(kind.to_le_bytes());
-    bytes.extend(0u16.to_le_bytes());
-    bytes.extend(0u32.to_le_bytes());
-    for w in words {
-        bytes.extend(w.to_le_bytes());
-    }
-    bytes
+fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut paths = fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .map(|entry| entry.map(|e| e.path()))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    paths.sort();
+    Ok(paths)
 }

@@ -25,7 +25,7 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use profiler_ebpf::{
-    BioOwner, BlockIoEvent, MAX_BIO_OWNERS, MAX_REQUESTS, RWBS_LEN, RequestKey, RequestTimes, kind,
+    BioOwner, BlockIoEvent, MAX_BIO_OWNERS, MAX_REQUESTS, RWBS_LEN, RequestKey, RequestTimes,
     lost_map,
 };
 
@@ -256,21 +256,18 @@ fn try_rq_complete(ctx: &TracePointContext) -> Result<(), i32> {
             ..RequestTimes::default()
         },
     };
-    emit(
-        kind::BLOCK_IO,
-        BlockIoEvent {
-            hdr: header(kind::BLOCK_IO),
-            start_ns: times.start_ns,
-            issue_ns: times.issue_ns,
-            sector: key.sector,
-            dev: key.dev,
-            nr_sector: unsafe { ctx.read_at::<u32>(off.complete_nr_sector as usize)? },
-            tid: times.owner as u32,
-            tgid: (times.owner >> 32) as u32,
-            error: unsafe { ctx.read_at::<i32>(off.complete_error as usize)? },
-            _pad: 0,
-            rwbs: unsafe { ctx.read_at::<[u8; RWBS_LEN]>(off.complete_rwbs as usize)? },
-        },
-    );
+    emit(BlockIoEvent {
+        hdr: header::<BlockIoEvent>(),
+        start_ns: times.start_ns,
+        issue_ns: times.issue_ns,
+        sector: key.sector,
+        dev: key.dev,
+        nr_sector: unsafe { ctx.read_at::<u32>(off.complete_nr_sector as usize)? },
+        tid: times.owner as u32,
+        tgid: (times.owner >> 32) as u32,
+        error: unsafe { ctx.read_at::<i32>(off.complete_error as usize)? },
+        _pad: 0,
+        rwbs: unsafe { ctx.read_at::<[u8; RWBS_LEN]>(off.complete_rwbs as usize)? },
+    });
     Ok(())
 }

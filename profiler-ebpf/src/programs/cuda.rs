@@ -20,7 +20,7 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use profiler_ebpf::{
-    CUDA_ARGS, CudaCallEvent, CudaEnter, MAX_CUDA_CALLS, MAX_TRACKED_TGIDS, cuda_fn, kind, lost_map,
+    CUDA_ARGS, CudaCallEvent, CudaEnter, MAX_CUDA_CALLS, MAX_TRACKED_TGIDS, cuda_fn, lost_map,
 };
 
 use super::{add_per_cpu, count_lost, emit, header, is_tracked_process};
@@ -101,20 +101,17 @@ fn try_cuda_return(ctx: &RetProbeContext) -> Result<(), i32> {
     };
     // cudaError_t is an int: sign-extend its 32 bits.
     let ret = i64::from(ctx.ret::<u64>() as u32 as i32);
-    emit(
-        kind::CUDA,
-        CudaCallEvent {
-            hdr: header(kind::CUDA),
-            enter_ns: entry.ts_ns,
-            args: entry.args,
-            ret,
-            out_ptr,
-            tid: pid_tgid as u32,
-            tgid: (pid_tgid >> 32) as u32,
-            func,
-            _pad: 0,
-        },
-    );
+    emit(CudaCallEvent {
+        hdr: header::<CudaCallEvent>(),
+        enter_ns: entry.ts_ns,
+        args: entry.args,
+        ret,
+        out_ptr,
+        tid: pid_tgid as u32,
+        tgid: (pid_tgid >> 32) as u32,
+        func,
+        _pad: 0,
+    });
     Ok(())
 }
 

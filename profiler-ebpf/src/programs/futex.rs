@@ -13,7 +13,7 @@ use aya_ebpf::{
 use profiler_ebpf::{
     FUTEX_CMD_MASK, FUTEX_LOCK_PI, FUTEX_LOCK_PI2, FUTEX_SYSCALL_FUTEX, FUTEX_SYSCALL_WAIT,
     FUTEX_SYSCALL_WAITV, FUTEX_WAIT, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI, FutexEnter,
-    FutexEvent, kind,
+    FutexEvent,
 };
 
 use super::{emit, header, offsets, thread_state};
@@ -97,18 +97,15 @@ fn try_futex_exit(ctx: &TracePointContext) -> Result<(), i32> {
         return Ok(()); // not a wait, or one that began before tracking
     }
     unsafe { (*state).futex.ts_ns = 0 };
-    emit(
-        kind::FUTEX,
-        FutexEvent {
-            hdr: header(kind::FUTEX),
-            enter_ns: entry.ts_ns,
-            uaddr: entry.uaddr,
-            ret: unsafe { ctx.read_at::<i64>(offsets().futex_ret as usize)? },
-            tid,
-            tgid: (pid_tgid >> 32) as u32,
-            op: entry.op,
-            syscall: entry.syscall,
-        },
-    );
+    emit(FutexEvent {
+        hdr: header::<FutexEvent>(),
+        enter_ns: entry.ts_ns,
+        uaddr: entry.uaddr,
+        ret: unsafe { ctx.read_at::<i64>(offsets().futex_ret as usize)? },
+        tid,
+        tgid: (pid_tgid >> 32) as u32,
+        op: entry.op,
+        syscall: entry.syscall,
+    });
     Ok(())
 }

@@ -14,15 +14,12 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
 };
 use profiler_ebpf::{
-    BPF_NOEXIST, EventHeader, LOST_SLOTS, MAX_STACK_KEYS, MAX_STACKS, MAX_TRACKED_TGIDS,
-    MAX_TRACKED_TIDS, RING_BUFFER_BYTES, StackKey, ThreadState, TracepointOffsets,
+    AbiEvent, BPF_NOEXIST, EventHeader, LOST_SLOTS, MAX_STACKS, MAX_TRACKED_TGIDS,
+    MAX_TRACKED_TIDS, RING_BUFFER_BYTES, ThreadState, TracepointOffsets,
 };
 
 /// bpf_ringbuf_submit flag: do not wake the consumer.
 const BPF_RB_NO_WAKEUP: u64 = 1;
-/// Errors the map helpers return, negated.
-const EEXIST: i32 = 17;
-const EFAULT: i32 = 14;
 
 /// All streamed events, drained by userspace's capture loop: one ring
 /// buffer per group of CPUs (`EVENT_SHARDS`), so CPUs do not contend for
@@ -76,7 +73,7 @@ static TRACKED_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TRACKED_T
 /// Tracked threads (tid → [`ThreadState`]). sched_switch and the wakeups
 /// name the other task only by tid, so they need this map; it gives them
 /// its tgid, and holds all the per-thread state of the hot paths (off-CPU
-/// start, cached stack walks, the futex wait in progress), updated in place
+/// cached stack walks, the futex wait in progress), updated in place
 /// through the pointer the filtering lookup returns. A preallocated hash
 /// updated in place costs nothing beyond that lookup, where an insert and a
 /// delete per event (or an LRU map) cost an allocation and a lock.
@@ -90,15 +87,10 @@ static TRACKED_TIDS: HashMap<u32, ThreadState> = HashMap::with_max_entries(MAX_T
 static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_SLOTS, 0);
 
 /// User and kernel stacks by id (bpf_get_stackid), shared by on- and
-/// off-CPU sampling.
+/// off-CPU sampling. Events carry the ids; userspace reads each new id's
+/// frames once, symbolizes them and records them as the recording's own.
 #[map]
 static STACKS: StackTrace = StackTrace::with_max_entries(MAX_STACKS, 0);
-
-/// The stack aggregate: samples (on-CPU) or nanoseconds (off-CPU) per
-/// thread, stack pair and kind. Per CPU so the hot paths need no atomics.
-#[map]
-static STACK_COUNTS: PerCpuHashMap<StackKey, u64> =
-    PerCpuHashMap::with_max_entries(MAX_STACK_KEYS, 0);
 
 /// Tracepoint field offsets, overridden by userspace at load time from the
 /// running kernel's tracefs format files. The defaults are 6.x's layout.
@@ -155,20 +147,16 @@ fn offsets() -> TracepointOffsets {
     unsafe { core::ptr::read_volatile(&OFFSETS) }
 }
 
+/// The header of a `T` record stamped now, on this CPU.
 #[inline(always)]
-fn header(kind: u16) -> EventHeader {
-    header_at(kind, unsafe { bpf_ktime_get_ns() })
+fn header<T: AbiEvent>() -> EventHeader {
+    header_at::<T>(unsafe { bpf_ktime_get_ns() })
 }
 
 /// A header stamped `ts_ns`, for a program that already read the clock.
 #[inline(always)]
-fn header_at(kind: u16, ts_ns: u64) -> EventHeader {
-    EventHeader {
-        ts_ns,
-        kind,
-        cpu: unsafe { bpf_get_smp_processor_id() } as u16,
-        _pad: 0,
-    }
+fn header_at<T: AbiEvent>(ts_ns: u64) -> EventHeader {
+    T::header(ts_ns, unsafe { bpf_get_smp_processor_id() } as u16)
 }
 
 /// Tgid of a tracked thread, or None.
@@ -208,7 +196,7 @@ fn add_per_cpu<K>(map: &PerCpuHashMap<K, u64>, key: &K, n: u64) -> Result<(), i3
     }
     match map.insert(key, n, BPF_NOEXIST) {
         Ok(()) => Ok(()),
-        Err(e) if e == -EEXIST => {
+        Err(e) if e == -profiler_ebpf::errno::EEXIST => {
             if let Some(total) = map.get_ptr_mut(key) {
                 unsafe { *total += n };
             }
@@ -220,7 +208,7 @@ fn add_per_cpu<K>(map: &PerCpuHashMap<K, u64>, key: &K, n: u64) -> Result<(), i3
 
 /// Copies `event` into the ring buffer, counting it as lost when full.
 #[inline(always)]
-fn emit<T: 'static>(kind: u16, event: T) {
+fn emit<T: AbiEvent + 'static>(event: T) {
     match events_shard().reserve::<T>(0) {
         Some(mut entry) => {
             entry.write(event);
@@ -228,7 +216,7 @@ fn emit<T: 'static>(kind: u16, event: T) {
             // irq_work per event batch.
             entry.submit(BPF_RB_NO_WAKEUP);
         }
-        None => count_lost(kind as u32),
+        None => count_lost(u32::from(T::KIND)),
     }
 }
 

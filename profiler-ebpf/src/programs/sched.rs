@@ -4,15 +4,17 @@
 //! task is tracked. Those two lookups also return the tracked tasks' state
 //! (`ThreadState`), so a tracked switch adds no further per-thread lookup:
 //! off-CPU stack sampling (see `stacks`) updates that state in place, with
-//! at most one stack walk pair at switch-out and one aggregate update at
-//! switch-in.
+//! at most one stack walk pair at switch-out; the switch-in does nothing
+//! but emit the event (userspace weighs the off-CPU interval).
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{raw_tracepoint, tracepoint},
     programs::{RawTracePointContext, TracePointContext, tracing::StackIdContext},
 };
-use profiler_ebpf::{SwitchEvent, TASK_DEAD, WAKE_NEW_TASK, WakeupEvent, kind, report_prev_state};
+use profiler_ebpf::{
+    NO_STACK_KIND, SwitchEvent, TASK_DEAD, WAKE_NEW_TASK, WakeupEvent, report_prev_state,
+};
 
 use super::{emit, header, header_at, offsets, stacks, stacks_enabled, thread_state, tracked_tgid};
 
@@ -89,27 +91,23 @@ fn switch<C: StackIdContext>(
         return Ok(());
     }
     let prev_state = prev_state()?;
-    // One clock read for the event and both off-CPU halves.
+    // One clock read for the event and the switch-out's stack walk.
     let now = unsafe { bpf_ktime_get_ns() };
-    if stacks_enabled() {
-        if let Some(state) = prev {
-            stacks::switch_out(ctx, state, prev_state, now);
-        }
-        if let Some(state) = next {
-            stacks::switch_in(next_tid, state, now);
-        }
-    }
-    emit(
-        kind::SWITCH,
-        SwitchEvent {
-            hdr: header_at(kind::SWITCH, now),
-            prev_state,
-            prev_tid,
-            prev_tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
-            next_tid,
-            next_tgid,
-        },
-    );
+    let (prev_kind, prev_user_stack, prev_kernel_stack) = match prev {
+        Some(state) => stacks::switch_out(ctx, state, prev_state, now, stacks_enabled()),
+        None => (NO_STACK_KIND, -1, -1),
+    };
+    emit(SwitchEvent {
+        hdr: header_at::<SwitchEvent>(now),
+        prev_state: prev_state as u32,
+        prev_kind,
+        prev_tid,
+        prev_tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        next_tid,
+        next_tgid,
+        prev_user_stack,
+        prev_kernel_stack,
+    });
     Ok(())
 }
 
@@ -180,17 +178,14 @@ fn wakeup(
     let target_cpu = target_cpu()?;
     let waker = bpf_get_current_pid_tgid();
     let flags = if new_task { WAKE_NEW_TASK } else { 0 };
-    emit(
-        kind::WAKEUP,
-        WakeupEvent {
-            hdr: header(kind::WAKEUP),
-            tid,
-            tgid,
-            waker_tid: waker as u32,
-            waker_tgid: (waker >> 32) as u32,
-            target_cpu,
-            flags,
-        },
-    );
+    emit(WakeupEvent {
+        hdr: header::<WakeupEvent>(),
+        tid,
+        tgid,
+        waker_tid: waker as u32,
+        waker_tgid: (waker >> 32) as u32,
+        target_cpu,
+        flags,
+    });
     Ok(())
 }

@@ -1,7 +1,12 @@
 //! Stack sampling: on-CPU samples from the cpu-clock perf event, and the
-//! off-CPU half, which `sched::try_switch` drives. Both aggregate in the
-//! kernel into `STACK_COUNTS`, so a stack costs one map update rather than
-//! a ring-buffer record; userspace reads the totals when recording ends.
+//! off-CPU half, which `sched::try_switch` drives. Both only take stack ids
+//! (bpf_get_stackid) and put them in an event: a [`SampleEvent`] per
+//! on-CPU sample, the switch-out's stacks in its [`SwitchEvent`].
+//! Userspace turns the ids into the recording's stacks and weighs each
+//! off-CPU interval from the switch-out to the thread's next switch-in, so
+//! the kernel keeps no aggregate and a switch-in does no stack work.
+//!
+//! [`SwitchEvent`]: profiler_ebpf::SwitchEvent
 
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
@@ -9,13 +14,13 @@ use aya_ebpf::{
     programs::{PerfEventContext, tracing::StackIdContext},
 };
 use profiler_ebpf::{
-    BPF_F_USER_STACK, LastStacks, OffCpuStart, STACK_KINDS, STACK_REUSE_NS, StackKey, ThreadState,
-    lost_stack, offcpu_reason, stack_kind,
+    BPF_F_USER_STACK, LastStacks, NO_STACK_KIND, STACK_KINDS, STACK_REUSE_NS, SampleEvent,
+    ThreadState, errno, lost_stack, offcpu_reason, stack_kind,
 };
 
-use super::{EEXIST, EFAULT, STACK_COUNTS, STACKS, add_per_cpu, count_lost, tracked_tgid};
+use super::{STACKS, count_lost, emit, header, tracked_tgid};
 
-/// One cpu-clock tick on some CPU: count the stacks of the thread it
+/// One cpu-clock tick on some CPU: a sample of the stacks of the thread it
 /// interrupted, if that thread is tracked.
 #[perf_event]
 pub fn tprof_sample(ctx: PerfEventContext) -> u32 {
@@ -23,16 +28,14 @@ pub fn tprof_sample(ctx: PerfEventContext) -> u32 {
     let tid = pid_tgid as u32;
     // tid 0 is the idle task; tracked_tgid filters everything else untracked.
     if tid != 0 && tracked_tgid(tid).is_some() {
-        let (user_stack_id, kernel_stack_id) = stack_ids(&ctx);
-        let key = StackKey {
-            tgid: (pid_tgid >> 32) as u32,
+        let (user_stack, kernel_stack) = stack_ids(&ctx);
+        emit(SampleEvent {
+            hdr: header::<SampleEvent>(),
             tid,
-            user_stack_id,
-            kernel_stack_id,
-            kind: stack_kind::ON_CPU,
-            _pad: 0,
-        };
-        add_weight(&key, 1);
+            tgid: (pid_tgid >> 32) as u32,
+            user_stack,
+            kernel_stack,
+        });
     }
     0
 }
@@ -48,9 +51,9 @@ fn stack_id<C: StackIdContext>(ctx: &C, flags: u64) -> i32 {
     match ctx.get_stackid(&STACKS, flags) {
         Ok(id) => id as i32,
         // No kernel frames: the sample interrupted user code. Not a loss.
-        Err(e) if e == -EFAULT => -1,
+        Err(e) if e == -errno::EFAULT => -1,
         Err(e) => {
-            count_lost(if e == -EEXIST {
+            count_lost(if e == -errno::EEXIST {
                 lost_stack::COLLISION
             } else {
                 lost_stack::FAILED
@@ -60,21 +63,24 @@ fn stack_id<C: StackIdContext>(ctx: &C, flags: u64) -> i32 {
     }
 }
 
-/// Adds `weight` to `key`'s total, counting a full aggregate.
-#[inline(always)]
-fn add_weight(key: &StackKey, weight: u64) {
-    if add_per_cpu(&STACK_COUNTS, key, weight).is_err() {
-        count_lost(lost_stack::AGGREGATE_FULL);
-    }
-}
+/// What a switch-out records about where a tracked thread left the CPU:
+/// (kind, user stack id, kernel stack id).
+pub type SwitchOutStacks = (u32, i32, i32);
 
 /// sched_switch, prev side: a tracked thread leaves the CPU. Runs in prev's
 /// context, so the stacks taken here are where it stopped. `state` is the
-/// thread's `TRACKED_TIDS` entry.
+/// thread's `TRACKED_TIDS` entry; `walk` false (no stack sampling) still
+/// gives the kind.
 #[inline(always)]
-pub fn switch_out<C: StackIdContext>(ctx: &C, state: *mut ThreadState, prev_state: u64, now: u64) {
+pub fn switch_out<C: StackIdContext>(
+    ctx: &C,
+    state: *mut ThreadState,
+    prev_state: u64,
+    now: u64,
+    walk: bool,
+) -> SwitchOutStacks {
     let Some(reason) = offcpu_reason(prev_state) else {
-        return; // exiting: it will not come back
+        return (NO_STACK_KIND, -1, -1); // exiting: it will not come back
     };
     // SAFETY: state points into a live TRACKED_TIDS entry; only this
     // thread's own switches and syscalls write it, and they cannot overlap.
@@ -84,14 +90,11 @@ pub fn switch_out<C: StackIdContext>(ctx: &C, state: *mut ThreadState, prev_stat
     } else {
         reason
     };
-    let (user_stack_id, kernel_stack_id) = offcpu_stack_ids(ctx, state, reason, now);
-    state.offcpu = OffCpuStart {
-        ts_ns: now,
-        user_stack_id,
-        kernel_stack_id,
-        reason,
-        tgid: state.tgid,
-    };
+    if !walk {
+        return (reason, -1, -1);
+    }
+    let (user, kernel) = offcpu_stack_ids(ctx, state, reason, now);
+    (reason, user, kernel)
 }
 
 /// The stacks a switch-out leaves from: walked, or the thread's last walk
@@ -117,28 +120,4 @@ fn offcpu_stack_ids<C: StackIdContext>(
         kernel_stack_id,
     };
     (user_stack_id, kernel_stack_id)
-}
-
-/// sched_switch, next side: a tracked thread runs again; the time since its
-/// switch-out goes to the stack it left from. `state` is the thread's
-/// `TRACKED_TIDS` entry.
-#[inline(always)]
-pub fn switch_in(tid: u32, state: *mut ThreadState, now: u64) {
-    // SAFETY: as in switch_out; the switch-out that wrote `offcpu` happened
-    // before this switch-in (the scheduler orders them).
-    let state = unsafe { &mut *state };
-    let start = state.offcpu;
-    if start.ts_ns == 0 {
-        return; // on a CPU since before the recording, or its switch-out was not seen
-    }
-    state.offcpu.ts_ns = 0;
-    let key = StackKey {
-        tgid: start.tgid,
-        tid,
-        user_stack_id: start.user_stack_id,
-        kernel_stack_id: start.kernel_stack_id,
-        kind: start.reason,
-        _pad: 0,
-    };
-    add_weight(&key, now.saturating_sub(start.ts_ns));
 }

@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use profiler_ebpf::{
     CLONE_THREAD, COMM_LEN, CommEvent, ExecEvent, ExitEvent, ForkEvent, LOST_TRACK_FULL,
-    ThreadState, kind,
+    ThreadState,
 };
 
 use super::{
@@ -49,18 +49,15 @@ fn try_newtask(ctx: &TracePointContext) -> Result<(), i32> {
     if process_full || thread_full {
         count_lost(LOST_TRACK_FULL);
     }
-    emit(
-        kind::FORK,
-        ForkEvent {
-            hdr: header(kind::FORK),
-            clone_flags,
-            parent_tid: pid_tgid as u32,
-            parent_tgid,
-            child_tid,
-            child_tgid,
-            comm: bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
-        },
-    );
+    emit(ForkEvent {
+        hdr: header::<ForkEvent>(),
+        clone_flags,
+        parent_tid: pid_tgid as u32,
+        parent_tgid,
+        child_tid,
+        child_tgid,
+        comm: bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
+    });
     Ok(())
 }
 
@@ -82,17 +79,14 @@ fn try_exec(ctx: &TracePointContext) -> Result<(), i32> {
         // A non-leader thread exec'd and took over the leader's tid.
         let _ = TRACKED_TIDS.remove(&old_tid);
     }
-    emit(
-        kind::EXEC,
-        ExecEvent {
-            hdr: header(kind::EXEC),
-            tid,
-            tgid,
-            old_tid,
-            _pad: 0,
-            comm: bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
-        },
-    );
+    emit(ExecEvent {
+        hdr: header::<ExecEvent>(),
+        tid,
+        tgid,
+        old_tid,
+        _pad: 0,
+        comm: bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
+    });
     Ok(())
 }
 
@@ -116,16 +110,13 @@ fn try_exit(ctx: &TracePointContext) -> Result<(), i32> {
     if group_dead != 0 {
         let _ = TRACKED_TGIDS.remove(&tgid);
     }
-    emit(
-        kind::EXIT,
-        ExitEvent {
-            hdr: header(kind::EXIT),
-            tid,
-            tgid,
-            group_dead,
-            _pad: 0,
-        },
-    );
+    emit(ExitEvent {
+        hdr: header::<ExitEvent>(),
+        tid,
+        tgid,
+        group_dead,
+        _pad: 0,
+    });
     Ok(())
 }
 
@@ -142,14 +133,11 @@ fn try_rename(ctx: &TracePointContext) -> Result<(), i32> {
         return Ok(());
     };
     let comm = unsafe { ctx.read_at::<[u8; COMM_LEN]>(off.rename_newcomm as usize)? };
-    emit(
-        kind::COMM,
-        CommEvent {
-            hdr: header(kind::COMM),
-            tid,
-            tgid,
-            comm,
-        },
-    );
+    emit(CommEvent {
+        hdr: header::<CommEvent>(),
+        tid,
+        tgid,
+        comm,
+    });
     Ok(())
 }

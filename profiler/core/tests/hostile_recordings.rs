@@ -12,7 +12,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use profiler_ebpf::{EventHeader, ExitEvent, kind};
+use profiler_ebpf::{AbiEvent as _, ExitEvent};
 use tprof_core::recording::reader::{ReadError, parse};
 use tprof_core::recording::{
     ClockAnchor, FORMAT_VERSION, Footer, Header, MAX_RECORD_LEN, PREAMBLE_LEN, Writer, events,
@@ -87,12 +87,7 @@ fn sample() -> Vec<u8> {
     w.write_json(record::HEADER, &Header::default()).unwrap();
     for ts in 0..20 {
         let exit = ExitEvent {
-            hdr: EventHeader {
-                ts_ns: ts,
-                kind: kind::EXIT,
-                cpu: 0,
-                _pad: 0,
-            },
+            hdr: ExitEvent::header(ts, 0),
             tid: 7,
             tgid: 7,
             group_dead: 1,

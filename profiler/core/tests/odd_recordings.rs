@@ -11,9 +11,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use profiler_ebpf::{COMM_LEN, event_size, kind};
 use tprof_core::model::{Assembly, Model};
 use tprof_core::recording::{
-    ClockAnchor, CommandExit, Footer, Frame, GpuDevice, GpuInfo, GpuMetric, GpuSeries, Header,
-    LostCounts, Origin, ProcessInfo, Recording, StackKind, StackSample, StackTable, SystemSample,
-    ThreadInfo, Writer, events, reader, record,
+    ClockAnchor, CommandExit, FORMAT_VERSION, Footer, Frame, FrameBatch, FrameKind, GpuDevice,
+    GpuInfo, GpuMetric, GpuSeries, Header, LostCounts, Origin, ProcessInfo, Recording, StackBatch,
+    StackDictionary, StackKind, StackSample, StackTable, SystemSample, ThreadInfo, Writer, events,
+    reader, record,
 };
 use tprof_core::render;
 
@@ -64,6 +65,7 @@ fn random_events(rng: &mut Rng, n: usize) -> Vec<u8> {
         event[..8].copy_from_slice(&ts.to_le_bytes());
         event[8..10].copy_from_slice(&kind.to_le_bytes());
         event[10..12].copy_from_slice(&(rng.below(4) as u16).to_le_bytes());
+        event[12..16].copy_from_slice(&(size as u32).to_le_bytes());
         for word in event[16..].chunks_mut(4) {
             let v = rng.value() as u32;
             let le = v.to_le_bytes();
@@ -95,7 +97,8 @@ fn random_recording_and_events(rng: &mut Rng) -> (Recording, Vec<u8>) {
     let mut events = Vec::new();
     let n = rng.below(300) as usize;
     let raw_events = random_events(rng, n);
-    events::decode_all(&raw_events, &mut events).expect("well-formed events");
+    events::decode_all(&raw_events, events::Framing::Length, &mut events)
+        .expect("well-formed events");
     let pid = |rng: &mut Rng| rng.value() as u32;
     let processes = (0..rng.below(6))
         .map(|_| ProcessInfo {
@@ -129,12 +132,15 @@ fn random_recording_and_events(rng: &mut Rng) -> (Recording, Vec<u8>) {
             module: format!("m{i}"),
             offset: rng.value(),
             symbol: rng.chance(2).then(|| format!("f{i}")),
-            kernel: rng.chance(3),
+            kind: [FrameKind::Native, FrameKind::Kernel, FrameKind::Marker][rng.below(3) as usize],
         })
         .collect();
-    let stacks = (0..rng.below(4))
+    let stacks: Vec<Vec<u32>> = (0..rng.below(4))
         .map(|_| (0..rng.below(5)).map(|_| rng.value() as u32).collect())
         .collect();
+    // Half the recordings store stacks as formats 2 and 3 did (one table at
+    // the end), half as format 4 does (a dictionary, weighed from events).
+    let streamed = rng.chance(2);
     let samples = (0..rng.below(8))
         .map(|_| StackSample {
             pid: pid(rng),
@@ -172,8 +178,10 @@ fn random_recording_and_events(rng: &mut Rng) -> (Recording, Vec<u8>) {
             },
             targets: (0..rng.below(3)).map(|_| pid(rng)).collect(),
             block_devices: BTreeMap::from([(rng.value() as u32, "vda".into())]),
+            sample_hz: streamed.then(|| rng.value()),
             ..Default::default()
         },
+        version: FORMAT_VERSION,
         processes,
         threads,
         events,
@@ -193,7 +201,15 @@ fn random_recording_and_events(rng: &mut Rng) -> (Recording, Vec<u8>) {
         }),
         gpu_series,
         cuda: None,
-        stacks: rng.chance(2).then(|| StackTable {
+        dictionary: if streamed {
+            StackDictionary {
+                frames: frames.clone(),
+                stacks: stacks.clone(),
+            }
+        } else {
+            StackDictionary::default()
+        },
+        stacks: (!streamed && rng.chance(2)).then(|| StackTable {
             sample_hz: rng.value(),
             frames,
             stacks,
@@ -215,6 +231,8 @@ fn random_recording_and_events(rng: &mut Rng) -> (Recording, Vec<u8>) {
             }),
         }),
         truncated: rng.chance(3),
+        unknown_records: 0,
+        unknown_events: 0,
     };
     (rec, raw_events)
 }
@@ -230,10 +248,23 @@ fn recording_file(rec: &Recording, raw_events: &[u8]) -> Vec<u8> {
     for t in &rec.threads {
         w.write_json(record::THREAD, t).unwrap();
     }
+    if !rec.dictionary.frames.is_empty() {
+        let batch = FrameBatch {
+            first: 0,
+            frames: rec.dictionary.frames.clone(),
+        };
+        w.write_json(record::FRAMES, &batch).unwrap();
+    }
+    if !rec.dictionary.stacks.is_empty() {
+        let batch = StackBatch {
+            first: 0,
+            stacks: rec.dictionary.stacks.clone(),
+        };
+        w.write_json(record::STACK_DEFS, &batch).unwrap();
+    }
     let mut rest = raw_events;
     while !rest.is_empty() {
-        let kind = u16::from_le_bytes([rest[8], rest[9]]);
-        let size = event_size(kind).expect("a known kind");
+        let size = u32::from_le_bytes(rest[12..16].try_into().unwrap()) as usize;
         w.push_event(&rest[..size]).unwrap();
         rest = &rest[size..];
         if rest.len().is_multiple_of(7) {
@@ -345,7 +376,9 @@ fn empty_recording_reports() {
 // recording that showed it.
 
 fn event<T: bytemuck::Pod>(event: &T) -> tprof_core::recording::Event {
-    events::decode(&events::encode(event)).expect("decodes").0
+    let (event, _) =
+        events::decode(&events::encode(event), events::Framing::Length).expect("decodes");
+    event.expect("a known kind")
 }
 
 fn header(kind: u16, ts_ns: u64) -> profiler_ebpf::EventHeader {
@@ -353,7 +386,7 @@ fn header(kind: u16, ts_ns: u64) -> profiler_ebpf::EventHeader {
         ts_ns,
         kind,
         cpu: 0,
-        _pad: 0,
+        len: event_size(kind).expect("a known kind") as u32,
     }
 }
 

@@ -11,13 +11,12 @@
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Result;
 
 use super::programs::KernelPrograms;
-use tprof_core::recording::{CudaInfo, CudaLibrary, Writer, record};
+use tprof_core::recording::{CudaInfo, CudaLibrary};
 
 /// A library file mapped executable by a process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,14 +143,15 @@ impl CudaTracer {
         Ok(())
     }
 
-    /// Writes the CUDA record if it changed (always once, so a recording
-    /// says that no library was found).
-    pub fn write<W: Write>(&mut self, writer: &mut Writer<W>, force: bool) -> Result<()> {
-        if self.dirty || force {
-            writer.write_json(record::CUDA, &self.info)?;
-            self.dirty = false;
-        }
-        Ok(())
+    /// The CUDA record, if it changed since the last call.
+    pub fn take_changed(&mut self) -> Option<CudaInfo> {
+        std::mem::take(&mut self.dirty).then(|| self.info.clone())
+    }
+
+    /// The CUDA record as it stands (written once more at the end, so a
+    /// recording says that no library was found).
+    pub fn info(&self) -> &CudaInfo {
+        &self.info
     }
 }
 

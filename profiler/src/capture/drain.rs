@@ -29,6 +29,10 @@ impl DrainBatch {
         self.order.sort_by_key(|&(ts, _, _)| ts);
     }
 
+    pub(super) fn len(&self) -> usize {
+        self.order.len()
+    }
+
     pub(super) fn in_order(&self) -> impl Iterator<Item = &[u8]> {
         self.order
             .iter()

@@ -56,12 +56,6 @@ impl RecordingFile {
         &self.path
     }
 
-    /// The writer itself, for a part that writes its own records (the
-    /// caller adds [`RecordingFile::failed`] to its errors).
-    pub(super) fn writer(&mut self) -> &mut Writer<BufWriter<File>> {
-        &mut self.writer
-    }
-
     pub(super) fn failed(&self) -> String {
         format!("writing the recording to {} failed", self.path.display())
     }
@@ -69,6 +63,13 @@ impl RecordingFile {
     pub(super) fn write_json<T: Serialize>(&mut self, kind: u32, value: &T) -> Result<()> {
         self.writer
             .write_json(kind, value)
+            .with_context(|| self.failed())
+    }
+
+    /// A record whose payload is already encoded.
+    pub(super) fn write_record(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
+        self.writer
+            .write_record(kind, payload)
             .with_context(|| self.failed())
     }
 

@@ -21,11 +21,13 @@ mod file;
 pub mod gpu;
 mod launch;
 pub mod limits;
+mod pipeline;
 mod privileges;
 pub mod procfs;
 mod programs;
 mod session;
 mod signals;
+mod stacks;
 mod symbols;
 pub mod tracefs;
 
@@ -36,6 +38,7 @@ use anyhow::{Context as _, Result};
 pub use clock::{anchor, monotonic_ns};
 use file::{RecordingFile, Unstarted};
 use gpu::GpuOptions;
+use pipeline::Pipeline;
 use programs::KernelPrograms;
 pub use programs::MapLimits;
 use session::Session;
@@ -188,6 +191,11 @@ fn start(opts: &RecordOptions) -> Result<Session> {
     let writer = Writer::new(BufWriter::with_capacity(1 << 20, file))
         .with_context(|| format!("writing the recording to {} failed", opts.output.display()))?;
     let out = RecordingFile::new(writer, opts.output.clone());
+    let stacks = match opts.sample_hz {
+        Some(_) => programs.take_stack_source(),
+        None => None,
+    };
+    let out = Pipeline::start(out, stacks)?;
     let mut session = Session::new(programs, out, opts, gpu);
     match &held {
         Some(child) => session.track_launched(child.pid, &opts.command, start)?,

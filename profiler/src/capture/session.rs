@@ -1,8 +1,9 @@
 //! One recording in progress: tracks the targets, then every 50 ms drains
-//! the kernel's events into the recording file, snapshots new processes,
-//! samples /proc/stat, and once a second refreshes lost counts, GPU
-//! samples, /proc/<pid>/maps and the CUDA state; at the end writes the
-//! stacks, the totals and the footer.
+//! the kernel's events into the recording's pipeline ([`Pipeline`]: a
+//! writer thread names their stacks and writes them), snapshots new
+//! processes, samples /proc/stat, and once a second refreshes lost counts,
+//! GPU samples, /proc/<pid>/maps and the CUDA state; at the end writes the
+//! totals and the footer.
 
 use std::{
     collections::HashSet,
@@ -10,22 +11,21 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 use profiler_ebpf::kind;
 
 use super::clock::{anchor, monotonic_ns};
 use super::cuda::CudaTracer;
-use super::drain::DrainBatch;
-use super::file::{RecordingFile, cut_short_error};
+use super::file::cut_short_error;
 use super::gpu::GpuSampler;
 use super::launch::{KILL_WAIT, LaunchedCommand};
+use super::pipeline::Pipeline;
 use super::programs::{Expired, KernelPrograms};
 use super::signals::{FINISHING, Signals};
-use super::symbols::{self, AddressSpaces};
 use super::{RecordOptions, RecordOutcome, StopReason, limits, procfs};
 use tprof_core::recording::{
     self, ClockAnchor, Event, Footer, GpuInfo, Header, LostCounts, Origin, ProcessInfo, ThreadInfo,
-    record,
+    events::Framing, record,
 };
 
 /// How often the ring buffer is drained and the file flushed. Polling on a
@@ -70,7 +70,7 @@ pub(super) fn check_targets(pids: &[u32]) -> Result<()> {
 /// One recording in progress.
 pub(super) struct Session {
     programs: KernelPrograms,
-    out: RecordingFile,
+    out: Pipeline,
     /// The processes whose exit ends the recording.
     roots: Vec<u32>,
     /// The launched command, which we reap, and stop with the recording.
@@ -81,8 +81,6 @@ pub(super) struct Session {
     stopping: Option<String>,
     /// Processes with a /proc snapshot in the recording.
     known: HashSet<u32>,
-    /// Their executable mappings, for symbolizing stacks at the end.
-    spaces: AddressSpaces,
     /// Processes that appeared or exec'd lately, whose libraries are still
     /// being mapped: their maps are re-read every tick, not every second.
     young: Vec<(u32, Instant)>,
@@ -107,14 +105,14 @@ pub(super) struct Session {
     gpu_info: GpuInfo,
     gpu: Option<GpuSampler>,
     cuda: CudaTracer,
-    /// One drain's events, kept between drains for its buffers.
-    batch: DrainBatch,
+    /// Ticks on which the writer was too far behind to take a drain.
+    lagged_ticks: u64,
 }
 
 impl Session {
     pub(super) fn new(
         programs: KernelPrograms,
-        out: RecordingFile,
+        out: Pipeline,
         opts: &RecordOptions,
         (gpu_info, gpu): (GpuInfo, Option<GpuSampler>),
     ) -> Session {
@@ -126,7 +124,6 @@ impl Session {
             kill_after: opts.kill_after,
             stopping: None,
             known: HashSet::new(),
-            spaces: AddressSpaces::default(),
             young: Vec::new(),
             sample_hz: opts.sample_hz,
             events: 0,
@@ -142,7 +139,7 @@ impl Session {
             gpu_info,
             gpu,
             cuda: CudaTracer::new(opts.cuda),
-            batch: DrainBatch::default(),
+            lagged_ticks: 0,
         }
     }
 
@@ -158,6 +155,7 @@ impl Session {
             command,
             block_devices: procfs::block_devices(),
             cpu_limit: self.roots.first().map(|&pid| limits::cpu_limit(pid)),
+            sample_hz: self.sample_hz,
         };
         self.out.write_json(record::HEADER, &header)?;
         self.out.write_json(record::GPU_INFO, &self.gpu_info)?;
@@ -272,7 +270,9 @@ impl Session {
             seen_ns: monotonic_ns(),
         };
         self.out.write_json(record::PROCESS, &info)?;
-        self.spaces.snapshot(pid);
+        if self.sample_hz.is_some() {
+            self.out.snapshot_maps(pid)?;
+        }
         Ok(())
     }
 
@@ -385,7 +385,7 @@ impl Session {
 
     fn on_tick(&mut self) -> Result<()> {
         self.drain()?;
-        self.refresh_young_maps();
+        self.refresh_young_maps()?;
         if self.last_expiry.elapsed() >= self.in_flight_expiry.clamp(DRAIN_EVERY, EXPIRE_EVERY) {
             self.expire_in_flight();
         }
@@ -401,7 +401,7 @@ impl Session {
             // Once a second: one record per series per second keeps the
             // file small; a killed recording loses at most that second.
             self.drain_gpu()?;
-            self.refresh_maps();
+            self.refresh_maps()?;
             self.refresh_cuda()?;
             self.status_line();
         }
@@ -410,22 +410,27 @@ impl Session {
     }
 
     /// Moves every event from the ring buffer into the recording, and
-    /// snapshots processes that appeared or exec'd.
+    /// snapshots processes that appeared or exec'd. When the writer is too
+    /// far behind, the events wait in the ring buffer for a later tick.
     fn drain(&mut self) -> Result<()> {
+        if self.out.is_full() {
+            self.lagged_ticks += 1;
+            return Ok(());
+        }
         let mut new_processes = Vec::new();
-        let mut batch = std::mem::take(&mut self.batch);
+        let mut batch = self.out.empty_batch();
         batch.gather(|push| self.programs.drain_events(push));
         for bytes in batch.in_order() {
             self.events += 1;
             if let Some((pid, parent)) = process_change(bytes) {
                 if let Some(parent) = parent {
-                    self.spaces.set_parent(pid, parent);
+                    self.out.set_parent(pid, parent)?;
                 }
                 new_processes.push(pid);
             }
-            self.out.push_event(bytes)?;
         }
-        self.batch = batch;
+        // Before the events: the writer names their stacks against these
+        // processes' mappings.
         for pid in new_processes {
             self.known.insert(pid);
             self.young.push((pid, Instant::now()));
@@ -434,7 +439,8 @@ impl Session {
             // a worker started with spawn).
             self.cuda.scan(&mut self.programs, pid, monotonic_ns())?;
         }
-        self.write_cuda(false)?;
+        self.out.send_events(batch)?;
+        self.write_cuda()?;
         Ok(())
     }
 
@@ -450,13 +456,13 @@ impl Session {
     }
 
     /// The kernel's drop counts plus what could not be tracked at attach
-    /// and the entries of things in flight that expired.
+    /// and the stacks the writer found gone from the stack map, and the
+    /// entries of things in flight that expired.
     fn lost_counts(&self) -> Result<LostCounts> {
         let mut lost = self.programs.lost_counts()?;
         lost.tracking_full += self.untracked;
-        lost.requests_expired += self.expired.requests;
-        lost.bio_owners_expired += self.expired.bio_owners;
-        lost.cuda_calls_unreturned += self.expired.cuda_calls;
+        lost.stack_failed += self.out.unreadable_stacks();
+        add_expired(&self.expired, &mut lost);
         Ok(lost)
     }
 
@@ -482,31 +488,35 @@ impl Session {
     /// Re-reads the maps of processes younger than YOUNG_FOR: a process
     /// maps its libraries (and a JIT its code) in its first moments, and a
     /// short-lived worker may exit before the once-a-second refresh.
-    fn refresh_young_maps(&mut self) {
+    fn refresh_young_maps(&mut self) -> Result<()> {
         self.young.retain(|(_, seen)| seen.elapsed() < YOUNG_FOR);
         if self.sample_hz.is_none() {
-            return;
+            return Ok(());
         }
         for &(pid, _) in &self.young {
-            self.spaces.snapshot(pid);
+            self.out.snapshot_maps(pid)?;
         }
+        Ok(())
     }
 
     /// Re-reads the maps of live processes, so libraries loaded since the
     /// last snapshot resolve even if the process exits before the end.
-    fn refresh_maps(&mut self) {
+    fn refresh_maps(&mut self) -> Result<()> {
         if self.sample_hz.is_none() {
-            return;
+            return Ok(());
         }
         for &pid in &self.known {
-            self.spaces.snapshot(pid);
+            self.out.snapshot_maps(pid)?;
         }
+        Ok(())
     }
 
-    /// Writes the CUDA record when it changed (or always, at the end).
-    fn write_cuda(&mut self, force: bool) -> Result<()> {
-        let failed = self.out.failed();
-        self.cuda.write(self.out.writer(), force).context(failed)
+    /// Writes the CUDA record when it changed.
+    fn write_cuda(&mut self) -> Result<()> {
+        match self.cuda.take_changed() {
+            Some(info) => self.out.write_json(record::CUDA, &info),
+            None => Ok(()),
+        }
     }
 
     /// Looks for a CUDA runtime loaded since the last look (a job importing
@@ -518,24 +528,17 @@ impl Session {
             self.cuda.scan(&mut self.programs, pid, now)?;
         }
         self.cuda.refresh_launches(&self.programs)?;
-        self.write_cuda(false)
-    }
-
-    /// Reads the kernel's stack aggregate, symbolizes it and writes the
-    /// STACKS record.
-    fn write_stacks(&mut self) -> Result<()> {
-        let Some(hz) = self.sample_hz else {
-            return Ok(());
-        };
-        let raw = self.programs.read_stacks()?;
-        let table = symbols::build_table(&raw, &self.spaces, hz, monotonic_ns());
-        self.out.write_json(record::STACKS, &table)?;
-        Ok(())
+        self.write_cuda()
     }
 
     fn status_line(&self) {
+        let lagging = if self.out.is_full() {
+            " (writing behind: events wait in the ring buffer)"
+        } else {
+            ""
+        };
         let mut line = format!(
-            "tprof: {:.0} s, {} events, {} lost, {} processes",
+            "tprof: {:.0} s, {} events, {} lost, {} processes{lagging}",
             self.started.elapsed().as_secs_f64(),
             self.events,
             self.lost.total(),
@@ -577,7 +580,8 @@ impl Session {
                 if let Some(command) = &mut self.command {
                     command.stop_and_wait(libc::SIGTERM, self.kill_after);
                 }
-                // `self` is dropped here: the programs detach.
+                // `self` is dropped here: the programs detach, and the
+                // writer thread ends when its queue is empty.
                 Err(err)
             }
         }
@@ -585,26 +589,34 @@ impl Session {
     }
 
     fn complete(mut self, stop_reason: StopReason) -> Result<RecordOutcome> {
+        // The last drain must not be put off: wait for the writer.
+        while self.out.is_full() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         self.drain()?;
         if let Some(gpu) = &mut self.gpu {
             gpu.stop();
         }
         self.drain_gpu()?;
-        self.write_stacks()?;
         self.cuda.refresh_launches(&self.programs)?;
-        self.write_cuda(true)?;
         self.expire_in_flight();
-        self.lost = self.lost_counts()?;
-        self.out.write_json(record::LOST, &self.lost)?;
+        let path = self.out.path().to_path_buf();
+        let (mut file, unreadable_stacks) = self.out.finish()?;
+        file.write_json(record::CUDA, self.cuda.info())?;
+        let mut lost = self.programs.lost_counts()?;
+        lost.tracking_full += self.untracked;
+        lost.stack_failed += unreadable_stacks;
+        add_expired(&self.expired, &mut lost);
+        self.lost = lost;
+        file.write_json(record::LOST, &self.lost)?;
         let command_exit = self.command.as_ref().map(LaunchedCommand::exit);
         let footer = Footer {
             end: anchor(),
             stop_reason: stop_reason.as_str().to_string(),
             command_exit: command_exit.clone(),
         };
-        self.out.write_json(record::FOOTER, &footer)?;
-        let path = self.out.path().to_path_buf();
-        self.out.finish()?;
+        file.write_json(record::FOOTER, &footer)?;
+        file.finish()?;
         drop(self.programs);
         Ok(RecordOutcome {
             path,
@@ -616,6 +628,13 @@ impl Session {
     }
 }
 
+/// Counts the entries of things in flight that expired as lost.
+fn add_expired(expired: &Expired, lost: &mut LostCounts) {
+    lost.requests_expired += expired.requests;
+    lost.bio_owners_expired += expired.bio_owners;
+    lost.cuda_calls_unreturned += expired.cuda_calls;
+}
+
 /// The pid of a process that a raw event says was created (with its parent)
 /// or exec'd.
 fn process_change(bytes: &[u8]) -> Option<(u32, Option<u32>)> {
@@ -623,7 +642,7 @@ fn process_change(bytes: &[u8]) -> Option<(u32, Option<u32>)> {
     if kind != kind::FORK && kind != kind::EXEC {
         return None;
     }
-    match recording::events::decode(bytes).ok()?.0 {
+    match recording::events::decode(bytes, Framing::Length).ok()?.0? {
         Event::Fork {
             parent_tgid,
             child_tgid,

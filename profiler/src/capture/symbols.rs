@@ -1,5 +1,6 @@
-//! Turns what the kernel aggregated (stack ids of raw addresses) into the
-//! recording's [`StackTable`] of named frames.
+//! Names raw addresses: where each points ([`Site`]: a file and offset, the
+//! kernel, JIT code, a pseudo mapping) and, in batches, which function
+//! ([`Namer`]).
 //!
 //! User addresses are resolved against /proc/<pid>/maps snapshots that
 //! capture takes while each process is alive ([`AddressSpaces`]), then looked
@@ -19,11 +20,8 @@ use blazesym::symbolize::{
 };
 use blazesym::{MaybeDefault, Pid};
 
-use super::{
-    procfs::{self, Mapping},
-    programs::RawStacks,
-};
-use tprof_core::recording::{Frame, StackKind, StackSample, StackTable};
+use super::procfs::{self, Mapping};
+use tprof_core::recording::{Frame, FrameKind};
 
 /// The executable mappings of every tracked process, as last seen alive.
 #[derive(Debug, Default)]
@@ -35,18 +33,16 @@ pub struct AddressSpaces {
 }
 
 impl AddressSpaces {
-    /// Reads /proc/<pid>/maps. Mappings from an earlier snapshot that the new
-    /// one does not overlap are kept: samples taken before a dlclose or an
-    /// exec still resolve.
-    pub fn snapshot(&mut self, pid: u32) {
-        let Some(fresh) = procfs::exec_maps(pid) else {
-            return; // gone; keep what we had
-        };
+    /// Adds a /proc/<pid>/maps snapshot. Mappings from an earlier snapshot
+    /// that the new one does not overlap are kept: samples taken before a
+    /// dlclose or an exec still resolve.
+    pub fn add_snapshot(&mut self, pid: u32, fresh: Vec<Mapping>) {
         let old = self.maps.remove(&pid).unwrap_or_default();
-        let kept = old
+        let kept: Vec<Mapping> = old
             .into_iter()
-            .filter(|m| !fresh.iter().any(|f| f.start < m.end && m.start < f.end));
-        let mut merged = fresh.clone();
+            .filter(|m| !fresh.iter().any(|f| f.start < m.end && m.start < f.end))
+            .collect();
+        let mut merged = fresh;
         merged.extend(kept);
         self.maps.insert(pid, merged);
     }
@@ -86,7 +82,7 @@ impl AddressSpaces {
 
 /// Where one raw address points, before symbolization.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-enum Site {
+pub enum Site {
     /// A file-backed address: (path, file offset).
     File(String, u64),
     /// JIT code: (pid whose perf map to read, address).
@@ -96,117 +92,16 @@ enum Site {
     Kernel(u64),
     /// An address in no mapping tprof saw.
     Unmapped(u64),
-    /// A stack the kernel could not take.
-    Missing(&'static str),
-}
-
-/// Builds the STACKS record. `now_ns` closes the intervals of threads that
-/// are off CPU at the end.
-pub fn build_table(
-    raw: &RawStacks,
-    spaces: &AddressSpaces,
-    sample_hz: u64,
-    now_ns: u64,
-) -> StackTable {
-    let mut sites: BTreeMap<Site, u32> = BTreeMap::new();
-    let mut stacks: HashMap<Vec<u32>, u32> = HashMap::new();
-    let mut table = StackTable {
-        sample_hz,
-        ..Default::default()
-    };
-    for (key, weight) in weighted_keys(raw, now_ns) {
-        let path = stack_sites(
-            raw,
-            spaces,
-            key.tgid,
-            key.user_stack_id,
-            key.kernel_stack_id,
-        );
-        let ids: Vec<u32> = path
-            .into_iter()
-            .map(|site| {
-                let next = sites.len() as u32;
-                *sites.entry(site).or_insert(next)
-            })
-            .collect();
-        let next = stacks.len() as u32;
-        let stack = *stacks.entry(ids).or_insert(next);
-        table.samples.push(StackSample {
-            pid: key.tgid,
-            tid: key.tid,
-            kind: StackKind::from_abi(key.kind),
-            stack,
-            weight,
-        });
-    }
-    table.frames = symbolize(&sites, spaces);
-    table.stacks = vec![Vec::new(); stacks.len()];
-    for (ids, index) in stacks {
-        table.stacks[index as usize] = ids;
-    }
-    table
-}
-
-/// The aggregate, plus the still-open off-CPU intervals of live threads.
-fn weighted_keys(raw: &RawStacks, now_ns: u64) -> Vec<(profiler_ebpf::StackKey, u64)> {
-    let mut out: Vec<_> = raw.counts.iter().copied().filter(|&(_, w)| w > 0).collect();
-    for &(tid, start) in &raw.pending {
-        // ts_ns 0: the thread is on a CPU, nothing is open.
-        if start.ts_ns == 0 || !procfs::exists_task(start.tgid, tid) || now_ns <= start.ts_ns {
-            continue;
-        }
-        let key = profiler_ebpf::StackKey {
-            tgid: start.tgid,
-            tid,
-            user_stack_id: start.user_stack_id,
-            kernel_stack_id: start.kernel_stack_id,
-            kind: start.reason,
-            _pad: 0,
-        };
-        out.push((key, now_ns - start.ts_ns));
-    }
-    out
-}
-
-/// The sites of one user + kernel stack pair, outermost caller first.
-fn stack_sites(
-    raw: &RawStacks,
-    spaces: &AddressSpaces,
-    pid: u32,
-    user: i32,
-    kernel: i32,
-) -> Vec<Site> {
-    let mut out = Vec::new();
-    match raw.stacks.get(&user) {
-        Some(ips) if !ips.is_empty() => {
-            out.extend(
-                ips.iter()
-                    .enumerate()
-                    .rev()
-                    .map(|(depth, &ip)| user_site(spaces, pid, return_site(ip, depth))),
-            );
-        }
-        _ => out.push(Site::Missing("[user stack lost]")),
-    }
-    if let Some(ips) = raw.stacks.get(&kernel) {
-        out.extend(
-            ips.iter()
-                .enumerate()
-                .rev()
-                .map(|(d, &ip)| Site::Kernel(return_site(ip, d))),
-        );
-    }
-    out
 }
 
 /// Frames below the leaf hold return addresses, which point just past the
 /// call; one byte back lands in the calling function even when the call was
 /// its last instruction.
-fn return_site(ip: u64, depth: usize) -> u64 {
+pub fn return_site(ip: u64, depth: usize) -> u64 {
     if depth == 0 { ip } else { ip.saturating_sub(1) }
 }
 
-fn user_site(spaces: &AddressSpaces, pid: u32, addr: u64) -> Site {
+pub fn user_site(spaces: &AddressSpaces, pid: u32, addr: u64) -> Site {
     match spaces.lookup(pid, addr) {
         Some((owner, m)) if m.path.is_empty() || m.path.starts_with("[anon") => {
             Site::Anon(owner, addr)
@@ -220,79 +115,115 @@ fn user_site(spaces: &AddressSpaces, pid: u32, addr: u64) -> Site {
     }
 }
 
-/// One frame per site, in the sites' index order.
-fn symbolize(sites: &BTreeMap<Site, u32>, spaces: &AddressSpaces) -> Vec<Frame> {
-    let symbolizer = Symbolizer::new();
-    let mut frames = vec![Frame::default(); sites.len()];
-    let mut by_file: BTreeMap<&str, Vec<(u64, u32)>> = BTreeMap::new();
-    let mut kernel: Vec<(u64, u32)> = Vec::new();
-    let mut perf_maps: HashMap<u32, Vec<PerfMapEntry>> = HashMap::new();
-    for (site, &index) in sites {
-        let frame = &mut frames[index as usize];
-        match site {
-            Site::File(path, offset) => by_file.entry(path).or_default().push((*offset, index)),
-            Site::Kernel(addr) => kernel.push((*addr, index)),
-            Site::Anon(pid, addr) => {
-                // A forked worker runs code its parent JIT-compiled, which
-                // may be listed only in the parent's perf map.
-                *frame = jit_frame(&[], *addr);
-                for owner in spaces.lineage(*pid) {
-                    let entries = perf_maps
-                        .entry(owner)
-                        .or_insert_with(|| read_perf_map(owner));
-                    let found = jit_frame(entries, *addr);
-                    if found.symbol.is_some() {
-                        *frame = found;
-                        break;
+/// Names sites, one batch at a time, keeping what it learns between
+/// batches: blazesym's parsed files (a libtorch takes seconds to parse) and
+/// each JIT's perf map.
+pub struct Namer {
+    symbolizer: Symbolizer,
+    /// Each process's perf map with the file length it was read at: re-read
+    /// when it grew (JITs append as they compile).
+    perf_maps: HashMap<u32, (u64, Vec<PerfMapEntry>)>,
+}
+
+impl Default for Namer {
+    fn default() -> Namer {
+        Namer {
+            symbolizer: Symbolizer::new(),
+            perf_maps: HashMap::new(),
+        }
+    }
+}
+
+impl Namer {
+    /// One frame per site, in order.
+    pub fn frames(&mut self, sites: &[Site], spaces: &AddressSpaces) -> Vec<Frame> {
+        let mut frames = vec![Frame::default(); sites.len()];
+        let mut by_file: BTreeMap<&str, Vec<(u64, usize)>> = BTreeMap::new();
+        let mut kernel: Vec<(u64, usize)> = Vec::new();
+        for (index, site) in sites.iter().enumerate() {
+            match site {
+                Site::File(path, offset) => by_file.entry(path).or_default().push((*offset, index)),
+                Site::Kernel(addr) => kernel.push((*addr, index)),
+                Site::Anon(pid, addr) => frames[index] = self.jit_frame(spaces, *pid, *addr),
+                Site::Pseudo(name, offset) => {
+                    frames[index] = Frame {
+                        module: name.clone(),
+                        offset: *offset,
+                        symbol: (name == "[vdso]")
+                            .then(|| vdso_symbol(&self.symbolizer, *offset))
+                            .flatten(),
+                        kind: FrameKind::Native,
+                    };
+                }
+                Site::Unmapped(addr) => {
+                    frames[index] = Frame {
+                        offset: *addr,
+                        ..Frame::default()
                     }
                 }
             }
-            Site::Pseudo(name, offset) => {
-                *frame = Frame {
-                    module: name.clone(),
+        }
+        for (path, offsets) in by_file {
+            let names = resolve(
+                &self.symbolizer,
+                &Source::Elf(Elf::new(path)),
+                |a: &[u64]| Input::FileOffset(a),
+                &offsets,
+            );
+            for ((offset, index), symbol) in offsets.iter().zip(names) {
+                frames[*index] = Frame {
+                    module: path.to_string(),
                     offset: *offset,
-                    symbol: (name == "[vdso]")
-                        .then(|| vdso_symbol(&symbolizer, *offset))
-                        .flatten(),
-                    kernel: false,
+                    symbol,
+                    kind: FrameKind::Native,
                 };
             }
-            Site::Unmapped(addr) => frame.offset = *addr,
-            Site::Missing(what) => frame.symbol = Some((*what).to_string()),
         }
-    }
-    for (path, offsets) in by_file {
+        let source = Source::Kernel(Kernel {
+            // kallsyms is enough for function names; looking for a vmlinux
+            // with debug info would cost seconds for nothing.
+            vmlinux: MaybeDefault::None,
+            ..Default::default()
+        });
         let names = resolve(
-            &symbolizer,
-            &Source::Elf(Elf::new(path)),
-            |a: &[u64]| Input::FileOffset(a),
-            &offsets,
+            &self.symbolizer,
+            &source,
+            |a: &[u64]| Input::AbsAddr(a),
+            &kernel,
         );
-        for ((offset, index), symbol) in offsets.iter().zip(names) {
-            frames[*index as usize] = Frame {
-                module: path.to_string(),
-                offset: *offset,
+        for ((addr, index), symbol) in kernel.iter().zip(names) {
+            frames[*index] = Frame {
+                module: "[kernel]".to_string(),
+                offset: *addr,
                 symbol,
-                kernel: false,
+                kind: FrameKind::Kernel,
             };
         }
+        frames
     }
-    let source = Source::Kernel(Kernel {
-        // kallsyms is enough for function names; looking for a vmlinux
-        // with debug info would cost seconds for nothing.
-        vmlinux: MaybeDefault::None,
-        ..Default::default()
-    });
-    let names = resolve(&symbolizer, &source, |a: &[u64]| Input::AbsAddr(a), &kernel);
-    for ((addr, index), symbol) in kernel.iter().zip(names) {
-        frames[*index as usize] = Frame {
-            module: "[kernel]".to_string(),
-            offset: *addr,
-            symbol,
-            kernel: true,
-        };
+
+    /// JIT code: named by the perf map of the process that ran it, or of an
+    /// ancestor (a forked worker runs code its parent JIT-compiled, which
+    /// may be listed only in the parent's perf map).
+    fn jit_frame(&mut self, spaces: &AddressSpaces, pid: u32, addr: u64) -> Frame {
+        for owner in spaces.lineage(pid) {
+            let found = jit_frame(self.perf_map(owner), addr);
+            if found.symbol.is_some() {
+                return found;
+            }
+        }
+        jit_frame(&[], addr)
     }
-    frames
+
+    fn perf_map(&mut self, pid: u32) -> &[PerfMapEntry] {
+        let path = format!("/tmp/perf-{pid}.map");
+        let len = fs::metadata(&path).map_or(0, |m| m.len());
+        let entry = self.perf_maps.entry(pid).or_default();
+        if entry.0 != len {
+            *entry = (len, read_perf_map(&path));
+        }
+        &entry.1
+    }
 }
 
 /// The vDSO is one image per kernel, so an offset into any process's vDSO
@@ -313,7 +244,7 @@ fn resolve(
     symbolizer: &Symbolizer,
     source: &Source,
     input: fn(&[u64]) -> Input<&[u64]>,
-    addrs: &[(u64, u32)],
+    addrs: &[(u64, usize)],
 ) -> Vec<Option<String>> {
     let raw: Vec<u64> = addrs.iter().map(|(a, _)| *a).collect();
     match symbolizer.symbolize(source, input(&raw)) {
@@ -336,10 +267,9 @@ struct PerfMapEntry {
     name: String,
 }
 
-/// The perf map a JIT (or CPython 3.12+'s perf trampoline) wrote for `pid`;
-/// read at the end, since JITs append to it as they go.
-fn read_perf_map(pid: u32) -> Vec<PerfMapEntry> {
-    fs::read_to_string(format!("/tmp/perf-{pid}.map"))
+/// The perf map a JIT (or CPython 3.12+'s perf trampoline) wrote.
+fn read_perf_map(path: &str) -> Vec<PerfMapEntry> {
+    fs::read_to_string(path)
         .map(|text| parse_perf_map(&text))
         .unwrap_or_default()
 }
@@ -369,7 +299,7 @@ fn jit_frame(entries: &[PerfMapEntry], addr: u64) -> Frame {
         module: "[anon]".to_string(),
         offset: addr,
         symbol: hit.map(|e| e.name.clone()),
-        kernel: false,
+        kind: FrameKind::Jit,
     }
 }
 

@@ -13,6 +13,9 @@ use serde::Serialize;
 
 use super::{Summary, ThreadStats, roles::Role, steps::StepStats};
 
+#[cfg(test)]
+mod tests;
+
 /// The trainer waits for data at least this share of its time: the input
 /// pipeline is the bottleneck.
 pub const STARVED: f64 = 0.10;

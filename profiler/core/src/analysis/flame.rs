@@ -194,7 +194,7 @@ pub fn frame_label(frame: &Frame) -> String {
             format!("{base}+{:#x}", frame.offset)
         }
     };
-    if frame.kernel {
+    if frame.is_kernel() {
         format!("{name}_[k]")
     } else {
         name
@@ -218,14 +218,18 @@ pub fn folded_text(lines: &[(String, u64)]) -> String {
 mod tests {
     use super::*;
     use crate::model::{Process, Thread};
-    use crate::recording::Origin;
+    use crate::recording::{FrameKind, Origin};
 
     fn frame(module: &str, offset: u64, symbol: Option<&str>, kernel: bool) -> Frame {
         Frame {
             module: module.into(),
             offset,
             symbol: symbol.map(Into::into),
-            kernel,
+            kind: if kernel {
+                FrameKind::Kernel
+            } else {
+                FrameKind::Native
+            },
         }
     }
 

@@ -127,6 +127,9 @@ pub struct Summary {
     pub events: u64,
     /// Events written so late that the reader delivered them out of order.
     pub late_events: u64,
+    /// Records and events of kinds this tprof does not know, skipped.
+    pub unknown_records: u64,
+    pub unknown_events: u64,
     /// Threads seen leaving a CPU whose arrival was never seen.
     pub untraced_switch_ins: u64,
     pub lost_events: u64,
@@ -193,6 +196,8 @@ pub fn summarize(model: &Model) -> Summary {
         findings: Vec::new(),
         events: model.events,
         late_events: model.late_events,
+        unknown_records: model.unknown_records,
+        unknown_events: model.unknown_events,
         untraced_switch_ins: model.untraced_switch_ins,
         lost_events: model.lost.total(),
         lost: model.lost.clone(),

@@ -129,7 +129,10 @@ fn pool_sample_share(model: &Model) -> HashMap<u32, f64> {
 }
 
 fn is_kernel(table: &crate::recording::StackTable, frame: u32) -> bool {
-    table.frames.get(frame as usize).is_some_and(|f| f.kernel)
+    table
+        .frames
+        .get(frame as usize)
+        .is_some_and(crate::recording::Frame::is_kernel)
 }
 
 /// The thread of a target process that workers (or the pin thread) wake

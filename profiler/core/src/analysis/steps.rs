@@ -318,7 +318,7 @@ fn top_functions(model: &Model, pids: &[u32], n: usize) -> Vec<(String, f64)> {
                     .rev()
                     .find_map(|&f| table.frames.get(f as usize))
             })
-            .filter(|f| !f.kernel)
+            .filter(|f| !f.is_kernel())
             .map_or_else(|| "[kernel]".to_string(), super::flame::frame_label);
         let w = by_leaf.entry(leaf).or_default();
         *w = w.saturating_add(s.weight);

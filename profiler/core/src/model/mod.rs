@@ -10,6 +10,7 @@ pub mod cuda;
 pub mod gpu;
 mod io;
 mod reasons;
+mod stacks;
 mod threads;
 
 use std::collections::BTreeMap;
@@ -85,6 +86,10 @@ pub struct Model {
     /// more than the reader's reorder window late (0 in any recording seen
     /// so far); their threads' states may be off by that much.
     pub late_events: u64,
+    /// Records and events of kinds this tprof does not know (written by a
+    /// newer one), skipped.
+    pub unknown_records: u64,
+    pub unknown_events: u64,
     /// Threads seen leaving a CPU whose arrival on it was never seen (a
     /// switch the kernel did not trace, or a lost one); see
     /// `threads::Builder::switch_out` for how their time is placed.
@@ -97,7 +102,8 @@ pub struct Model {
     pub command_exit: Option<crate::recording::CommandExit>,
     pub targets: Vec<u32>,
     pub gpus: Gpus,
-    /// Sampled stacks, as recorded (frames already symbolized).
+    /// Sampled stacks (frames already symbolized), as recorded or, since
+    /// format 4, weighed from the recording's samples and switch-outs.
     pub stacks: Option<StackTable>,
     /// The CPUs the job could use (cpuset, cgroup quota), when recorded.
     pub cpu_limit: Option<crate::recording::CpuLimit>,
@@ -118,6 +124,7 @@ impl Model {
         assembly.finish(StreamStats {
             events: rec.events.len() as u64,
             late: 0,
+            unknown: rec.unknown_events,
         })
     }
 }
@@ -131,6 +138,9 @@ pub struct Assembly<'a> {
     model: Model,
     threads: threads::Builder,
     cuda_raw: Vec<cuda::RawCall>,
+    /// The stack weights of a format 4 recording (None before format 4,
+    /// whose STACKS record holds them already, or without stacks).
+    stacks: Option<stacks::StackAssembly>,
 }
 
 impl<'a> Assembly<'a> {
@@ -163,6 +173,10 @@ impl<'a> Assembly<'a> {
             threads: threads::Builder::new(window_start_ns, &rec.threads),
             model,
             cuda_raw: Vec::new(),
+            stacks: rec
+                .header
+                .sample_hz
+                .map(|_| stacks::StackAssembly::default()),
         }
     }
 
@@ -176,6 +190,9 @@ impl<'a> Assembly<'a> {
         self.model.apply_process_event(event);
         self.model.collect(event, &mut self.cuda_raw);
         self.threads.apply(event);
+        if let Some(stacks) = &mut self.stacks {
+            stacks.apply(event);
+        }
     }
 
     /// The finished model; `stats` says what streaming saw.
@@ -185,9 +202,15 @@ impl<'a> Assembly<'a> {
             mut model,
             threads,
             cuda_raw,
+            stacks,
         } = self;
         model.events = stats.events;
         model.late_events = stats.late;
+        model.unknown_events = stats.unknown;
+        model.unknown_records = rec.unknown_records;
+        if let (Some(stacks), Some(hz)) = (stacks, rec.header.sample_hz) {
+            model.stacks = Some(stacks.finish(&rec.dictionary, hz, model.window_end_ns));
+        }
         model.untraced_switch_ins = threads.untraced_switch_ins();
         model.threads = threads.finish(model.window_end_ns);
         model.cuda = cuda::build(rec.cuda.as_ref(), cuda_raw);
@@ -342,6 +365,17 @@ impl Model {
                     });
             }
             Event::Exec { tgid, comm, .. } => {
+                if let Some(p) = self.processes.get_mut(tgid) {
+                    p.comm = comm.clone();
+                }
+            }
+            // A process's name is its main thread's (/proc/PID/comm): a
+            // rename of that thread (prctl, often right after a fork)
+            // renames the process, whether or not capture's snapshot of it
+            // came before or after.
+            Event::Comm {
+                tid, tgid, comm, ..
+            } if tid == tgid => {
                 if let Some(p) = self.processes.get_mut(tgid) {
                     p.comm = comm.clone();
                 }

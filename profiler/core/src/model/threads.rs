@@ -9,8 +9,6 @@
 
 use foldhash::{HashMap, HashMapExt as _};
 
-use profiler_ebpf::{PREV_STATE_DEAD, PREV_STATE_PREEMPTED, PREV_STATE_UNINTERRUPTIBLE};
-
 use crate::recording::{Event, ThreadInfo};
 
 /// What a thread is doing.
@@ -39,17 +37,17 @@ pub enum SwitchOut {
 }
 
 impl SwitchOut {
+    /// Decoded by the same function the kernel programs use to choose an
+    /// off-CPU stack's kind, so the two can never disagree.
     pub fn classify(prev_state: u64) -> SwitchOut {
-        if prev_state == 0 || prev_state & PREV_STATE_PREEMPTED != 0 {
-            SwitchOut::Preempted
-        } else if prev_state & PREV_STATE_DEAD != 0 {
-            SwitchOut::Dead
-        } else if prev_state & PREV_STATE_UNINTERRUPTIBLE != 0 {
-            SwitchOut::Blocked(ThreadState::DiskSleep)
-        } else {
-            // S, and the rarer stopped/traced/idle/parked states, which are
-            // all "not runnable, not holding up IO".
-            SwitchOut::Blocked(ThreadState::Sleeping)
+        use profiler_ebpf::stack_kind;
+        match profiler_ebpf::offcpu_reason(prev_state) {
+            None => SwitchOut::Dead,
+            Some(stack_kind::RUNNABLE) => SwitchOut::Preempted,
+            Some(stack_kind::DISK_WAIT) => SwitchOut::Blocked(ThreadState::DiskSleep),
+            // S, and the rarer stopped/traced/idle/parked states (OTHER),
+            // which are all "not runnable, not holding up IO".
+            Some(_) => SwitchOut::Blocked(ThreadState::Sleeping),
         }
     }
 }
@@ -440,15 +438,6 @@ impl Thread {
         let i = self.intervals.partition_by_end(|end| end <= ts);
         self.intervals.get(i).filter(|iv| iv.start_ns <= ts)
     }
-
-    /// Total time blocked for `reason`.
-    pub fn time_blocked_by(&self, reason: BlockReason) -> u64 {
-        self.intervals
-            .iter()
-            .filter(|i| i.reason == Some(reason))
-            .map(|i| i.duration_ns())
-            .sum()
-    }
 }
 
 /// A thread being built: its record, and its current state since when.
@@ -557,7 +546,10 @@ impl Builder {
                 rename(&mut live.thread, *ts, comm);
             }
             // Not state changes: `reasons` matches them to blocked time.
-            Event::BlockIo(_) | Event::FutexWait { .. } | Event::CudaCall(_) => {}
+            Event::BlockIo(_)
+            | Event::FutexWait { .. }
+            | Event::CudaCall(_)
+            | Event::Sample { .. } => {}
         }
     }
 
@@ -756,6 +748,7 @@ mod tests {
             prev_state: state,
             next_tid: next,
             next_tgid: if next == 0 { 0 } else { 1 },
+            prev_stacks: None,
         }
     }
 
@@ -964,6 +957,7 @@ mod tests {
             prev_state: 0x100,
             next_tid: 2,
             next_tgid: 0,
+            prev_stacks: None,
         };
         let b = replay(
             &[info(2, 'R'), info(3, 'R')],

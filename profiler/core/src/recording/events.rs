@@ -3,8 +3,10 @@
 
 use profiler_ebpf::{
     BlockIoEvent, CUDA_ARGS, CommEvent, CudaCallEvent, EventHeader, ExecEvent, ExitEvent,
-    ForkEvent, FutexEvent, SwitchEvent, WakeupEvent, event_size, kind,
+    ForkEvent, FutexEvent, NO_STACK_KIND, SampleEvent, SwitchEvent, WakeupEvent, event_size, kind,
 };
+
+use super::StackKind;
 
 /// One kernel event. Times are CLOCK_MONOTONIC nanoseconds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +21,21 @@ pub enum Event {
         next_tid: u32,
         /// 0 when the next task is not tracked.
         next_tgid: u32,
+        /// Where a tracked prev left the CPU (format 4): the kind its
+        /// off-CPU time counts under and its stacks; None before format 4,
+        /// for an untracked or exiting prev.
+        prev_stacks: Option<OffCpuStacks>,
+    },
+    /// An on-CPU sample of a tracked thread's stacks (format 4).
+    Sample {
+        ts: u64,
+        cpu: u16,
+        tid: u32,
+        tgid: u32,
+        /// Stack ids of the recording's STACK_DEFS; -1: none (lost, or no
+        /// kernel frames).
+        user_stack: i32,
+        kernel_stack: i32,
     },
     Wakeup {
         ts: u64,
@@ -75,6 +92,15 @@ pub enum Event {
     CudaCall(Box<CudaCall>),
 }
 
+/// Where a thread left the CPU: the kind its off-CPU time counts under
+/// until it runs again, and its user and kernel stack ids (-1: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffCpuStacks {
+    pub kind: StackKind,
+    pub user: i32,
+    pub kernel: i32,
+}
+
 /// A completed block request; `ts` is its completion.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockIo {
@@ -121,7 +147,8 @@ impl Event {
             | Event::Exec { ts, .. }
             | Event::Exit { ts, .. }
             | Event::Comm { ts, .. }
-            | Event::FutexWait { ts, .. } => ts,
+            | Event::FutexWait { ts, .. }
+            | Event::Sample { ts, .. } => ts,
             Event::BlockIo(ref io) => io.ts,
             Event::CudaCall(ref call) => call.ts,
         }
@@ -135,6 +162,8 @@ pub enum DecodeError {
     UnknownKind(u16),
     #[error("event cut off: {needed} bytes needed, {left} left")]
     Short { needed: usize, left: usize },
+    #[error("event of kind {kind} with impossible length {len}")]
+    BadLength { kind: u16, len: u32 },
 }
 
 /// The ABI struct at the start of `bytes` (any alignment).
@@ -148,14 +177,90 @@ fn read_plain<T: bytemuck::Pod>(bytes: &[u8]) -> Result<T, DecodeError> {
     }
 }
 
-/// Decodes the event at the start of `bytes`; returns it and its length.
-pub fn decode(bytes: &[u8]) -> Result<(Event, usize), DecodeError> {
+/// How the events of a recording are framed: formats 1 to 3 give each
+/// kind a fixed size, so an unknown kind cannot be skipped; format 4's
+/// headers carry each record's length.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Framing {
+    /// Formats 1–3: sizes by kind ([`event_size`], and a 40-byte switch).
+    Fixed,
+    /// Format 4 on: `EventHeader::len`; unknown kinds are skipped.
+    #[default]
+    Length,
+}
+
+impl Framing {
+    pub fn of_version(version: u32) -> Framing {
+        if version >= 4 {
+            Framing::Length
+        } else {
+            Framing::Fixed
+        }
+    }
+
+    /// The length of the record `hdr` starts, or an error for an unknown
+    /// kind (fixed framing) or a length that cannot be (length framing).
+    fn record_len(self, hdr: &EventHeader) -> Result<usize, DecodeError> {
+        match self {
+            Framing::Fixed => match hdr.kind {
+                kind::SWITCH => Ok(size_of::<SwitchEventV3>()),
+                kind::SAMPLE => Err(DecodeError::UnknownKind(hdr.kind)),
+                other => event_size(other).ok_or(DecodeError::UnknownKind(other)),
+            },
+            Framing::Length => {
+                let len = hdr.len as usize;
+                // A newer writer may append fields: a known kind needs at
+                // least its own size, and reads its known prefix.
+                let least = event_size(hdr.kind).unwrap_or(size_of::<EventHeader>());
+                if len < least || !len.is_multiple_of(8) {
+                    return Err(DecodeError::BadLength {
+                        kind: hdr.kind,
+                        len: hdr.len,
+                    });
+                }
+                Ok(len)
+            }
+        }
+    }
+}
+
+/// The switch event of formats 1 to 3 (40 bytes): no stacks, and
+/// `prev_state` as a u64.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SwitchEventV3 {
+    pub hdr: EventHeader,
+    pub prev_state: u64,
+    pub prev_tid: u32,
+    pub prev_tgid: u32,
+    pub next_tid: u32,
+    pub next_tgid: u32,
+}
+const _: () = assert!(size_of::<SwitchEventV3>() == 40);
+
+/// Decodes the event at the start of `bytes`; returns it (None for a kind
+/// this reader does not know, skipped by its length) and its length.
+pub fn decode(bytes: &[u8], framing: Framing) -> Result<(Option<Event>, usize), DecodeError> {
     let hdr: EventHeader = read_plain(bytes)?;
-    let size = event_size(hdr.kind).ok_or(DecodeError::UnknownKind(hdr.kind))?;
+    let size = framing.record_len(&hdr)?;
     let bytes = bytes.get(..size).ok_or(DecodeError::Short {
         needed: size,
         left: bytes.len(),
     })?;
+    if framing == Framing::Fixed && hdr.kind == kind::SWITCH {
+        let e: SwitchEventV3 = read_plain(bytes)?;
+        let event = Event::Switch {
+            ts: hdr.ts_ns,
+            cpu: hdr.cpu,
+            prev_tid: e.prev_tid,
+            prev_tgid: e.prev_tgid,
+            prev_state: e.prev_state,
+            next_tid: e.next_tid,
+            next_tgid: e.next_tgid,
+            prev_stacks: None,
+        };
+        return Ok((Some(event), size));
+    }
     let event = match hdr.kind {
         kind::SWITCH => {
             let e: SwitchEvent = read_plain(bytes)?;
@@ -164,9 +269,25 @@ pub fn decode(bytes: &[u8]) -> Result<(Event, usize), DecodeError> {
                 cpu: hdr.cpu,
                 prev_tid: e.prev_tid,
                 prev_tgid: e.prev_tgid,
-                prev_state: e.prev_state,
+                prev_state: u64::from(e.prev_state),
                 next_tid: e.next_tid,
                 next_tgid: e.next_tgid,
+                prev_stacks: (e.prev_kind != NO_STACK_KIND).then(|| OffCpuStacks {
+                    kind: StackKind::from_abi(e.prev_kind),
+                    user: e.prev_user_stack,
+                    kernel: e.prev_kernel_stack,
+                }),
+            }
+        }
+        kind::SAMPLE => {
+            let e: SampleEvent = read_plain(bytes)?;
+            Event::Sample {
+                ts: hdr.ts_ns,
+                cpu: hdr.cpu,
+                tid: e.tid,
+                tgid: e.tgid,
+                user_stack: e.user_stack,
+                kernel_stack: e.kernel_stack,
             }
         }
         kind::WAKEUP => {
@@ -261,28 +382,42 @@ pub fn decode(bytes: &[u8]) -> Result<(Event, usize), DecodeError> {
                 out_ptr: e.out_ptr,
             }))
         }
-        other => return Err(DecodeError::UnknownKind(other)),
+        // Only length framing gets here with a kind it does not know.
+        _ => return Ok((None, size)),
     };
-    Ok((event, size))
+    Ok((Some(event), size))
 }
 
-/// Decodes a block of back-to-back events.
-pub fn decode_all(mut bytes: &[u8], out: &mut Vec<Event>) -> Result<(), DecodeError> {
+/// Decodes a block of back-to-back events; returns how many were of kinds
+/// this reader does not know (skipped).
+pub fn decode_all(
+    mut bytes: &[u8],
+    framing: Framing,
+    out: &mut Vec<Event>,
+) -> Result<u64, DecodeError> {
+    let mut unknown = 0;
     while !bytes.is_empty() {
-        let (event, len) = decode(bytes)?;
-        out.push(event);
+        let (event, len) = decode(bytes, framing)?;
+        match event {
+            Some(event) => out.push(event),
+            None => unknown += 1,
+        }
         bytes = &bytes[len..];
     }
-    Ok(())
+    Ok(unknown)
 }
 
 /// Calls `f` with the timestamp of each event in a block of back-to-back
 /// events, checking kinds and lengths the way [`decode_all`] does but
 /// decoding nothing else.
-pub fn for_each_timestamp(mut bytes: &[u8], mut f: impl FnMut(u64)) -> Result<(), DecodeError> {
+pub fn for_each_timestamp(
+    mut bytes: &[u8],
+    framing: Framing,
+    mut f: impl FnMut(u64),
+) -> Result<(), DecodeError> {
     while !bytes.is_empty() {
         let hdr: EventHeader = read_plain(bytes)?;
-        let size = event_size(hdr.kind).ok_or(DecodeError::UnknownKind(hdr.kind))?;
+        let size = framing.record_len(&hdr)?;
         if bytes.len() < size {
             return Err(DecodeError::Short {
                 needed: size,
@@ -307,6 +442,7 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::BLOCK_IO => "block_io",
         kind::FUTEX => "futex",
         kind::CUDA => "cuda",
+        kind::SAMPLE => "sample",
         _ => "unknown",
     }
 }
@@ -327,7 +463,7 @@ pub fn encode<T: bytemuck::Pod>(event: &T) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use profiler_ebpf::COMM_LEN;
+    use profiler_ebpf::{AbiEvent, COMM_LEN};
 
     #[test]
     fn the_common_events_set_the_size() {
@@ -336,49 +472,69 @@ mod tests {
         assert!(size_of::<Event>() <= 56, "{}", size_of::<Event>());
     }
 
-    fn hdr(kind: u16, ts: u64) -> EventHeader {
-        EventHeader {
-            ts_ns: ts,
-            kind,
-            cpu: 1,
-            _pad: 0,
-        }
+    fn hdr<T: AbiEvent>(ts: u64) -> EventHeader {
+        T::header(ts, 1)
     }
 
     #[test]
-    fn round_trips_switch_and_comm() {
+    fn round_trips_switch_sample_and_comm() {
         let mut bytes = encode(&SwitchEvent {
-            hdr: hdr(kind::SWITCH, 10),
+            hdr: hdr::<SwitchEvent>(10),
             prev_state: 1,
+            prev_kind: profiler_ebpf::stack_kind::FUTEX,
             prev_tid: 5,
             prev_tgid: 4,
             next_tid: 6,
             next_tgid: 0,
+            prev_user_stack: 3,
+            prev_kernel_stack: -1,
         });
+        bytes.extend(encode(&SampleEvent {
+            hdr: hdr::<SampleEvent>(11),
+            tid: 5,
+            tgid: 4,
+            user_stack: 7,
+            kernel_stack: 8,
+        }));
         let mut comm = [0u8; COMM_LEN];
         comm[..6].copy_from_slice(b"worker");
         bytes.extend(encode(&CommEvent {
-            hdr: hdr(kind::COMM, 11),
+            hdr: hdr::<CommEvent>(12),
             tid: 5,
             tgid: 4,
             comm,
         }));
         let mut out = Vec::new();
-        decode_all(&bytes, &mut out).unwrap();
-        assert_eq!(out.len(), 2);
+        assert_eq!(decode_all(&bytes, Framing::Length, &mut out), Ok(0));
+        assert_eq!(out.len(), 3);
         assert!(matches!(
             out[0],
             Event::Switch {
                 ts: 10,
                 prev_tid: 5,
                 prev_state: 1,
+                prev_stacks: Some(OffCpuStacks {
+                    kind: StackKind::Futex,
+                    user: 3,
+                    kernel: -1
+                }),
+                ..
+            }
+        ));
+        assert!(matches!(
+            out[1],
+            Event::Sample {
+                ts: 11,
+                tid: 5,
+                user_stack: 7,
+                kernel_stack: 8,
                 ..
             }
         ));
         assert_eq!(
-            out[1],
+            out[2],
             Event::Comm {
-                ts: 11,
+                ts: 12,
                 tid: 5,
                 tgid: 4,
                 comm: "worker".into()
@@ -386,10 +542,54 @@ mod tests {
         );
     }
 
+    /// Formats 1 to 3 framed events by kind, with a 40-byte switch event
+    /// and no length in the header.
+    #[test]
+    fn reads_the_fixed_framing_of_formats_1_to_3() {
+        let mut old = hdr::<SwitchEvent>(10);
+        old.len = 0;
+        let mut bytes = encode(&SwitchEventV3 {
+            hdr: old,
+            prev_state: 0x100,
+            prev_tid: 5,
+            prev_tgid: 4,
+            next_tid: 6,
+            next_tgid: 4,
+        });
+        let mut exit = hdr::<ExitEvent>(11);
+        exit.len = 0;
+        bytes.extend(encode(&ExitEvent {
+            hdr: exit,
+            tid: 5,
+            tgid: 4,
+            group_dead: 1,
+            _pad: 0,
+        }));
+        let mut out = Vec::new();
+        assert_eq!(decode_all(&bytes, Framing::Fixed, &mut out), Ok(0));
+        assert!(matches!(
+            out[0],
+            Event::Switch {
+                prev_state: 0x100,
+                next_tid: 6,
+                prev_stacks: None,
+                ..
+            }
+        ));
+        assert!(matches!(
+            out[1],
+            Event::Exit {
+                tid: 5,
+                group_dead: true,
+                ..
+            }
+        ));
+    }
+
     #[test]
     fn round_trips_a_cuda_call() {
         let bytes = encode(&CudaCallEvent {
-            hdr: hdr(kind::CUDA, 20),
+            hdr: hdr::<CudaCallEvent>(20),
             enter_ns: 15,
             args: [0x1000, 0x2000, 4096, 1, 7],
             ret: -1,
@@ -399,11 +599,11 @@ mod tests {
             func: profiler_ebpf::cuda_fn::MEMCPY_ASYNC,
             _pad: 0,
         });
-        let (event, len) = decode(&bytes).unwrap();
+        let (event, len) = decode(&bytes, Framing::Length).unwrap();
         assert_eq!(len, 96);
         assert_eq!(
             event,
-            Event::CudaCall(Box::new(CudaCall {
+            Some(Event::CudaCall(Box::new(CudaCall {
                 ts: 20,
                 enter_ns: 15,
                 tid: 5,
@@ -412,22 +612,65 @@ mod tests {
                 args: [0x1000, 0x2000, 4096, 1, 7],
                 ret: -1,
                 out_ptr: 0,
-            }))
+            })))
         );
         assert_eq!(kind_name(kind::CUDA), "cuda");
     }
 
+    /// A kind from a newer tprof is skipped by its length and counted; a
+    /// known kind may be longer than this reader's struct (appended fields).
     #[test]
-    fn rejects_unknown_kind_and_short_input() {
-        let bytes = encode(&hdr(99, 1));
-        assert_eq!(decode(&bytes).unwrap_err(), DecodeError::UnknownKind(99));
-        let bytes = encode(&hdr(kind::SWITCH, 1));
+    fn skips_unknown_kinds_by_length() {
+        let mut unknown = EventHeader {
+            ts_ns: 1,
+            kind: 99,
+            cpu: 0,
+            len: 24,
+        };
+        let mut bytes = encode(&unknown);
+        bytes.extend([0u8; 8]);
+        let mut longer = hdr::<ExitEvent>(2);
+        longer.len += 8;
+        bytes.extend(encode(&ExitEvent {
+            hdr: longer,
+            tid: 5,
+            tgid: 5,
+            group_dead: 0,
+            _pad: 0,
+        }));
+        bytes.extend([0u8; 8]);
+        let mut out = Vec::new();
+        assert_eq!(decode_all(&bytes, Framing::Length, &mut out), Ok(1));
+        assert!(matches!(out[..], [Event::Exit { tid: 5, .. }]));
+        // Fixed framing cannot skip it.
+        unknown.len = 0;
+        assert_eq!(
+            decode(&encode(&unknown), Framing::Fixed).unwrap_err(),
+            DecodeError::UnknownKind(99)
+        );
+    }
+
+    #[test]
+    fn rejects_impossible_lengths_and_short_input() {
+        let mut short = hdr::<SwitchEvent>(1);
+        short.len = 40;
         assert!(matches!(
-            decode(&bytes).unwrap_err(),
-            DecodeError::Short { needed: 40, .. }
+            decode(&encode(&short), Framing::Length).unwrap_err(),
+            DecodeError::BadLength { len: 40, .. }
+        ));
+        let mut odd = hdr::<SwitchEvent>(1);
+        odd.len = 50;
+        assert!(matches!(
+            decode(&encode(&odd), Framing::Length).unwrap_err(),
+            DecodeError::BadLength { .. }
+        ));
+        let bytes = encode(&hdr::<SwitchEvent>(1));
+        assert!(matches!(
+            decode(&bytes, Framing::Length).unwrap_err(),
+            DecodeError::Short { needed: 48, .. }
         ));
         assert!(matches!(
-            decode(&[1, 2]).unwrap_err(),
+            decode(&[1, 2], Framing::Length).unwrap_err(),
             DecodeError::Short { .. }
         ));
     }

@@ -5,9 +5,12 @@
 //! Layout: an 16-byte preamble ([`MAGIC`], version, reserved), then records
 //! `[kind: u32 LE][len: u32 LE][payload: len bytes]` to the end of the file.
 //! Metadata payloads are JSON (serde types below); event payloads are the
-//! kernel ABI structs of `profiler_ebpf`, back to back, little endian. The
-//! writer appends and flushes as it goes, so a killed recording is a readable
-//! prefix; a [`Footer`] record marks a recording that ended normally.
+//! kernel ABI structs of `profiler_ebpf`, back to back, little endian, each
+//! starting with a header that gives its length. A reader skips (and
+//! counts) record and event kinds it does not know, so adding one needs no
+//! new version. The writer appends and flushes as it goes, so a killed
+//! recording is a readable prefix; a [`Footer`] record marks a recording
+//! that ended normally.
 //!
 //! Architecture invariant: nothing here touches the kernel or the live
 //! system; [`reader::parse`] takes bytes and returns values.
@@ -21,19 +24,23 @@ use serde::{Deserialize, Serialize};
 
 pub use events::Event;
 pub use reader::{Recording, read};
-pub use stacks::{Frame, StackKind, StackSample, StackTable};
+pub use stacks::{
+    Frame, FrameBatch, FrameKind, StackBatch, StackDictionary, StackKind, StackSample, StackTable,
+};
 pub use writer::Writer;
 
 /// First bytes of every recording.
 pub const MAGIC: [u8; 8] = *b"TPROFREC";
-/// Bump on any change a reader of the previous version would misread: a new
-/// record kind, a changed ABI struct, a renamed JSON field. See the changelog
-/// in docs/recording-format.md.
-pub const FORMAT_VERSION: u32 = 3;
+/// Bump on any change a reader of the previous version would misread: a
+/// changed ABI struct, a renamed or retyped JSON field, a changed meaning.
+/// (Since version 4 a new record or event kind is not one: readers skip
+/// kinds they do not know.) See the changelog in docs/recording-format.md.
+pub const FORMAT_VERSION: u32 = 4;
 /// Oldest version this reader still reads: version 2 only added the STACKS
 /// record and version 3 the CUDA record and CUDA call events, so a version
 /// 1 file reads as a recording without stacks, and 1 and 2 as recordings in
-/// which no CUDA library was looked for.
+/// which no CUDA library was looked for. Versions 1 to 3 are framed by
+/// kind (see [`events::Framing`]).
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// Size of the preamble: magic, version, reserved u32.
 pub const PREAMBLE_LEN: usize = 16;
@@ -56,12 +63,18 @@ pub mod record {
     /// A batch of one GPU series' samples ([`super::GpuSeries`]), already
     /// on CLOCK_MONOTONIC. A series spans many records; readers concatenate.
     pub const GPU_SAMPLES: u32 = 9;
-    /// [`super::StackTable`], written once when recording ends (since v2).
+    /// [`super::StackTable`], written once when recording ends (versions 2
+    /// and 3; version 4 streams FRAMES and STACK_DEFS instead).
     pub const STACKS: u32 = 10;
     /// [`super::CudaInfo`]: the CUDA runtime libraries found and probed,
     /// and cudaLaunchKernel counts (since v3). Rewritten when it changes;
     /// the last one holds the totals.
     pub const CUDA: u32 = 11;
+    /// [`super::FrameBatch`]: frames interned since the last one (since v4).
+    pub const FRAMES: u32 = 12;
+    /// [`super::StackBatch`]: stacks interned since the last one, made of
+    /// frames already written (since v4).
+    pub const STACK_DEFS: u32 = 13;
 }
 
 /// A pair of clock readings taken together, to convert between CLOCK_MONOTONIC
@@ -102,6 +115,10 @@ pub struct Header {
     /// The CPUs the first target may use, at the start.
     #[serde(default)]
     pub cpu_limit: Option<CpuLimit>,
+    /// On-CPU stack sampling frequency (since v4; None: no stacks were
+    /// sampled, `--no-stacks`). Earlier versions carry it in STACKS.
+    #[serde(default)]
+    pub sample_hz: Option<u64>,
 }
 
 /// The CPUs a job may use: the machine's, its cpuset's, its cgroup quota's.
@@ -200,10 +217,12 @@ pub struct LostCounts {
     /// Stacks not taken for another reason (stack map out of memory).
     #[serde(default)]
     pub stack_failed: u64,
-    /// Samples or off-CPU intervals dropped because the aggregate was full.
+    /// Samples or off-CPU intervals dropped because the in-kernel aggregate
+    /// was full (versions 2 and 3, which aggregated in the kernel).
     #[serde(default)]
     pub stack_aggregate_full: u64,
-    /// Off-CPU intervals lost because the switch-out map was full.
+    /// Off-CPU intervals lost because the switch-out map was full
+    /// (versions 2 and 3).
     #[serde(default)]
     pub offcpu_full: u64,
     /// Block requests whose start and issue times were lost because the

@@ -11,14 +11,18 @@ use serde::de::DeserializeOwned;
 
 use super::{
     CudaInfo, FORMAT_VERSION, Footer, GpuInfo, GpuSeries, Header, LostCounts, MAGIC,
-    MAX_RECORD_LEN, OLDEST_READABLE_VERSION, PREAMBLE_LEN, ProcessInfo, StackTable, SystemSample,
-    ThreadInfo, events, record,
+    MAX_RECORD_LEN, OLDEST_READABLE_VERSION, PREAMBLE_LEN, ProcessInfo, StackDictionary,
+    StackTable, SystemSample, ThreadInfo,
+    events::{self, Framing},
+    record,
 };
 use crate::recording::Event;
 
 /// A whole recording in memory.
 #[derive(Debug, Clone, Default)]
 pub struct Recording {
+    /// The format version the file was written in.
+    pub version: u32,
     pub header: Header,
     /// Process snapshots in file order; later ones of a pid supersede earlier.
     pub processes: Vec<ProcessInfo>,
@@ -30,17 +34,31 @@ pub struct Recording {
     pub gpu: Option<GpuInfo>,
     /// GPU sample batches in file order.
     pub gpu_series: Vec<GpuSeries>,
-    /// Sampled stacks; absent when recorded with --no-stacks or cut short.
+    /// Sampled stacks of versions 2 and 3, aggregated; absent when recorded
+    /// with --no-stacks or cut short.
     pub stacks: Option<StackTable>,
+    /// The frames and stacks a version 4 recording interned as it went.
+    pub dictionary: StackDictionary,
     /// CUDA tracing's latest state; None before v3 (or cut off before it).
     pub cuda: Option<CudaInfo>,
     /// Present when recording ended normally.
     pub footer: Option<Footer>,
     /// The file ends inside a record: the recording was killed mid-write.
     pub truncated: bool,
+    /// Records of kinds this reader does not know (from a newer tprof),
+    /// skipped.
+    pub unknown_records: u64,
+    /// Events of kinds this reader does not know, skipped (in memory
+    /// parses; streaming counts them in [`StreamStats`]).
+    pub unknown_events: u64,
 }
 
 impl Recording {
+    /// How this recording's events are framed.
+    pub fn framing(&self) -> Framing {
+        Framing::of_version(self.version)
+    }
+
     /// True when the recording did not end normally (killed, crashed, disk
     /// full): what is here is a prefix.
     pub fn cut_short(&self) -> bool {
@@ -86,8 +104,11 @@ fn check_regular_file(path: &Path) -> anyhow::Result<()> {
 
 /// Parses a whole recording from its bytes.
 pub fn parse(bytes: &[u8]) -> Result<Recording, ReadError> {
-    check_preamble(bytes)?;
-    let mut rec = Recording::default();
+    let version = check_preamble(bytes)?;
+    let mut rec = Recording {
+        version,
+        ..Recording::default()
+    };
     let mut have_header = false;
     let mut offset = PREAMBLE_LEN;
     while offset < bytes.len() {
@@ -96,7 +117,8 @@ pub fn parse(bytes: &[u8]) -> Result<Recording, ReadError> {
             break;
         };
         if kind == record::EVENTS {
-            events::decode_all(payload, &mut rec.events).map_err(|e| bad_event(offset, e))?;
+            rec.unknown_events += events::decode_all(payload, rec.framing(), &mut rec.events)
+                .map_err(|e| bad_event(offset, e))?;
         } else {
             have_header |= kind == record::HEADER;
             apply_metadata(&mut rec, kind, payload)
@@ -134,6 +156,9 @@ pub struct StreamStats {
     /// Events that came more than [`REORDER_WINDOW_NS`] after later ones
     /// and so were delivered out of timestamp order.
     pub late: u64,
+    /// Events of kinds this reader does not know (from a newer tprof),
+    /// skipped.
+    pub unknown: u64,
 }
 
 /// How far behind the newest event an event may be written and still be
@@ -176,7 +201,7 @@ impl Opened {
         if reader.read_exact(&mut preamble).is_err() {
             return Err(ReadError::NotARecording.into());
         }
-        check_preamble(&preamble)?;
+        self.meta.version = check_preamble(&preamble)?;
         let mut have_header = false;
         let mut offset = PREAMBLE_LEN as u64;
         let mut payload = Vec::new();
@@ -214,7 +239,7 @@ impl Opened {
         let mut buf = Vec::new();
         for &(offset, size) in &self.chunks {
             read_chunk(reader, offset, size, &mut buf)?;
-            events::for_each_timestamp(&buf, |ts| last = last.max(Some(ts)))
+            events::for_each_timestamp(&buf, self.meta.framing(), |ts| last = last.max(Some(ts)))
                 .map_err(|e| bad_event(offset as usize, e))?;
         }
         Ok(last)
@@ -227,7 +252,10 @@ impl Opened {
         let file = File::open(&self.path)
             .with_context(|| format!("cannot read recording {}", self.path.display()))?;
         let mut reader = BufReader::with_capacity(1 << 16, file);
-        let mut order = Reorder::default();
+        let mut order = Reorder {
+            framing: self.meta.framing(),
+            ..Reorder::default()
+        };
         let mut buf = Vec::new();
         for &(offset, size) in &self.chunks {
             read_chunk(&mut reader, offset, size, &mut buf)
@@ -273,6 +301,7 @@ fn record_head(
 /// in `pending` until the newest is [`REORDER_WINDOW_NS`] past them.
 #[derive(Default)]
 struct Reorder {
+    framing: Framing,
     pending: Vec<Event>,
     /// The newest timestamp delivered so far.
     delivered_ns: u64,
@@ -291,7 +320,7 @@ impl Reorder {
         deliver: &mut impl FnMut(&Event),
     ) -> Result<(), events::DecodeError> {
         let before = self.pending.len();
-        events::decode_all(bytes, &mut self.pending)?;
+        self.stats.unknown += events::decode_all(bytes, self.framing, &mut self.pending)?;
         let added = &self.pending[before..];
         self.stats.events += added.len() as u64;
         self.stats.late += added.iter().filter(|e| e.ts() < self.delivered_ns).count() as u64;
@@ -327,7 +356,9 @@ impl Reorder {
     }
 }
 
-fn check_preamble(bytes: &[u8]) -> Result<(), ReadError> {
+/// The version of a recording that starts with `bytes`, if this reader
+/// reads it.
+fn check_preamble(bytes: &[u8]) -> Result<u32, ReadError> {
     if bytes.len() < PREAMBLE_LEN || bytes[..8] != MAGIC {
         return Err(ReadError::NotARecording);
     }
@@ -335,7 +366,7 @@ fn check_preamble(bytes: &[u8]) -> Result<(), ReadError> {
     if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(ReadError::UnsupportedVersion { found: version });
     }
-    Ok(())
+    Ok(version)
 }
 
 /// The record at `offset`, or None when the file ends inside it.
@@ -388,7 +419,10 @@ fn apply_metadata(rec: &mut Recording, kind: u32, payload: &[u8]) -> Result<(), 
         record::STACKS => rec.stacks = Some(json(payload)?),
         record::CUDA => rec.cuda = Some(json(payload)?),
         record::FOOTER => rec.footer = Some(json::<Footer>(payload)?),
-        other => return Err(format!("unknown record kind {other}")),
+        record::FRAMES => rec.dictionary.add_frames(json(payload)?)?,
+        record::STACK_DEFS => rec.dictionary.add_stacks(json(payload)?)?,
+        // A kind from a newer tprof: what this reader knows still reads.
+        _ => rec.unknown_records += 1,
     }
     Ok(())
 }
@@ -401,7 +435,7 @@ fn json<T: DeserializeOwned>(payload: &[u8]) -> Result<T, String> {
 mod tests {
     use super::*;
     use crate::recording::{ClockAnchor, GpuDevice, GpuMetric, Writer};
-    use profiler_ebpf::{EventHeader, ExitEvent, kind};
+    use profiler_ebpf::{AbiEvent as _, ExitEvent};
 
     fn sample() -> Vec<u8> {
         let mut w = Writer::new(Vec::new()).unwrap();
@@ -412,12 +446,7 @@ mod tests {
         };
         w.write_json(record::HEADER, &header).unwrap();
         let exit = ExitEvent {
-            hdr: EventHeader {
-                ts_ns: 5,
-                kind: kind::EXIT,
-                cpu: 0,
-                _pad: 0,
-            },
+            hdr: ExitEvent::header(5, 0),
             tid: 7,
             tgid: 7,
             group_dead: 1,
@@ -489,12 +518,7 @@ mod tests {
 
     fn exit_at(ts: u64, tid: u32) -> Vec<u8> {
         events::encode(&ExitEvent {
-            hdr: EventHeader {
-                ts_ns: ts,
-                kind: kind::EXIT,
-                cpu: 0,
-                _pad: 0,
-            },
+            hdr: ExitEvent::header(ts, 0),
             tid,
             tgid: 7,
             group_dead: 0,
@@ -548,7 +572,14 @@ mod tests {
         let mut want: Vec<(u64, u32)> = batches.concat();
         want.sort_by_key(|&(ts, _)| ts);
         assert_eq!(got, want);
-        assert_eq!(stats, StreamStats { events: 6, late: 0 });
+        assert_eq!(
+            stats,
+            StreamStats {
+                events: 6,
+                late: 0,
+                unknown: 0
+            }
+        );
         let opened = open(&path).unwrap();
         assert!(opened.meta.events.is_empty() && !opened.meta.cut_short());
         assert_eq!(opened.last_event_ns, None, "a footer bounds the window");
@@ -596,13 +627,45 @@ mod tests {
     fn open_rejects_a_bad_event_of_a_cut_short_recording() {
         let mut bytes = with_batches(&[vec![(30, 1)]], false);
         let events_at = bytes.len() - (8 + 32); // the last record: one exit event
-        bytes[events_at + 8 + 8] = 99; // the event's kind
+        bytes[events_at + 8 + 12] = 3; // the event's length
         let path = temp_file("bad", &bytes);
         let err = open(&path).unwrap_err();
         assert!(
-            format!("{err:#}").contains("bad event: event of unknown kind 99"),
+            format!("{err:#}").contains("bad event: event of kind 5 with impossible length 3"),
             "{err:#}"
         );
+    }
+
+    /// Kinds from a newer tprof are skipped and counted, in memory and
+    /// streamed, and everything this reader knows still reads.
+    #[test]
+    fn skips_and_counts_unknown_records_and_events() {
+        let mut w = Writer::new(Vec::new()).unwrap();
+        w.write_json(record::HEADER, &Header::default()).unwrap();
+        w.write_json(99, &"from the future").unwrap();
+        let mut unknown = ExitEvent::header(4, 0);
+        unknown.kind = 77;
+        unknown.len = 24;
+        let mut event = events::encode(&unknown);
+        event.extend([0u8; 8]);
+        w.push_event(&event).unwrap();
+        w.push_event(&exit_at(5, 9)).unwrap();
+        let footer = Footer {
+            end: ClockAnchor::default(),
+            stop_reason: "duration".into(),
+            command_exit: None,
+        };
+        w.write_json(record::FOOTER, &footer).unwrap();
+        let bytes = w.finish().unwrap();
+        let rec = parse(&bytes).unwrap();
+        assert_eq!((rec.unknown_records, rec.unknown_events), (1, 1));
+        assert_eq!(rec.events.len(), 1);
+        let path = temp_file("unknown", &bytes);
+        let opened = open(&path).unwrap();
+        assert_eq!(opened.meta.unknown_records, 1);
+        let mut n = 0;
+        let stats = opened.events_in_order(|_| n += 1).unwrap();
+        assert_eq!((n, stats.unknown), (1, 1));
     }
 
     #[test]
@@ -624,7 +687,7 @@ mod tests {
             Err(ReadError::NotARecording)
         ));
         let mut bytes = sample();
-        bytes[PREAMBLE_LEN] = 42; // first record's kind
+        bytes[PREAMBLE_LEN + 4..PREAMBLE_LEN + 8].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(
             parse(&bytes),
             Err(ReadError::Corrupt { offset: 16, .. })

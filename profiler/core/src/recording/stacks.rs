@@ -1,20 +1,102 @@
-//! The STACKS record: every sampled stack, already symbolized at record time
-//! (the binaries may be gone, or on another machine, when the recording is
-//! read), and the weight of each (thread, stack, kind).
+//! Stacks in a recording: symbolized frames and the stacks made of them,
+//! already named at record time (the binaries may be gone, or on another
+//! machine, when the recording is read).
+//!
+//! Since format 4 they are streamed: FRAMES and STACK_DEFS records
+//! ([`FrameBatch`], [`StackBatch`]) intern each new frame and stack as
+//! capture meets it, and the events that sampled a stack (on-CPU samples,
+//! switch-outs) refer to it by id, so a recording cut short keeps the stacks
+//! sampled until then and every sample has its time. Formats 2 and 3 wrote
+//! one aggregated [`StackTable`] at the end instead; the model builds the
+//! same table from the streamed records, so everything after it reads both.
 
 use serde::{Deserialize, Serialize};
 
+/// What a frame is. Python, JIT and marker frames have no module offset to
+/// symbolize later; their name is all there is.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum FrameKind {
+    /// Machine code of an executable or shared library, in user space.
+    #[default]
+    Native,
+    /// Kernel code.
+    Kernel,
+    /// A Python function, as the interpreter's frame named it.
+    Python,
+    /// JIT-compiled code, named by a perf map (`/tmp/perf-PID.map`).
+    Jit,
+    /// Not code: a note in the stack's place, such as `[user stack lost]`
+    /// or `[truncated]`.
+    Marker,
+}
+
 /// One symbolized frame.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "FrameWire")]
 pub struct Frame {
     /// Executable, library or "[kernel]" / "[vdso]" / "[anon]"; empty when
-    /// the address was in no known mapping.
+    /// the address was in no known mapping, or for a marker.
     pub module: String,
     /// Offset in `module` (file offset for files, address for the kernel).
     pub offset: u64,
     /// Function name, when one was found.
     pub symbol: Option<String>,
-    pub kernel: bool,
+    pub kind: FrameKind,
+}
+
+impl Frame {
+    pub fn is_kernel(&self) -> bool {
+        self.kind == FrameKind::Kernel
+    }
+
+    /// A marker frame: `text` in place of code.
+    pub fn marker(text: &str) -> Frame {
+        Frame {
+            symbol: Some(text.to_string()),
+            kind: FrameKind::Marker,
+            ..Frame::default()
+        }
+    }
+}
+
+/// A frame as any version wrote it: formats 2 and 3 had `kernel: bool`
+/// where format 4 has `kind`.
+#[derive(Deserialize)]
+struct FrameWire {
+    #[serde(default)]
+    module: String,
+    #[serde(default)]
+    offset: u64,
+    #[serde(default)]
+    symbol: Option<String>,
+    #[serde(default)]
+    kind: Option<FrameKind>,
+    #[serde(default)]
+    kernel: bool,
+}
+
+impl From<FrameWire> for Frame {
+    fn from(w: FrameWire) -> Frame {
+        let kind = w.kind.unwrap_or(if w.kernel {
+            FrameKind::Kernel
+        } else if w.module.is_empty() && w.offset == 0 && w.symbol.is_some() {
+            // Formats 2 and 3 wrote a lost stack as a frame with only a name.
+            FrameKind::Marker
+        } else if w.module == "[anon]" {
+            FrameKind::Jit
+        } else {
+            FrameKind::Native
+        });
+        Frame {
+            module: w.module,
+            offset: w.offset,
+            symbol: w.symbol,
+            kind,
+        }
+    }
 }
 
 /// What a stack's weight measures and, off CPU, why the thread waited.
@@ -69,7 +151,9 @@ pub struct StackSample {
     pub weight: u64,
 }
 
-/// Payload of a STACKS record.
+/// Every stack of a recording with its weight per thread and kind: the
+/// payload of formats 2 and 3's STACKS record, and what the model builds
+/// from format 4's streamed records.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StackTable {
     /// cpu-clock sampling frequency: one on-CPU sample stands for 1/hz s.
@@ -79,4 +163,63 @@ pub struct StackTable {
     /// kernel frames.
     pub stacks: Vec<Vec<u32>>,
     pub samples: Vec<StackSample>,
+}
+
+/// Payload of a FRAMES record (format 4): frames `first`, `first + 1`, …
+/// A recording's frame ids count up from 0 across its FRAMES records.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameBatch {
+    pub first: u32,
+    pub frames: Vec<Frame>,
+}
+
+/// Payload of a STACK_DEFS record (format 4): stacks `first`, `first + 1`,
+/// …, each a list of frame ids, outermost caller first. A stack is either a
+/// user stack or a kernel stack; events name one of each.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackBatch {
+    pub first: u32,
+    pub stacks: Vec<Vec<u32>>,
+}
+
+/// The frames and stacks a format 4 recording interned, gathered from its
+/// FRAMES and STACK_DEFS records in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StackDictionary {
+    pub frames: Vec<Frame>,
+    pub stacks: Vec<Vec<u32>>,
+}
+
+impl StackDictionary {
+    /// Appends a FRAMES record; its first id must follow the last one's.
+    pub fn add_frames(&mut self, batch: FrameBatch) -> Result<(), String> {
+        check_next("frame", batch.first, self.frames.len())?;
+        self.frames.extend(batch.frames);
+        Ok(())
+    }
+
+    /// Appends a STACK_DEFS record; its first id must follow the last one's.
+    pub fn add_stacks(&mut self, batch: StackBatch) -> Result<(), String> {
+        check_next("stack", batch.first, self.stacks.len())?;
+        self.stacks.extend(batch.stacks);
+        Ok(())
+    }
+
+    /// The frames of stack `id`, or None for -1 and for an id no record
+    /// defined (a hostile or damaged file).
+    pub fn stack(&self, id: i32) -> Option<&[u32]> {
+        usize::try_from(id)
+            .ok()
+            .and_then(|i| self.stacks.get(i))
+            .map(Vec::as_slice)
+    }
+}
+
+fn check_next(what: &str, first: u32, have: usize) -> Result<(), String> {
+    if first as usize != have {
+        return Err(format!(
+            "{what} ids jump: a batch starts at {first} after {have} {what}s"
+        ));
+    }
+    Ok(())
 }

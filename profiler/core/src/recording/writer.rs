@@ -14,7 +14,6 @@ const EVENTS_RECORD_TARGET: usize = 1 << 20;
 pub struct Writer<W: Write> {
     out: W,
     pending_events: Vec<u8>,
-    bytes_written: u64,
 }
 
 impl<W: Write> Writer<W> {
@@ -26,7 +25,6 @@ impl<W: Write> Writer<W> {
         Ok(Self {
             out,
             pending_events: Vec::with_capacity(EVENTS_RECORD_TARGET),
-            bytes_written: super::PREAMBLE_LEN as u64,
         })
     }
 
@@ -51,11 +49,6 @@ impl<W: Write> Writer<W> {
         self.out.flush()
     }
 
-    /// Bytes written so far, including what sits in `W`'s buffer.
-    pub fn bytes_written(&self) -> u64 {
-        self.bytes_written
-    }
-
     /// Flushes and hands back the underlying writer.
     pub fn finish(mut self) -> io::Result<W> {
         self.flush()?;
@@ -73,14 +66,15 @@ impl<W: Write> Writer<W> {
         result
     }
 
-    fn write_record(&mut self, kind: u32, payload: &[u8]) -> io::Result<()> {
+    /// Writes one record whose payload is already encoded (JSON serialized
+    /// elsewhere, say).
+    pub fn write_record(&mut self, kind: u32, payload: &[u8]) -> io::Result<()> {
         let len = u32::try_from(payload.len()).map_err(io::Error::other)?;
         let mut head = [0u8; 8];
         head[..4].copy_from_slice(&kind.to_le_bytes());
         head[4..].copy_from_slice(&len.to_le_bytes());
         self.out.write_all(&head)?;
         self.out.write_all(payload)?;
-        self.bytes_written += 8 + payload.len() as u64;
         Ok(())
     }
 }

@@ -88,6 +88,14 @@ fn header(out: &mut String, s: &Summary) {
             crate::recording::reader::REORDER_WINDOW_NS / 1_000_000
         );
     }
+    if s.unknown_records > 0 || s.unknown_events > 0 {
+        let _ = writeln!(
+            out,
+            "note: {} record(s) and {} event(s) of kinds this tprof does not know were \
+             skipped (the recording was made by a newer tprof; update this one to see them)",
+            s.unknown_records, s.unknown_events
+        );
+    }
     if s.untraced_switch_ins > 0 {
         let _ = writeln!(
             out,

@@ -1,74 +1,48 @@
-//! The stack aggregate, read out when recording ends.
+//! The kernel's stack map, read by id as events name its stacks.
 
-use std::collections::{HashMap, HashSet};
+use aya::maps::{MapData, StackTraceMap};
 
-use anyhow::{Context as _, Result};
-use profiler_ebpf::{OffCpuStart, StackKey, stack_kind};
-
-use super::KernelPrograms;
-
-/// What the kernel aggregated, read out when recording ends.
-#[derive(Debug, Default)]
-pub struct RawStacks {
-    /// Weight per key, summed over CPUs.
-    pub counts: Vec<(StackKey, u64)>,
-    /// Instruction pointers of each stack id, leaf first.
-    pub stacks: HashMap<i32, Vec<u64>>,
-    /// Threads off CPU right now: (tid, where and when they left).
-    pub pending: Vec<(u32, OffCpuStart)>,
+/// Reads the `STACKS` stack map: the instruction pointers of each stack id
+/// the events carry. It moves to the thread that turns ids into the
+/// recording's stacks, so the drain never waits on it.
+pub struct StackSource {
+    map: StackTraceMap<MapData>,
+    /// Only when the raw scheduler programs run: their off-CPU kernel
+    /// stacks start inside the program (see [`Trampolines`]).
+    trampolines: Option<Trampolines>,
 }
 
-impl KernelPrograms {
-    /// Reads the stack aggregate, every stack it refers to, and the threads
-    /// off CPU now. Ids whose stack is gone read as missing.
-    pub fn read_stacks(&self) -> Result<RawStacks> {
-        let mut raw = RawStacks::default();
-        for item in self.stack_counts.iter() {
-            let (key, per_cpu) = item.context("reading the stack aggregate failed")?;
-            let total: u64 = per_cpu.iter().sum();
-            raw.counts.push((key, total));
+impl StackSource {
+    pub(super) fn new(map: StackTraceMap<MapData>, raw_sched: bool) -> StackSource {
+        StackSource {
+            map,
+            trampolines: raw_sched.then(Trampolines::read),
         }
-        for item in self.tracked_tids.iter() {
-            let (tid, state) = item.context("reading the off-CPU threads failed")?;
-            raw.pending.push((tid, state.offcpu));
+    }
+
+    /// The instruction pointers of stack `id`, leaf first; None when the map
+    /// no longer holds it.
+    pub fn frames(&self, id: u32) -> Option<Vec<u64>> {
+        let trace = self.map.get(&id, 0).ok()?;
+        Some(trace.frames().iter().map(|f| f.ip).collect())
+    }
+
+    /// A kernel stack walked at a switch-out, leaf first, without the
+    /// frames of the program that walked it.
+    pub fn offcpu_kernel_frames(&self, id: u32) -> Option<Vec<u64>> {
+        let mut ips = self.frames(id)?;
+        if let Some(trampolines) = &self.trampolines {
+            let skip = ips.iter().take_while(|&&ip| trampolines.holds(ip)).count();
+            ips.drain(..skip.min(ips.len().saturating_sub(1)));
         }
-        // The raw sched_switch program walks the kernel stack from inside
-        // itself: its first frames are the program and the tracepoint's
-        // BPF trampoline (bpf_trace_run4), not where the thread stopped.
-        let trampoline = if self.raw_sched {
-            Trampolines::read()
-        } else {
-            Trampolines::default()
-        };
-        let offcpu_kernel: HashSet<i32> = raw
-            .counts
-            .iter()
-            .filter(|(key, _)| key.kind != stack_kind::ON_CPU)
-            .map(|(key, _)| key.kernel_stack_id)
-            .collect();
-        for (key, _) in &raw.counts {
-            for id in [key.user_stack_id, key.kernel_stack_id] {
-                if id >= 0 && !raw.stacks.contains_key(&id) {
-                    let mut ips: Vec<u64> = self
-                        .stacks
-                        .get(&(id as u32), 0)
-                        .map(|trace| trace.frames().iter().map(|f| f.ip).collect())
-                        .unwrap_or_default();
-                    if id == key.kernel_stack_id && offcpu_kernel.contains(&id) {
-                        let skip = ips.iter().take_while(|&&ip| trampoline.holds(ip)).count();
-                        ips.drain(..skip.min(ips.len().saturating_sub(1)));
-                    }
-                    raw.stacks.insert(id, ips);
-                }
-            }
-        }
-        Ok(raw)
+        Some(ips)
     }
 }
 
 /// Kernel text of BPF programs and the raw tracepoint trampolines, from
-/// /proc/kallsyms: the frames a stack walked inside a raw tracepoint
-/// program starts with.
+/// /proc/kallsyms: the raw sched_switch program walks the kernel stack from
+/// inside itself, so its first frames are the program and the tracepoint's
+/// BPF trampoline (bpf_trace_run4), not where the thread stopped.
 #[derive(Debug, Default)]
 struct Trampolines {
     /// (start address, is BPF machinery), sorted by address.

@@ -1,0 +1,259 @@
+//! The stack table of a format 4 recording, built from its streamed
+//! records: on-CPU samples count one each; each switch-out of a tracked
+//! thread opens an off-CPU interval, weighed in nanoseconds under its kind
+//! and stacks when the thread next runs (or when the window closes), as the
+//! kernel's aggregate did in formats 2 and 3. The result is the same
+//! [`StackTable`] those formats stored, so analysis reads both alike.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::recording::{
+    Event, Frame, StackDictionary, StackKind, StackSample, StackTable, events::OffCpuStacks,
+};
+
+/// (pid, tid, kind, user stack, kernel stack): what one weight is summed by.
+type Key = (u32, u32, StackKind, i32, i32);
+
+/// Gathers the weights while events stream by.
+#[derive(Debug, Default)]
+pub(super) struct StackAssembly {
+    weights: BTreeMap<Key, u64>,
+    /// Threads off CPU now: (tid → pid, switch-out time, where from).
+    open: HashMap<u32, (u32, u64, OffCpuStacks)>,
+}
+
+impl StackAssembly {
+    pub(super) fn apply(&mut self, event: &Event) {
+        match *event {
+            Event::Sample {
+                tid,
+                tgid,
+                user_stack,
+                kernel_stack,
+                ..
+            } => self.add((tgid, tid, StackKind::OnCpu, user_stack, kernel_stack), 1),
+            Event::Switch {
+                ts,
+                prev_tid,
+                prev_tgid,
+                next_tid,
+                prev_stacks,
+                ..
+            } => {
+                // The next thread's interval closes first: a thread can be
+                // both (a switch from itself to itself is not traced).
+                self.close(next_tid, ts);
+                match prev_stacks {
+                    // A switch-out while one is open means its switch-in
+                    // was not seen (a lost event): that interval's end is
+                    // unknown, so it is dropped rather than guessed.
+                    Some(stacks) => {
+                        self.open.insert(prev_tid, (prev_tgid, ts, stacks));
+                    }
+                    None => {
+                        self.open.remove(&prev_tid);
+                    }
+                }
+            }
+            Event::Exit { tid, .. } => {
+                self.open.remove(&tid);
+            }
+            _ => {}
+        }
+    }
+
+    fn close(&mut self, tid: u32, now: u64) {
+        if let Some((pid, since, stacks)) = self.open.remove(&tid) {
+            let key = (pid, tid, stacks.kind, stacks.user, stacks.kernel);
+            self.add(key, now.saturating_sub(since));
+        }
+    }
+
+    fn add(&mut self, key: Key, weight: u64) {
+        let sum = self.weights.entry(key).or_default();
+        *sum = sum.saturating_add(weight);
+    }
+
+    /// The table: intervals still open close at `window_end_ns`; each
+    /// (user, kernel) pair becomes one stack of user frames, then kernel
+    /// frames, as formats 2 and 3 stored them.
+    pub(super) fn finish(
+        mut self,
+        dictionary: &StackDictionary,
+        sample_hz: u64,
+        window_end_ns: u64,
+    ) -> StackTable {
+        let open: Vec<u32> = self.open.keys().copied().collect();
+        for tid in open {
+            self.close(tid, window_end_ns);
+        }
+        let mut table = StackTable {
+            sample_hz,
+            frames: dictionary.frames.clone(),
+            ..StackTable::default()
+        };
+        let mut pairs: HashMap<(i32, i32), u32> = HashMap::new();
+        let mut lost_user = None;
+        for ((pid, tid, kind, user, kernel), weight) in self.weights {
+            if weight == 0 {
+                continue;
+            }
+            let next = table.stacks.len() as u32;
+            let stack = *pairs.entry((user, kernel)).or_insert_with(|| {
+                let frames = joined(&mut table.frames, dictionary, user, kernel, &mut lost_user);
+                table.stacks.push(frames);
+                next
+            });
+            table.samples.push(StackSample {
+                pid,
+                tid,
+                kind,
+                stack,
+                weight,
+            });
+        }
+        table
+    }
+}
+
+/// A user stack's frames, then a kernel stack's. A user stack that is
+/// missing (the kernel could not take it, or the file does not define it)
+/// becomes one `[user stack lost]` marker, added to `frames` once.
+fn joined(
+    frames: &mut Vec<Frame>,
+    dictionary: &StackDictionary,
+    user: i32,
+    kernel: i32,
+    lost_user: &mut Option<u32>,
+) -> Vec<u32> {
+    let frame_count = frames.len();
+    let valid = |ids: &[u32]| ids.iter().all(|&f| (f as usize) < frame_count);
+    let mut out = match dictionary.stack(user).filter(|ids| valid(ids)) {
+        Some(ids) if !ids.is_empty() => ids.to_vec(),
+        _ => {
+            let marker = *lost_user.get_or_insert_with(|| {
+                frames.push(Frame::marker("[user stack lost]"));
+                frames.len() as u32 - 1
+            });
+            vec![marker]
+        }
+    };
+    if let Some(ids) = dictionary.stack(kernel).filter(|ids| valid(ids)) {
+        out.extend_from_slice(ids);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::FrameKind;
+
+    fn dictionary() -> StackDictionary {
+        let frame = |name: &str, kind| Frame {
+            module: "m".into(),
+            symbol: Some(name.into()),
+            kind,
+            ..Frame::default()
+        };
+        StackDictionary {
+            frames: vec![
+                frame("main", FrameKind::Native),
+                frame("work", FrameKind::Native),
+                frame("schedule", FrameKind::Kernel),
+            ],
+            stacks: vec![vec![0, 1], vec![2]],
+        }
+    }
+
+    fn switch(ts: u64, prev: u32, next: u32, stacks: Option<OffCpuStacks>) -> Event {
+        Event::Switch {
+            ts,
+            cpu: 0,
+            prev_tid: prev,
+            prev_tgid: 7,
+            prev_state: 1,
+            next_tid: next,
+            next_tgid: 7,
+            prev_stacks: stacks,
+        }
+    }
+
+    fn sample(tid: u32, user: i32, kernel: i32) -> Event {
+        Event::Sample {
+            ts: 1,
+            cpu: 0,
+            tid,
+            tgid: 7,
+            user_stack: user,
+            kernel_stack: kernel,
+        }
+    }
+
+    const SLEEP: OffCpuStacks = OffCpuStacks {
+        kind: StackKind::Sleep,
+        user: 0,
+        kernel: 1,
+    };
+
+    #[test]
+    fn weighs_samples_and_off_cpu_intervals() {
+        let mut asm = StackAssembly::default();
+        for event in [
+            sample(10, 0, -1),
+            sample(10, 0, -1),
+            switch(100, 10, 11, Some(SLEEP)),
+            switch(350, 11, 10, None),
+            // Off again at 400, still off when the window closes at 1000.
+            switch(400, 10, 11, Some(SLEEP)),
+        ] {
+            asm.apply(&event);
+        }
+        let table = asm.finish(&dictionary(), 99, 1_000);
+        assert_eq!(table.sample_hz, 99);
+        let weight = |kind| {
+            table
+                .samples
+                .iter()
+                .filter(|s| s.tid == 10 && s.kind == kind)
+                .map(|s| (table.stacks[s.stack as usize].clone(), s.weight))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(weight(StackKind::OnCpu), vec![(vec![0, 1], 2)]);
+        assert_eq!(weight(StackKind::Sleep), vec![(vec![0, 1, 2], 250 + 600)]);
+    }
+
+    #[test]
+    fn a_lost_user_stack_is_a_marker_and_bad_ids_are_lost() {
+        let mut asm = StackAssembly::default();
+        asm.apply(&sample(10, -1, 1));
+        asm.apply(&sample(11, 99, -1));
+        let table = asm.finish(&dictionary(), 99, 1_000);
+        let marker = table.frames.len() as u32 - 1;
+        assert_eq!(table.frames[marker as usize].kind, FrameKind::Marker);
+        let stacks: Vec<&Vec<u32>> = table
+            .samples
+            .iter()
+            .map(|s| &table.stacks[s.stack as usize])
+            .collect();
+        assert_eq!(stacks, [&vec![marker, 2], &vec![marker]]);
+    }
+
+    #[test]
+    fn an_exit_or_a_missed_switch_in_drops_the_open_interval() {
+        let mut asm = StackAssembly::default();
+        asm.apply(&switch(100, 10, 0, Some(SLEEP)));
+        asm.apply(&Event::Exit {
+            ts: 200,
+            tid: 10,
+            tgid: 7,
+            group_dead: false,
+        });
+        asm.apply(&switch(300, 11, 0, Some(SLEEP)));
+        // 11's switch-in was lost: a second switch-out restarts its interval.
+        asm.apply(&switch(500, 11, 0, Some(SLEEP)));
+        let table = asm.finish(&dictionary(), 99, 600);
+        let weights: Vec<(u32, u64)> = table.samples.iter().map(|s| (s.tid, s.weight)).collect();
+        assert_eq!(weights, [(11, 100)]);
+    }
+}

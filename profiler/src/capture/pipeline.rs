@@ -1,0 +1,241 @@
+//! Capture in two stages: the drain (the session's thread) empties the
+//! ring buffers every tick and hands each batch on; a writer thread turns
+//! the batch's stack ids into the recording's ([`StackResolver`]: reading
+//! the stack map, naming new frames) and writes everything to the file.
+//! Naming frames can take seconds the first time a large library (libtorch)
+//! is seen; on the drain's thread that stalled the drains until the ring
+//! buffer overflowed.
+//!
+//! The queue between the stages is bounded by batches in flight: when the
+//! writer is [`MAX_IN_FLIGHT`] batches behind, the drain leaves the events
+//! in the ring buffer for a tick, so any loss happens there, where the
+//! kernel counts it per event kind. Records the session writes (process
+//! snapshots, samples, GPU series) go through the same queue, so the file
+//! keeps their order with the events.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        mpsc,
+    },
+    thread::JoinHandle,
+};
+
+use anyhow::{Context as _, Result, anyhow};
+use serde::Serialize;
+
+use super::drain::DrainBatch;
+use super::file::RecordingFile;
+use super::procfs::{self, Mapping};
+use super::programs::StackSource;
+use super::stacks::StackResolver;
+
+/// Batches the writer may be behind before the drain waits (each is one
+/// 50 ms tick, so about two seconds of events held in memory).
+pub const MAX_IN_FLIGHT: usize = 40;
+
+enum Msg {
+    Events(DrainBatch),
+    /// A metadata record, already serialized.
+    Record(u32, Vec<u8>),
+    /// A process's executable mappings, for naming its frames.
+    Maps(u32, Vec<Mapping>),
+    /// A child's parent, whose mappings name its frames until it has its own.
+    Parent(u32, u32),
+    Flush,
+}
+
+/// The drain's end of the pipeline: what the session writes goes here.
+pub(super) struct Pipeline {
+    tx: Option<mpsc::Sender<Msg>>,
+    /// Batches the writer is done with, for the drain to fill again.
+    recycled: mpsc::Receiver<DrainBatch>,
+    in_flight: Arc<AtomicUsize>,
+    unreadable_stacks: Arc<AtomicU64>,
+    writer: Option<JoinHandle<Result<RecordingFile>>>,
+    path: PathBuf,
+}
+
+impl Pipeline {
+    /// Starts the writer thread, which owns `out` (and the stack map, when
+    /// stacks are sampled) until [`Pipeline::finish`].
+    pub(super) fn start(out: RecordingFile, stacks: Option<StackSource>) -> Result<Pipeline> {
+        let (tx, rx) = mpsc::channel();
+        let (recycle, recycled) = mpsc::channel();
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let unreadable_stacks = Arc::new(AtomicU64::new(0));
+        let path = out.path().to_path_buf();
+        let (in_flight_stage, unreadable_stage) =
+            (Arc::clone(&in_flight), Arc::clone(&unreadable_stacks));
+        let writer = std::thread::Builder::new()
+            .name("tprof-writer".into())
+            // The resolver is made on the thread: blazesym's caches are
+            // not Send.
+            .spawn(move || {
+                let stage = Stage {
+                    out,
+                    stacks: stacks.map(StackResolver::new),
+                    in_flight: in_flight_stage,
+                    unreadable_stacks: unreadable_stage,
+                    recycle,
+                    scratch: Vec::new(),
+                };
+                stage.run(rx)
+            })
+            .context("cannot start the recording's writer thread")?;
+        Ok(Pipeline {
+            tx: Some(tx),
+            recycled,
+            in_flight,
+            unreadable_stacks,
+            writer: Some(writer),
+            path,
+        })
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The writer is too far behind for another batch.
+    pub(super) fn is_full(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT
+    }
+
+    /// Stack ids the stack map no longer held when read.
+    pub(super) fn unreadable_stacks(&self) -> u64 {
+        self.unreadable_stacks.load(Ordering::Relaxed)
+    }
+
+    /// An empty batch to drain into (one the writer is done with, if any).
+    pub(super) fn empty_batch(&self) -> DrainBatch {
+        self.recycled.try_recv().unwrap_or_default()
+    }
+
+    pub(super) fn send_events(&mut self, batch: DrainBatch) -> Result<()> {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.send(Msg::Events(batch))
+    }
+
+    pub(super) fn write_json<T: Serialize>(&mut self, kind: u32, value: &T) -> Result<()> {
+        let payload = serde_json::to_vec(value).context("cannot encode a recording record")?;
+        self.send(Msg::Record(kind, payload))
+    }
+
+    /// Reads `pid`'s executable mappings now, for naming its frames later.
+    pub(super) fn snapshot_maps(&mut self, pid: u32) -> Result<()> {
+        match procfs::exec_maps(pid) {
+            Some(maps) => self.send(Msg::Maps(pid, maps)),
+            None => Ok(()), // gone; keep what we had
+        }
+    }
+
+    pub(super) fn set_parent(&mut self, child: u32, parent: u32) -> Result<()> {
+        self.send(Msg::Parent(child, parent))
+    }
+
+    pub(super) fn flush(&mut self) -> Result<()> {
+        self.send(Msg::Flush)
+    }
+
+    /// Waits for the writer to write everything sent, and takes the file
+    /// back for the last records, with the final count of unreadable
+    /// stacks.
+    pub(super) fn finish(mut self) -> Result<(RecordingFile, u64)> {
+        self.tx = None; // the writer stops when the queue is empty
+        let file = self.join()?;
+        Ok((file, self.unreadable_stacks()))
+    }
+
+    fn send(&mut self, msg: Msg) -> Result<()> {
+        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(msg).is_ok());
+        if sent {
+            return Ok(());
+        }
+        // The writer stopped: it failed, and says why.
+        self.tx = None;
+        match self.join() {
+            Ok(_) => Err(anyhow!("the recording's writer stopped")),
+            Err(err) => Err(err),
+        }
+    }
+
+    fn join(&mut self) -> Result<RecordingFile> {
+        let writer = self
+            .writer
+            .take()
+            .ok_or_else(|| anyhow!("the recording's writer already stopped"))?;
+        writer
+            .join()
+            .map_err(|_| anyhow!("the recording's writer thread panicked"))?
+    }
+}
+
+/// The writer thread.
+struct Stage {
+    out: RecordingFile,
+    stacks: Option<StackResolver>,
+    in_flight: Arc<AtomicUsize>,
+    unreadable_stacks: Arc<AtomicU64>,
+    recycle: mpsc::Sender<DrainBatch>,
+    /// One batch's events with their stack ids rewritten, and each's end.
+    scratch: Vec<u8>,
+}
+
+impl Stage {
+    fn run(mut self, rx: mpsc::Receiver<Msg>) -> Result<RecordingFile> {
+        for msg in rx {
+            match msg {
+                Msg::Events(batch) => {
+                    let written = self.events(&batch);
+                    self.in_flight.fetch_sub(1, Ordering::AcqRel);
+                    let _ = self.recycle.send(batch);
+                    written?;
+                }
+                Msg::Record(kind, payload) => self.out.write_record(kind, &payload)?,
+                Msg::Maps(pid, maps) => {
+                    if let Some(stacks) = &mut self.stacks {
+                        stacks.add_maps(pid, maps);
+                    }
+                }
+                Msg::Parent(child, parent) => {
+                    if let Some(stacks) = &mut self.stacks {
+                        stacks.set_parent(child, parent);
+                    }
+                }
+                Msg::Flush => self.out.flush()?,
+            }
+        }
+        Ok(self.out)
+    }
+
+    /// One drain's events: their stacks interned and written first, then
+    /// the events with the recording's stack ids.
+    fn events(&mut self, batch: &DrainBatch) -> Result<()> {
+        let Some(stacks) = &mut self.stacks else {
+            for event in batch.in_order() {
+                self.out.push_event(event)?;
+            }
+            return Ok(());
+        };
+        self.scratch.clear();
+        let mut ends = Vec::with_capacity(batch.len());
+        for event in batch.in_order() {
+            let start = self.scratch.len();
+            self.scratch.extend_from_slice(event);
+            stacks.rewrite(&mut self.scratch[start..]);
+            ends.push(self.scratch.len());
+        }
+        stacks.write_new(&mut self.out)?;
+        self.unreadable_stacks
+            .store(stacks.unreadable(), Ordering::Relaxed);
+        let mut start = 0;
+        for end in ends {
+            self.out.push_event(&self.scratch[start..end])?;
+            start = end;
+        }
+        Ok(())
+    }
+}

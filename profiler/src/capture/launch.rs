@@ -235,7 +235,16 @@ impl LaunchedCommand {
     /// True while any process of the command's group is alive: the command
     /// itself or what it started (that did not leave the group).
     pub fn group_alive(&mut self) -> bool {
-        !self.try_reap() || !procfs::group_members(self.exit.pid).is_empty()
+        if !self.try_reap() {
+            return true;
+        }
+        // SAFETY: signal 0 only checks that the group has a process;
+        // ESRCH, the common answer once it has exited, spares the /proc scan.
+        if unsafe { libc::kill(-(self.exit.pid as i32), 0) } != 0 {
+            return false;
+        }
+        // Zombies (exited, not yet reaped by their parent) do not count.
+        !procfs::group_members(self.exit.pid).is_empty()
     }
 
     /// Passes a stop on to the whole group (`sig`: SIGINT, SIGTERM, SIGHUP).

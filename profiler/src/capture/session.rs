@@ -462,7 +462,7 @@ impl Session {
         let mut lost = self.programs.lost_counts()?;
         lost.tracking_full += self.untracked;
         lost.stack_failed += self.out.unreadable_stacks();
-        add_expired(&self.expired, &mut lost);
+        self.expired.count_in(&mut lost);
         Ok(lost)
     }
 
@@ -470,9 +470,7 @@ impl Session {
     /// end will not come.
     fn expire_in_flight(&mut self) {
         let expired = self.programs.expire_in_flight(self.in_flight_expiry);
-        self.expired.requests += expired.requests;
-        self.expired.bio_owners += expired.bio_owners;
-        self.expired.cuda_calls += expired.cuda_calls;
+        self.expired.add(expired);
         self.last_expiry = Instant::now();
     }
 
@@ -606,7 +604,7 @@ impl Session {
         let mut lost = self.programs.lost_counts()?;
         lost.tracking_full += self.untracked;
         lost.stack_failed += unreadable_stacks;
-        add_expired(&self.expired, &mut lost);
+        self.expired.count_in(&mut lost);
         self.lost = lost;
         file.write_json(record::LOST, &self.lost)?;
         let command_exit = self.command.as_ref().map(LaunchedCommand::exit);
@@ -626,13 +624,6 @@ impl Session {
             command_exit,
         })
     }
-}
-
-/// Counts the entries of things in flight that expired as lost.
-fn add_expired(expired: &Expired, lost: &mut LostCounts) {
-    lost.requests_expired += expired.requests;
-    lost.bio_owners_expired += expired.bio_owners;
-    lost.cuda_calls_unreturned += expired.cuda_calls;
 }
 
 /// The pid of a process that a raw event says was created (with its parent)

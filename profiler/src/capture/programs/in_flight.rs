@@ -14,6 +14,7 @@ use aya::{
     maps::{HashMap, MapData},
 };
 use profiler_ebpf::{BioOwner, CudaEnter, RequestKey, RequestTimes, names::map};
+use tprof_core::recording::LostCounts;
 
 use super::take_map;
 use crate::capture::{clock::monotonic_ns, procfs};
@@ -25,6 +26,21 @@ pub struct Expired {
     pub bio_owners: u64,
     /// CUDA calls whose thread is gone.
     pub cuda_calls: u64,
+}
+
+impl Expired {
+    pub fn add(&mut self, more: Expired) {
+        self.requests += more.requests;
+        self.bio_owners += more.bio_owners;
+        self.cuda_calls += more.cuda_calls;
+    }
+
+    /// Counts these as lost: things in flight whose end never came.
+    pub fn count_in(&self, lost: &mut LostCounts) {
+        lost.requests_expired += self.requests;
+        lost.bio_owners_expired += self.bio_owners;
+        lost.cuda_calls_unreturned += self.cuda_calls;
+    }
 }
 
 pub(super) struct InFlight {

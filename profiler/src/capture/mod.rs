@@ -208,12 +208,10 @@ fn start(opts: &RecordOptions) -> Result<Session> {
     Ok(session)
 }
 
-/// Finishes the recording (or says where its prefix is), then restores the
-/// default signal dispositions.
+/// Finishes the recording (or says where its prefix is); from then on a
+/// signal has its ordinary effect again, but for a duplicate of the first.
 fn stop(session: Session, result: Result<StopReason>) -> Result<RecordOutcome> {
     let outcome = session.finish(result);
-    // The recording is complete or has failed: what follows (flamegraphs,
-    // the report) is stopped by a signal the ordinary way.
     signals::disarm_force_stop();
     if let Ok(outcome) = &outcome {
         if let Some(exit) = &outcome.command_exit {

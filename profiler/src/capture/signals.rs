@@ -12,7 +12,7 @@ use std::{
     path::Path,
     sync::{
         OnceLock,
-        atomic::{AtomicI32, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -102,19 +102,35 @@ pub(super) fn arm_force_stop(path: &Path, by_signal: bool, command_group: u32) {
     }
 }
 
-/// Back to the default dispositions: the recording is complete or has
-/// failed, and what follows (flamegraphs, the report) is stopped by a
-/// signal the ordinary way.
+/// The recording is complete or has failed: what follows (flamegraphs, the
+/// report) is stopped by a signal the ordinary way, except a duplicate of
+/// the first stop signal (within [`DUPLICATE_WINDOW`]), which is still
+/// ignored: `timeout` or a scheduler's second copy must not cut the report
+/// of a recording that finished quickly.
 pub(super) fn disarm_force_stop() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: restoring the default disposition.
-        unsafe { libc::signal(sig, libc::SIG_DFL) };
-    }
+    RECORDING_DONE.store(true, Ordering::SeqCst);
 }
+
+/// Set by [`disarm_force_stop`].
+static RECORDING_DONE: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal_while_stopping(sig: libc::c_int) {
     let now = monotonic_ns();
     let first = FIRST_SIGNAL_NS.load(Ordering::SeqCst);
+    let done = RECORDING_DONE.load(Ordering::SeqCst);
+    let duplicate = first != 0 && now.saturating_sub(first) < DUPLICATE_WINDOW.as_nanos() as u64;
+    if duplicate {
+        return;
+    }
+    if done {
+        // SAFETY: signal and raise are async-signal-safe: the default
+        // action, as if no handler had been installed.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        return;
+    }
     let Some((finishing, stopped)) = MESSAGES.get() else {
         return;
     };
@@ -123,9 +139,6 @@ extern "C" fn on_signal_while_stopping(sig: libc::c_int) {
         FIRST_SIGNAL_NS.store(now, Ordering::SeqCst);
         // SAFETY: write is async-signal-safe; the buffer is never freed.
         unsafe { libc::write(2, finishing.as_ptr().cast(), finishing.len()) };
-        return;
-    }
-    if now.saturating_sub(first) < DUPLICATE_WINDOW.as_nanos() as u64 {
         return;
     }
     let group = COMMAND_GROUP.load(Ordering::SeqCst);

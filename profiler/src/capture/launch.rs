@@ -180,8 +180,8 @@ impl HeldChild {
     }
 }
 
-/// The running command and its process group (same id). Dropped with the
-/// group still alive (an error, a panic), it kills the group: the command
+/// The running command and its process group (same id). Dropped while the
+/// command still runs (an error, a panic), it kills the group: the command
 /// must not outlive tprof.
 #[derive(Debug)]
 pub struct LaunchedCommand {
@@ -295,8 +295,11 @@ impl LaunchedCommand {
 pub const KILL_WAIT: Duration = Duration::from_secs(2);
 
 impl Drop for LaunchedCommand {
+    /// A command still running here (an error path) is killed with its
+    /// group. One that exited by itself ended the recording; what it left
+    /// running in its group is its own business, as with `perf record`.
     fn drop(&mut self) {
-        if self.group_alive() {
+        if !self.try_reap() {
             self.kill();
             let started = Instant::now();
             while !self.try_reap() && started.elapsed() < KILL_WAIT {

@@ -64,6 +64,8 @@ pub mod names {
         pub const RENAME: &str = "tprof_rename";
         pub const BIO_QUEUE: &str = "tprof_bio_queue";
         pub const BIO_SPLIT: &str = "tprof_bio_split";
+        pub const BIO_BACKMERGE: &str = "tprof_bio_backmerge";
+        pub const BIO_FRONTMERGE: &str = "tprof_bio_frontmerge";
         pub const RQ_INSERT: &str = "tprof_rq_insert";
         pub const RQ_ISSUE: &str = "tprof_rq_issue";
         pub const RQ_COMPLETE: &str = "tprof_rq_complete";
@@ -89,6 +91,8 @@ pub mod names {
             RENAME,
             BIO_QUEUE,
             BIO_SPLIT,
+            BIO_BACKMERGE,
+            BIO_FRONTMERGE,
             RQ_INSERT,
             RQ_ISSUE,
             RQ_COMPLETE,
@@ -171,9 +175,26 @@ pub mod lost_stack {
     // 26 and 27 counted the in-kernel stack aggregate's overflows until
     // recording format 4, which streams samples instead; left unused.
 }
+/// `LOST` slots for maps of things in flight that refused an entry because
+/// they were full: the thing (a request's timing, a bio's owner, a CUDA
+/// call, a process's cudaLaunchKernel count) is lost.
+pub mod lost_map {
+    /// `REQUESTS` full: a block request's start and issue times.
+    pub const REQUESTS_FULL: u32 = 28;
+    /// `BIO_OWNERS` full: which tracked thread submitted a bio.
+    pub const BIO_OWNERS_FULL: u32 = 29;
+    /// `CUDA_CALLS` full: a CUDA runtime call (no event).
+    pub const CUDA_CALLS_FULL: u32 = 30;
+    /// `CUDA_LAUNCHES` full: a process's cudaLaunchKernel calls, uncounted.
+    pub const CUDA_LAUNCHES_FULL: u32 = 31;
+}
 /// Size of the `LOST` array.
 pub const LOST_SLOTS: u32 = 32;
-const _: () = assert!(kind::COUNT <= lost_stack::COLLISION && lost_stack::FAILED < LOST_SLOTS);
+const _: () = assert!(
+    kind::COUNT <= lost_stack::COLLISION
+        && lost_stack::FAILED < lost_map::REQUESTS_FULL
+        && lost_map::CUDA_LAUNCHES_FULL < LOST_SLOTS
+);
 
 /// Distinct stacks the `STACKS` map holds (user and kernel stacks share it).
 pub const MAX_STACKS: u32 = 16_384;
@@ -569,9 +590,13 @@ pub struct TracepointOffsets {
     /// task_rename
     pub rename_pid: u16,
     pub rename_newcomm: u16,
-    /// block_bio_queue
+    /// block_bio_queue (and block_bio_backmerge and block_bio_frontmerge,
+    /// of the same event class)
+    pub bio_dev: u16,
     pub bio_sector: u16,
+    pub bio_nr_sector: u16,
     /// block_split
+    pub split_dev: u16,
     pub split_sector: u16,
     pub split_new_sector: u16,
     /// block_rq_insert / block_rq_issue (same layout)
@@ -598,7 +623,6 @@ pub struct TracepointOffsets {
     pub task_exit_state: u16,
     /// `thread_info.cpu` (or `cpu`) within task_struct.
     pub task_cpu: u16,
-    pub _pad: [u16; 3],
 }
 const _: () = assert!(size_of::<TracepointOffsets>() == 64);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
@@ -641,7 +665,9 @@ impl AbiEvent for BlockIoEvent {
     const KIND: u16 = kind::BLOCK_IO;
 }
 
-/// Kernel-only key of a block request in flight.
+/// Kernel-only key of a block request in flight (`REQUESTS`) and of a
+/// tracked bio waiting for its request (`BIO_OWNERS`): the whole disk's
+/// device number and the first sector.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -651,16 +677,45 @@ pub struct RequestKey {
     pub _pad: u32,
 }
 const _: () = assert!(size_of::<RequestKey>() == 16);
+// SAFETY: a repr(C) struct of integers with explicit padding (the derived
+// bytemuck::Pod checks it): every bit pattern is a valid value.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for RequestKey {}
 
-/// Kernel-only: times of a block request in flight.
+/// Kernel-only: a block request in flight, from insert (or issue) to
+/// completion. Userspace reads `start_ns` to expire entries whose
+/// completion never came. 24 bytes.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RequestTimes {
     pub start_ns: u64,
     pub issue_ns: u64,
+    /// `bpf_get_current_pid_tgid()` of the tracked thread that submitted
+    /// it, taken from `BIO_OWNERS` when the request was created; 0: none.
+    pub owner: u64,
 }
-const _: () = assert!(size_of::<RequestTimes>() == 16);
+const _: () = assert!(size_of::<RequestTimes>() == 24);
+// SAFETY: a repr(C) struct of integers with no hidden padding (the
+// derived bytemuck::Pod checks it): every bit pattern is a valid value.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for RequestTimes {}
+
+/// Kernel-only: the tracked thread that submitted a bio, from
+/// block_bio_queue until a request claims it. 16 bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BioOwner {
+    /// `bpf_get_current_pid_tgid()` of the submitter.
+    pub pid_tgid: u64,
+    /// When it was submitted (userspace expires old entries).
+    pub ts_ns: u64,
+}
+const _: () = assert!(size_of::<BioOwner>() == 16);
+// SAFETY: as for RequestTimes.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for BioOwner {}
 
 /// Linux errno values the kernel records (a futex wait's return, a block
 /// request's error). Linux's own numbers, defined here rather than taken
@@ -816,6 +871,9 @@ pub struct CudaEnter {
     pub args: [u64; CUDA_ARGS],
 }
 const _: () = assert!(size_of::<CudaEnter>() == 48);
+// SAFETY: as for RequestTimes.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for CudaEnter {}
 
 #[cfg(test)]
 mod tests {

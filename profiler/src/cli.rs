@@ -59,7 +59,8 @@ pub struct RecordArgs {
     #[arg(short, long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
     /// Stop after this long (e.g. 30s, 500ms, 2m); default: until Ctrl-C or
-    /// until the targets exit.
+    /// until the targets exit. A command tprof launched is stopped then too
+    /// (SIGTERM, see --kill-after).
     #[arg(short, long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Write the recording here [default: tprof-YYYYmmdd-HHMMSS.tprof].
@@ -110,7 +111,28 @@ pub struct RecordArgs {
     /// overflow it.
     #[arg(long, hide = true, value_name = "BYTES", value_parser = parse_ring_buffer_size)]
     pub ring_buffer_size: Option<u32>,
-    /// The command to launch and trace (after --).
+    /// Entries of the kernel's maps of things in flight: block requests,
+    /// tracked bios and CUDA calls (default 16384 each). Hidden: for tests
+    /// that fill them.
+    #[arg(long, hide = true, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(profiler_ebpf::MAX_REQUESTS)))]
+    pub max_in_flight: Option<u32>,
+    /// Age at which a block request or tracked bio still in flight is taken
+    /// for one whose end the kernel will not report, dropped and counted
+    /// (default 60s). Hidden: for tests that expire entries.
+    #[arg(long, hide = true, value_name = "DURATION", value_parser = parse_duration)]
+    pub expire_in_flight_after: Option<Duration>,
+    /// When the recording stops before the command does (Ctrl-C, a signal
+    /// to tprof, --duration), how long the command's process group gets to
+    /// exit after tprof passes the stop on to it (SIGINT, SIGTERM or
+    /// SIGHUP, as tprof got; SIGTERM for --duration), before SIGKILL.
+    /// With -- CMD only: -p targets are left running.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration,
+          conflicts_with = "pids")]
+    pub kill_after: Duration,
+    /// The command to launch and trace (after --). It runs in a process
+    /// group of its own, so a Ctrl-C reaches it once, through tprof; it
+    /// cannot read the terminal (record a job that does with -p).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
@@ -251,8 +273,13 @@ impl RecordArgs {
                 MapLimits {
                     tracked_threads: self.max_tracked_threads.unwrap_or(defaults.tracked_threads),
                     ring_buffer_bytes: self.ring_buffer_size.unwrap_or(defaults.ring_buffer_bytes),
+                    in_flight: self.max_in_flight.unwrap_or(defaults.in_flight),
+                    in_flight_expiry: self
+                        .expire_in_flight_after
+                        .unwrap_or(defaults.in_flight_expiry),
                 }
             },
+            kill_after: self.kill_after,
         })
     }
 }
@@ -348,11 +375,35 @@ mod tests {
             no_cuda: false,
             max_tracked_threads: None,
             ring_buffer_size: None,
+            max_in_flight: None,
+            expire_in_flight_after: None,
+            kill_after: Duration::from_secs(5),
             command,
         };
         assert!(args(vec![], vec![]).to_options().is_err());
         assert!(args(vec![1], vec!["ls".into()]).to_options().is_err());
         assert!(args(vec![1], vec![]).to_options().is_ok());
+    }
+
+    /// `--kill-after` is for a launched command: refused with `-p`, 5 s
+    /// unless given.
+    #[test]
+    fn kill_after_goes_with_a_command() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|cli| cli.command);
+        assert!(parse(&["tprof", "record", "-p", "1", "--kill-after", "1s"]).is_err());
+        let Ok(Command::Record(given)) =
+            parse(&["tprof", "record", "--kill-after", "500ms", "--", "ls"])
+        else {
+            panic!("record --kill-after 500ms -- ls did not parse");
+        };
+        assert_eq!(given.kill_after, Duration::from_millis(500));
+        let Ok(Command::Record(default)) = parse(&["tprof", "record", "--", "ls"]) else {
+            panic!("record -- ls did not parse");
+        };
+        assert_eq!(
+            default.to_options().unwrap().kill_after,
+            Duration::from_secs(5)
+        );
     }
 
     #[test]

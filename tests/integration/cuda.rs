@@ -24,12 +24,25 @@ const STEPS: u64 = 30;
 /// Traces `cuda_copies MODE ARGS...` against `library` (with extra
 /// environment for the workload).
 fn trace(library: &Path, mode: &str, args: &[&str], env: &[(&str, &str)]) -> (Traced, Value) {
+    trace_with(library, &[], mode, args, env)
+}
+
+/// [`trace`] with extra `tprof record` options.
+fn trace_with(
+    library: &Path,
+    record_args: &[&str],
+    mode: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Traced, Value) {
     require_root();
     let mut all_args = vec![mode];
     all_args.extend_from_slice(args);
     let mut all_env: Vec<(&str, &OsStr)> = vec![("TPROF_CUDART", library.as_os_str())];
     all_env.extend(env.iter().map(|&(k, v)| (k, OsStr::new(v))));
-    let traced = trace_workload_env("cuda_copies", &["--no-stacks"], &all_args, &all_env);
+    let mut all_record_args = vec!["--no-stacks"];
+    all_record_args.extend_from_slice(record_args);
+    let traced = trace_workload_env("cuda_copies", &all_record_args, &all_args, &all_env);
     let probed = traced.truth.iter().find(|v| v.get("probed").is_some());
     assert_eq!(
         probed.and_then(|v| v["probed"].as_bool()),
@@ -237,6 +250,57 @@ fn no_cuda_probes_nothing() {
     );
     assert!(cuda.calls.is_empty(), "{:?}", cuda.calls);
     assert!(!traced.record.stderr.contains("tracing CUDA runtime calls"));
+}
+
+/// Four threads in cudaMemcpy at once against a map of calls in progress
+/// shrunk to one entry: every call is recorded or counted as lost, none
+/// vanishes; with the map at its size all are recorded.
+#[test]
+fn a_full_map_of_calls_in_progress_is_counted() {
+    let (traced, truth) = trace_with(
+        &fake_cudart(),
+        &["--max-in-flight", "1"],
+        "overlap",
+        &["4"],
+        &[],
+    );
+    let made = u(&truth, "memcpy_calls");
+    let recorded = traced.report.cuda.calls_of("cudaMemcpy");
+    let lost = &report_json(&traced.recording)["lost"];
+    let full = u(lost, "cuda_calls_full");
+    assert!(full > 0, "no call was refused: {lost:#}");
+    assert_eq!(recorded + full, made, "recorded {recorded}, lost {lost:#}");
+
+    let (traced, truth) = trace(&fake_cudart(), "overlap", &["4"], &[]);
+    let lost = &report_json(&traced.recording)["lost"];
+    assert_eq!(
+        traced.report.cuda.calls_of("cudaMemcpy"),
+        u(&truth, "memcpy_calls")
+    );
+    assert_eq!(lost["cuda_calls_full"], 0, "{lost:#}");
+}
+
+/// A thread that dies inside a call never returns from it: the call is
+/// counted as lost (`cuda_calls_unreturned`), not silently dropped.
+#[test]
+fn a_call_whose_thread_dies_is_counted() {
+    let (traced, truth) = trace(&fake_cudart(), "abandon", &[], &[]);
+    let lost = &report_json(&traced.recording)["lost"];
+    assert_eq!(
+        lost["cuda_calls_unreturned"], truth["unreturned"],
+        "{lost:#}"
+    );
+    let cuda = &traced.report.cuda;
+    assert_eq!(cuda.calls_of("cudaLaunchKernel"), 1, "{cuda:#?}");
+    assert_eq!(cuda.calls_of("cudaStreamSynchronize"), 0, "{cuda:#?}");
+    assert!(
+        traced
+            .record
+            .stdout
+            .contains("CUDA calls whose thread exited in them: 1"),
+        "{:#?}",
+        traced.record
+    );
 }
 
 fn hex(v: &Value) -> u64 {

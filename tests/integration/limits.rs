@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tprof_tests::{
-    Report, Running, assert_programs_unloaded, bpf_program_ids_held_by, build_workload,
+    Report, Running, assert_programs_unloaded, bpf_program_ids_held_by, build_workload, data_file,
     parse_json_lines, record_cmd, record_command, report_json, require_root, show, trace_workload,
     trace_workload_with,
 };
@@ -153,6 +153,78 @@ fn ring_buffer_overload_is_counted_per_kind() {
         "no loss note under the flamegraph's title"
     );
 }
+
+/// The kernel's maps of block requests and tracked bios in flight, shrunk
+/// to one entry: 8 MiB O_DIRECT reads, each split into several requests
+/// submitted together, overflow both. Every refusal is counted, in the
+/// JSON and in a report warning whose figures add up; with the maps at
+/// their size the same reads lose nothing.
+#[test]
+fn full_block_maps_are_counted() {
+    require_root();
+    let file = data_file(64);
+    let args = [file.path_str(), "8192"];
+    let full = trace_workload_with("direct_reader", &["--max-in-flight", "1"], &args);
+    let lost = &report_json(&full.recording)["lost"];
+    for key in ["requests_full", "bio_owners_full"] {
+        assert!(lost[key].as_u64().unwrap_or(0) > 0, "no {key}: {lost:#}");
+    }
+    let in_flight: u64 = IN_FLIGHT_KEYS
+        .iter()
+        .map(|k| lost[k].as_u64().unwrap_or(0))
+        .sum();
+    let warning = full
+        .record
+        .stdout
+        .lines()
+        .find(|l| l.contains("lost track of"))
+        .unwrap_or_else(|| panic!("no in-flight warning: {:#?}", full.record));
+    assert!(
+        warning.contains(&format!("lost track of {in_flight} block request")),
+        "{warning}\n{lost:#}"
+    );
+    let requests_full = lost["requests_full"].as_u64().unwrap();
+    assert!(
+        warning.contains(&format!("block request times, map full: {requests_full}")),
+        "{warning}"
+    );
+
+    let roomy = trace_workload("direct_reader", &args);
+    let lost = &report_json(&roomy.recording)["lost"];
+    for key in IN_FLIGHT_KEYS {
+        assert_eq!(lost[key], 0, "{key}: {lost:#}");
+    }
+}
+
+/// Requests and bios in flight longer than `--expire-in-flight-after` are
+/// dropped and counted. With a 1 ms age, O_DIRECT reads of 8 MiB (each in
+/// flight for milliseconds) kept up for several of capture's once-a-second
+/// checks leave some behind.
+#[test]
+fn expired_requests_are_counted() {
+    require_root();
+    let file = data_file(64);
+    // Six passes over 64 MiB: a few seconds of reads on this disk.
+    let args = [file.path_str(), "8192", "0", "0", "6"];
+    let traced = trace_workload_with("direct_reader", &["--expire-in-flight-after", "1ms"], &args);
+    let lost = &report_json(&traced.recording)["lost"];
+    assert!(
+        lost["requests_expired"].as_u64().unwrap_or(0) > 0,
+        "no request expired: {lost:#}\n{:#?}",
+        traced.record
+    );
+}
+
+/// The `lost` fields of the maps of things in flight.
+const IN_FLIGHT_KEYS: [&str; 7] = [
+    "requests_full",
+    "requests_expired",
+    "bio_owners_full",
+    "bio_owners_expired",
+    "cuda_calls_full",
+    "cuda_calls_unreturned",
+    "cuda_launches_full",
+];
 
 /// A tmpfs mounted for the test; unmounted when dropped.
 struct SmallDisk {

@@ -16,6 +16,9 @@ mod procs;
 mod errors;
 // No eBPF program outlives tprof, however it stops.
 mod detach;
+// Stopping: a signal to tprof alone, to its group, twice, from `timeout`;
+// the command tprof launched stopped with it, `-p` targets left running.
+mod stopping;
 // Edges: thousands of threads, a fork bomb past the tracked set, a flooded
 // ring buffer, a full disk, targets exiting during attach, reused pids.
 mod limits;

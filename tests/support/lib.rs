@@ -21,7 +21,7 @@ mod workload;
 pub use browser::{PageLoad, chromium_screenshot};
 pub use cuda::{fake_cudart, real_cudart};
 pub use fake_nvml::{FakeNvml, recording_start_realtime_ns};
-pub use process::{Finished, Running, signal};
+pub use process::{Finished, Running, group_members, pgid, signal};
 pub use real_job::{JobConfig, JobTruth, RealJob, RealRun, Threads};
 pub use report::{
     Advice, Blame, Change, Cuda, CudaFinding, CudaTrainer, Device, Finding, Futex, Gpu, GpuProcess,

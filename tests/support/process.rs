@@ -20,6 +20,9 @@ pub struct Running {
     stdout_seen: Vec<String>,
     stderr_seen: Vec<String>,
     reaped: bool,
+    /// Process groups of its children that are not its own (the command
+    /// `tprof record --` launches gets one), killed with it at the end.
+    child_groups: Vec<i32>,
 }
 
 #[derive(Debug)]
@@ -79,6 +82,7 @@ impl Running {
             stdout_seen: Vec::new(),
             stderr_seen: Vec::new(),
             reaped: false,
+            child_groups: Vec::new(),
         }
     }
 
@@ -109,6 +113,7 @@ impl Running {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.stderr.recv_timeout(left) {
                 Ok(line) => {
+                    self.note_child_groups();
                     let found = line.contains(needle);
                     self.stderr_seen.push(line);
                     if found {
@@ -120,8 +125,31 @@ impl Running {
         }
     }
 
-    pub fn signal(&self, sig: i32) {
+    pub fn signal(&mut self, sig: i32) {
+        self.note_child_groups();
         signal(self.pid(), sig);
+    }
+
+    /// Notes the process groups of its children other than its own, so
+    /// cleanup reaches them after it has gone (the children are then
+    /// another process's).
+    pub fn note_child_groups(&mut self) {
+        let pid = self.pid();
+        for child in children(pid) {
+            if let Some(pgid) = pgid(child)
+                && pgid != pid
+                && !self.child_groups.contains(&pgid)
+            {
+                self.child_groups.push(pgid);
+            }
+        }
+    }
+
+    fn kill_groups(&self) {
+        kill_group(self.pid());
+        for &group in &self.child_groups {
+            kill_group(group);
+        }
     }
 
     /// Waits for the process to exit, kills anything it left running in its
@@ -130,7 +158,7 @@ impl Running {
         let status = self.wait_status(timeout);
         // The group id cannot have been reused in the moment since the
         // process was reaped: pids are handed out cyclically.
-        kill_group(self.pid());
+        self.kill_groups();
         let stdout = drain(&self.stdout, std::mem::take(&mut self.stdout_seen));
         let stderr = drain(&self.stderr, std::mem::take(&mut self.stderr_seen));
         Finished {
@@ -149,7 +177,7 @@ impl Running {
             }
             thread::sleep(Duration::from_millis(10));
         }
-        kill_group(self.pid());
+        self.kill_groups();
         panic!(
             "{} still running after {timeout:?}; {}",
             self.what,
@@ -169,10 +197,57 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         if !self.reaped {
-            kill_group(self.pid());
+            self.kill_groups();
             let _ = self.child.wait();
         }
     }
+}
+
+/// The children of `pid` (of all its threads).
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+/// The live (not zombie) processes of process group `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            let Some(fields) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                return false;
+            };
+            let mut fields = fields.split_whitespace();
+            let state = fields.next();
+            let group = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
+            group == Some(pgid) && !matches!(state, Some("Z" | "X"))
+        })
+        .collect()
+}
+
+/// The process group of `pid` (field 5 of its stat line, counted after
+/// the command name, which may hold spaces).
+pub fn pgid(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    after_comm.split_whitespace().nth(2)?.parse().ok()
 }
 
 fn read_lines(stream: impl Read + Send + 'static) -> Receiver<String> {

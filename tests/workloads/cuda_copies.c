@@ -16,6 +16,12 @@
  *                                   the return codes are ground truth too)
  *   cuda_copies bench CALLS         per-call cost of cudaLaunchKernel and
  *                                   cudaStreamSynchronize
+ *   cuda_copies overlap THREADS     THREADS threads each make 20 pageable
+ *                                   1 MiB cudaMemcpy calls at once, so
+ *                                   calls are in flight together
+ *   cuda_copies abandon             a thread waits in cudaStreamSynchronize
+ *                                   for a 30 s kernel while the process
+ *                                   exits: a call that never returns
  *
  * Each step waits 2 ms "for data", copies x (4 MiB; pinned through
  * cudaMallocHost) and y (256 KiB; pinned through cudaHostRegister), launches
@@ -33,6 +39,7 @@
  * WAIT_FOR_PROBES=0.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sys/wait.h>
 
 #include "truth.h"
@@ -252,10 +259,58 @@ static int bench(int calls)
 	return 0;
 }
 
+#define OVERLAP_CALLS 20
+
+static void *overlap_thread(void *arg)
+{
+	(void)arg;
+	static unsigned char dst[1 << 20];
+	unsigned char *src = malloc(1 << 20);
+	fill(src, 64, 1);
+	for (int i = 0; i < OVERLAP_CALLS; i++)
+		check(cuda.memcpy(dst, src, 1 << 20, H2D), "cudaMemcpy");
+	free(src);
+	return NULL;
+}
+
+/* THREADS threads copying at once; ground truth: how many calls. */
+static int overlap(int threads)
+{
+	pthread_t tids[64];
+	threads = threads < 1 ? 1 : threads > 64 ? 64 : threads;
+	for (int t = 0; t < threads; t++)
+		pthread_create(&tids[t], NULL, overlap_thread, NULL);
+	for (int t = 0; t < threads; t++)
+		pthread_join(tids[t], NULL);
+	emit("{\"mode\":\"overlap\",\"memcpy_calls\":%d}", threads * OVERLAP_CALLS);
+	return 0;
+}
+
+static void *abandoned_thread(void *arg)
+{
+	(void)arg;
+	dim3 grid = {1, 1, 1}, block = {32, 1, 1};
+	cuda.launch((const void *)abandoned_thread, grid, block, NULL, 0, STREAM);
+	cuda.stream_sync(STREAM);
+	return NULL;
+}
+
+/* A call in progress when its thread dies: the process exits while a
+ * thread waits for a 30 s kernel (FAKE_CUDART_KERNEL_US is set for it). */
+static int abandon(void)
+{
+	setenv("FAKE_CUDART_KERNEL_US", "30000000", 1);
+	pthread_t tid;
+	pthread_create(&tid, NULL, abandoned_thread, NULL);
+	sleep_for(0.5);
+	emit("{\"mode\":\"abandon\",\"unreturned\":1}");
+	_exit(0);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s pageable|pinned-sync|pinned-async|real|bench [N]\n",
+		fprintf(stderr, "usage: %s pageable|pinned-sync|pinned-async|real|bench|overlap|abandon [N]\n",
 			argv[0]);
 		return 2;
 	}
@@ -281,5 +336,9 @@ int main(int argc, char **argv)
 		return real();
 	if (strcmp(argv[1], "bench") == 0)
 		return bench(n);
+	if (strcmp(argv[1], "overlap") == 0)
+		return overlap(n);
+	if (strcmp(argv[1], "abandon") == 0)
+		return abandon();
 	return train(argv[1], n);
 }

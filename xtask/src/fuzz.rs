@@ -19,13 +19,22 @@ pub struct Args {
     seconds: u64,
     /// libFuzzer's memory limit per input, in MiB: an input that makes the
     /// reader allocate more is a finding.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = RSS_LIMIT_MB)]
     rss_limit_mb: u64,
 }
 
 const TARGET: &str = "parse";
 
 pub fn run(args: &Args) -> Result<()> {
+    fuzz(args.seconds, args.rss_limit_mb)
+}
+
+/// libFuzzer's memory limit per input for `cargo xtask test`'s run.
+pub const RSS_LIMIT_MB: u64 = 2048;
+
+/// Fuzzes the reader for `seconds`; an error when the fuzzer found a crash,
+/// a leak or an input that makes the reader allocate past `rss_limit_mb`.
+pub fn fuzz(seconds: u64, rss_limit_mb: u64) -> Result<()> {
     if probe(command("cargo").args(["+nightly", "fuzz", "--version"])).is_none() {
         bail!(
             "cargo-fuzz (with the nightly toolchain) is needed: run `cargo install cargo-fuzz` \
@@ -41,8 +50,8 @@ pub fn run(args: &Args) -> Result<()> {
             .args(["+nightly", "fuzz", "run", TARGET])
             .arg(&corpus)
             .arg("--")
-            .arg(format!("-max_total_time={}", args.seconds))
-            .arg(format!("-rss_limit_mb={}", args.rss_limit_mb))
+            .arg(format!("-max_total_time={seconds}"))
+            .arg(format!("-rss_limit_mb={rss_limit_mb}"))
             .arg("-max_len=65536"),
     )
     .with_context(|| {

@@ -32,6 +32,9 @@ const APT_PACKAGES: &[&str] = &[
     "chromium",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
+/// cargo-fuzz for `cargo xtask fuzz`, which `cargo xtask test` runs: pinned,
+/// like bpf-linker, so every machine fuzzes with the same driver.
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
 const TRACEFS: &str = "/sys/kernel/tracing";
 /// The real CUDA runtime the CUDA tests probe (no GPU needed: its calls fail
 /// without a driver, but they are made and traced). The wheel PyTorch
@@ -52,6 +55,7 @@ pub fn run() -> Result<Installed> {
     apt_packages()?;
     rust_src()?;
     bpf_linker()?;
+    cargo_fuzz()?;
     cuda_runtime()?;
     let job_python = job_env::ensure()?;
     tracefs()?;
@@ -123,6 +127,25 @@ fn bpf_linker() -> Result<()> {
             .env("LLVM_PREFIX", "/usr/lib/llvm-22"),
     )?;
     println!("bpf-linker {BPF_LINKER_VERSION}: installed");
+    Ok(())
+}
+
+/// cargo-fuzz runs the libFuzzer target with the nightly toolchain the
+/// eBPF build already needs.
+fn cargo_fuzz() -> Result<()> {
+    let version = probe(command("cargo").args(["+nightly", "fuzz", "--version"]));
+    if version.is_some_and(|v| v.contains(CARGO_FUZZ_VERSION)) {
+        println!("cargo-fuzz {CARGO_FUZZ_VERSION}: ok");
+        return Ok(());
+    }
+    run_cmd(cmd::cargo().args([
+        "install",
+        "cargo-fuzz",
+        "--locked",
+        "--version",
+        CARGO_FUZZ_VERSION,
+    ]))?;
+    println!("cargo-fuzz {CARGO_FUZZ_VERSION}: installed");
     Ok(())
 }
 

@@ -1,17 +1,23 @@
 //! `cargo xtask test`: the one command CI runs (through .ci/run). Lints,
-//! builds tprof (and with it the eBPF object), then runs every test; the
-//! integration tests load real eBPF programs, hence root.
+//! builds tprof (and with it the eBPF object), runs every test and fuzzes
+//! the recording reader for a minute; the integration tests load real eBPF
+//! programs, hence root.
 
 use anyhow::{Result, bail};
 
 use crate::cmd::{self, cargo, run as run_cmd};
-use crate::setup;
+use crate::{fuzz, setup};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Skip `cargo fmt --check` and `cargo clippy`.
     #[arg(long)]
     no_lint: bool,
+    /// How long to fuzz the recording reader (`cargo xtask fuzz`) after the
+    /// unit tests; 0 skips it. A crash, a leak or an input that makes the
+    /// reader allocate past the limit fails the run.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    fuzz_seconds: u64,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -23,7 +29,7 @@ pub fn run(args: &Args) -> Result<()> {
         lint()?;
     }
     run_cmd(cargo().args(["build", "-p", "profiler"]))?;
-    tests(&installed.job_python)
+    tests(&installed.job_python, args.fuzz_seconds)
 }
 
 fn lint() -> Result<()> {
@@ -44,13 +50,18 @@ fn lint() -> Result<()> {
 /// so no test guesses where the binary is; the integration tests get the
 /// train-job venv's interpreter as TPROF_JOB_PYTHON, which also tells the
 /// real-job tests that a missing venv is a failure, not a reason to skip.
-fn tests(job_python: &std::path::Path) -> Result<()> {
+/// The fuzzer runs between them: a reader regression fails the build
+/// before the long part.
+fn tests(job_python: &std::path::Path, fuzz_seconds: u64) -> Result<()> {
     let tprof = cmd::root().join("target/debug/tprof");
     run_cmd(
         cargo()
             .args(["test", "--workspace", "--exclude", "tprof-tests"])
             .env("TPROF_BIN", &tprof),
     )?;
+    if fuzz_seconds > 0 {
+        fuzz::fuzz(fuzz_seconds, fuzz::RSS_LIMIT_MB)?;
+    }
     run_cmd(
         cargo()
             .args(["test", "-p", "tprof-tests", "--", "--test-threads=1"])

@@ -3,33 +3,66 @@
 //! that submitted it.
 //!
 //! A request is keyed by (device, first sector) from insert/issue to
-//! completion. The submitter is seen at block_bio_queue, in its own context,
-//! and keyed by sector alone: a bio's sector is the request's first sector
-//! when the request starts with it, which is the case for the reads and
-//! writes a thread waits on (block_split carries the owner over to the
-//! second half of a split bio). Both maps are LRU, so requests that merge away
-//! or began before tracing cannot fill them.
+//! completion in `REQUESTS`. The submitter is seen at block_bio_queue, in
+//! its own context, and kept in `BIO_OWNERS` under the bio's (device,
+//! sector) until the request the bio starts is created: then the request
+//! takes the owner with it (block_split carries the owner over to the
+//! second half of a split bio). A bio merged onto the back of a request
+//! starts none, so its entry goes at the merge; one merged onto the front
+//! becomes the request's first sector, so the request's entries move to it.
+//!
+//! Both maps are plain preallocated hashes, not LRU maps: an LRU map
+//! evicts its oldest entry when full and says nothing, so a lost start or
+//! owner would go uncounted. Here a full map refuses the entry and the
+//! refusal is counted (`lost_map`); entries whose completion never comes
+//! (a stacked device's upper bio, a request whose completion the kernel did
+//! not trace) are expired by userspace after a minute, and counted too.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{map, tracepoint},
-    maps::LruHashMap,
+    maps::HashMap,
     programs::TracePointContext,
 };
 use profiler_ebpf::{
-    BlockIoEvent, MAX_BIO_OWNERS, MAX_REQUESTS, RWBS_LEN, RequestKey, RequestTimes,
+    BioOwner, BlockIoEvent, MAX_BIO_OWNERS, MAX_REQUESTS, RWBS_LEN, RequestKey, RequestTimes,
+    lost_map,
 };
 
-use super::{emit, header, is_tracked_process, offsets};
+use super::{count_lost, emit, header, is_tracked_process, offsets};
 
-/// Requests in flight: (dev, sector) → times.
+/// Requests in flight: (dev, sector) → times and owner.
 #[map]
-static REQUESTS: LruHashMap<RequestKey, RequestTimes> =
-    LruHashMap::with_max_entries(MAX_REQUESTS, 0);
+static REQUESTS: HashMap<RequestKey, RequestTimes> = HashMap::with_max_entries(MAX_REQUESTS, 0);
 
-/// Submitter of a tracked bio: sector → bpf_get_current_pid_tgid().
+/// Submitters of tracked bios not yet in a request: (dev, sector) → owner.
 #[map]
-static BIO_OWNERS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(MAX_BIO_OWNERS, 0);
+static BIO_OWNERS: HashMap<RequestKey, BioOwner> = HashMap::with_max_entries(MAX_BIO_OWNERS, 0);
+
+#[inline(always)]
+fn key(dev: u32, sector: u64) -> RequestKey {
+    RequestKey {
+        sector,
+        dev,
+        _pad: 0,
+    }
+}
+
+/// Keeps the owner of a bio, counting a full map.
+#[inline(always)]
+fn set_owner(key: &RequestKey, owner: &BioOwner) {
+    if BIO_OWNERS.insert(key, owner, 0).is_err() {
+        count_lost(lost_map::BIO_OWNERS_FULL);
+    }
+}
+
+/// Keeps a request's times, counting a full map.
+#[inline(always)]
+fn set_request(key: &RequestKey, times: &RequestTimes) {
+    if REQUESTS.insert(key, times, 0).is_err() {
+        count_lost(lost_map::REQUESTS_FULL);
+    }
+}
 
 #[tracepoint]
 pub fn tprof_bio_queue(ctx: TracePointContext) -> u32 {
@@ -42,8 +75,17 @@ fn try_bio_queue(ctx: &TracePointContext) -> Result<(), i32> {
     if !is_tracked_process((pid_tgid >> 32) as u32) {
         return Ok(());
     }
-    let sector = unsafe { ctx.read_at::<u64>(offsets().bio_sector as usize)? };
-    BIO_OWNERS.insert(&sector, &pid_tgid, 0)
+    let off = offsets();
+    let key = key(
+        unsafe { ctx.read_at::<u32>(off.bio_dev as usize)? },
+        unsafe { ctx.read_at::<u64>(off.bio_sector as usize)? },
+    );
+    let owner = BioOwner {
+        pid_tgid,
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+    };
+    set_owner(&key, &owner);
+    Ok(())
 }
 
 /// A tracked bio split in two: the second part, resubmitted without a
@@ -56,20 +98,91 @@ pub fn tprof_bio_split(ctx: TracePointContext) -> u32 {
 
 fn try_bio_split(ctx: &TracePointContext) -> Result<(), i32> {
     let off = offsets();
+    let dev = unsafe { ctx.read_at::<u32>(off.split_dev as usize)? };
     let sector = unsafe { ctx.read_at::<u64>(off.split_sector as usize)? };
-    let Some(owner) = (unsafe { BIO_OWNERS.get(&sector) }).copied() else {
+    let Some(owner) = (unsafe { BIO_OWNERS.get(&key(dev, sector)) }).copied() else {
         return Ok(());
     };
     let new_sector = unsafe { ctx.read_at::<u64>(off.split_new_sector as usize)? };
-    BIO_OWNERS.insert(&new_sector, &owner, 0)
+    set_owner(&key(dev, new_sector), &owner);
+    Ok(())
+}
+
+/// A tracked bio merged onto the back of a request: it starts no request,
+/// so nothing will claim its owner entry. Runs in the submitter's context.
+#[tracepoint]
+pub fn tprof_bio_backmerge(ctx: TracePointContext) -> u32 {
+    let _ = try_bio_backmerge(&ctx);
+    0
+}
+
+fn try_bio_backmerge(ctx: &TracePointContext) -> Result<(), i32> {
+    if !is_tracked_process((bpf_get_current_pid_tgid() >> 32) as u32) {
+        return Ok(());
+    }
+    let off = offsets();
+    let dev = unsafe { ctx.read_at::<u32>(off.bio_dev as usize)? };
+    let sector = unsafe { ctx.read_at::<u64>(off.bio_sector as usize)? };
+    let _ = BIO_OWNERS.remove(&key(dev, sector));
+    Ok(())
+}
+
+/// Any bio merged onto the front of a request: the request now starts at
+/// the bio's sector, which its completion will carry, so what is kept
+/// under its old first sector (the end of the bio) moves there: its times
+/// if it was already inserted, else its first bio's owner. Every device, as
+/// `REQUESTS` is; front merges are rare.
+#[tracepoint]
+pub fn tprof_bio_frontmerge(ctx: TracePointContext) -> u32 {
+    let _ = try_bio_frontmerge(&ctx);
+    0
+}
+
+fn try_bio_frontmerge(ctx: &TracePointContext) -> Result<(), i32> {
+    let off = offsets();
+    let dev = unsafe { ctx.read_at::<u32>(off.bio_dev as usize)? };
+    let sector = unsafe { ctx.read_at::<u64>(off.bio_sector as usize)? };
+    let nr_sector = unsafe { ctx.read_at::<u32>(off.bio_nr_sector as usize)? };
+    let old = key(dev, sector + u64::from(nr_sector));
+    let new = key(dev, sector);
+    if let Some(times) = (unsafe { REQUESTS.get(&old) }).copied() {
+        let _ = REQUESTS.remove(&old);
+        set_request(&new, &times);
+    } else if let Some(owner) = (unsafe { BIO_OWNERS.get(&old) }).copied() {
+        let _ = BIO_OWNERS.remove(&old);
+        // The merged bio's own owner, if tracked, is already there.
+        if unsafe { BIO_OWNERS.get(&new) }.is_none() {
+            set_owner(&new, &owner);
+        }
+    }
+    Ok(())
 }
 
 fn request_key(ctx: &TracePointContext, dev_off: u16, sector_off: u16) -> Result<RequestKey, i32> {
-    Ok(RequestKey {
-        sector: unsafe { ctx.read_at::<u64>(sector_off as usize)? },
-        dev: unsafe { ctx.read_at::<u32>(dev_off as usize)? },
-        _pad: 0,
-    })
+    Ok(key(
+        unsafe { ctx.read_at::<u32>(dev_off as usize)? },
+        unsafe { ctx.read_at::<u64>(sector_off as usize)? },
+    ))
+}
+
+/// The owner of a request being created: the submitter of the bio it
+/// starts (its entry is taken), else, as a backstop for bios whose queueing
+/// or splitting the tracepoints missed, the current thread when it is
+/// tracked and the request is created in its context (a plug flush, or an
+/// issue without an insert). An issue after an insert proves nothing: a
+/// thread that runs the queue dispatches other processes' requests too.
+#[inline(always)]
+fn claim_owner(key: &RequestKey) -> u64 {
+    if let Some(owner) = (unsafe { BIO_OWNERS.get(key) }).copied() {
+        let _ = BIO_OWNERS.remove(key);
+        return owner.pid_tgid;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if is_tracked_process((pid_tgid >> 32) as u32) {
+        pid_tgid
+    } else {
+        0
+    }
 }
 
 /// The request joined a scheduler queue: its wait starts here.
@@ -79,27 +192,16 @@ pub fn tprof_rq_insert(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// A request inserted from a tracked thread's context (a plug flush in the
-/// submitter), or issued directly without an insert, belongs to that thread
-/// when no bio said so: the backstop for bios whose queueing or splitting
-/// the tracepoints missed. An issue after an insert proves nothing: a
-/// thread that runs the queue dispatches other processes' requests too.
-fn claim_for_current(sector: u64) {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    if is_tracked_process((pid_tgid >> 32) as u32) && unsafe { BIO_OWNERS.get(&sector) }.is_none() {
-        let _ = BIO_OWNERS.insert(&sector, &pid_tgid, 0);
-    }
-}
-
 fn try_rq_insert(ctx: &TracePointContext) -> Result<(), i32> {
     let off = offsets();
     let key = request_key(ctx, off.rq_dev, off.rq_sector)?;
-    claim_for_current(key.sector);
     let times = RequestTimes {
         start_ns: unsafe { bpf_ktime_get_ns() },
         issue_ns: 0,
+        owner: claim_owner(&key),
     };
-    REQUESTS.insert(&key, &times, 0)
+    set_request(&key, &times);
+    Ok(())
 }
 
 /// The driver got the request (with no scheduler queue, this is its start).
@@ -116,12 +218,12 @@ fn try_rq_issue(ctx: &TracePointContext) -> Result<(), i32> {
     match REQUESTS.get_ptr_mut(&key) {
         Some(times) => unsafe { (*times).issue_ns = now },
         None => {
-            claim_for_current(key.sector);
             let times = RequestTimes {
                 start_ns: now,
                 issue_ns: now,
+                owner: claim_owner(&key),
             };
-            REQUESTS.insert(&key, &times, 0)?;
+            set_request(&key, &times);
         }
     }
     Ok(())
@@ -136,12 +238,24 @@ pub fn tprof_rq_complete(ctx: TracePointContext) -> u32 {
 fn try_rq_complete(ctx: &TracePointContext) -> Result<(), i32> {
     let off = offsets();
     let key = request_key(ctx, off.complete_dev, off.complete_sector)?;
-    let times = unsafe { REQUESTS.get(&key) }.copied().unwrap_or_default();
-    let _ = REQUESTS.remove(&key);
-    let owner = unsafe { BIO_OWNERS.get(&key.sector) }.copied().unwrap_or(0);
-    if owner != 0 {
-        let _ = BIO_OWNERS.remove(&key.sector);
-    }
+    let times = match unsafe { REQUESTS.get(&key) }.copied() {
+        Some(times) => {
+            let _ = REQUESTS.remove(&key);
+            times
+        }
+        // Begun before tracing, or its entry was refused or expired: no
+        // times, and the owner only if a bio of it is still waiting.
+        None => RequestTimes {
+            owner: match unsafe { BIO_OWNERS.get(&key) }.copied() {
+                Some(owner) => {
+                    let _ = BIO_OWNERS.remove(&key);
+                    owner.pid_tgid
+                }
+                None => 0,
+            },
+            ..RequestTimes::default()
+        },
+    };
     emit(BlockIoEvent {
         hdr: header::<BlockIoEvent>(),
         start_ns: times.start_ns,
@@ -149,8 +263,8 @@ fn try_rq_complete(ctx: &TracePointContext) -> Result<(), i32> {
         sector: key.sector,
         dev: key.dev,
         nr_sector: unsafe { ctx.read_at::<u32>(off.complete_nr_sector as usize)? },
-        tid: owner as u32,
-        tgid: (owner >> 32) as u32,
+        tid: times.owner as u32,
+        tgid: (times.owner >> 32) as u32,
         error: unsafe { ctx.read_at::<i32>(off.complete_error as usize)? },
         _pad: 0,
         rwbs: unsafe { ctx.read_at::<[u8; RWBS_LEN]>(off.complete_rwbs as usize)? },

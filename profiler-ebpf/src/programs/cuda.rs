@@ -16,20 +16,23 @@ use aya_ebpf::{
         generated::bpf_get_attach_cookie,
     },
     macros::{map, uprobe, uretprobe},
-    maps::{LruHashMap, PerCpuHashMap},
+    maps::{HashMap, PerCpuHashMap},
     programs::{ProbeContext, RetProbeContext},
 };
 use profiler_ebpf::{
-    CUDA_ARGS, CudaCallEvent, CudaEnter, MAX_CUDA_CALLS, MAX_TRACKED_TGIDS, cuda_fn,
+    CUDA_ARGS, CudaCallEvent, CudaEnter, MAX_CUDA_CALLS, MAX_TRACKED_TGIDS, cuda_fn, lost_map,
 };
 
-use super::{add_per_cpu, emit, header, is_tracked_process};
+use super::{add_per_cpu, count_lost, emit, header, is_tracked_process};
 
 /// Calls in progress: (tid << 32 | function id) → entry. Keyed by function
 /// as well as thread so a runtime function that calls another probed one
-/// keeps both. LRU: a thread that dies inside a call never returns.
+/// keeps both. A plain hash, not an LRU map, so a full map is counted
+/// rather than silently evicting a call in progress; the entry of a thread
+/// that dies inside a call (it never returns) is removed by userspace,
+/// which counts it.
 #[map]
-static CUDA_CALLS: LruHashMap<u64, CudaEnter> = LruHashMap::with_max_entries(MAX_CUDA_CALLS, 0);
+static CUDA_CALLS: HashMap<u64, CudaEnter> = HashMap::with_max_entries(MAX_CUDA_CALLS, 0);
 
 /// cudaLaunchKernel calls per tracked process (tgid → count), per CPU so
 /// counting needs no atomics. Userspace sums the CPUs.
@@ -64,7 +67,13 @@ fn try_cuda_enter(ctx: &ProbeContext) -> Result<(), i32> {
         ts_ns: unsafe { bpf_ktime_get_ns() },
         args,
     };
-    CUDA_CALLS.insert(&call_key(pid_tgid, func), &entry, 0)
+    if CUDA_CALLS
+        .insert(&call_key(pid_tgid, func), &entry, 0)
+        .is_err()
+    {
+        count_lost(lost_map::CUDA_CALLS_FULL);
+    }
+    Ok(())
 }
 
 /// Return of any traced function: one event per completed call.
@@ -115,6 +124,8 @@ pub fn tprof_cuda_launch(_ctx: ProbeContext) -> u32 {
     if !is_tracked_process(tgid) {
         return 0;
     }
-    let _ = add_per_cpu(&CUDA_LAUNCHES, &tgid, 1);
+    if add_per_cpu(&CUDA_LAUNCHES, &tgid, 1).is_err() {
+        count_lost(lost_map::CUDA_LAUNCHES_FULL);
+    }
     0
 }

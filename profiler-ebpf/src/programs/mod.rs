@@ -107,7 +107,10 @@ static OFFSETS: TracepointOffsets = TracepointOffsets {
     exit_group_dead: 32,
     rename_pid: 8,
     rename_newcomm: 28,
+    bio_dev: 8,
     bio_sector: 16,
+    bio_nr_sector: 24,
+    split_dev: 8,
     split_sector: 16,
     split_new_sector: 24,
     rq_dev: 8,
@@ -125,7 +128,6 @@ static OFFSETS: TracepointOffsets = TracepointOffsets {
     task_pid: 0,
     task_exit_state: 0,
     task_cpu: 0,
-    _pad: [0; 3],
 };
 
 /// Non-zero when stacks are sampled (`tprof record --no-stacks` clears it,

@@ -11,8 +11,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use profiler_ebpf::{COMM_LEN, event_size, kind};
 use tprof_core::model::{Assembly, Model};
 use tprof_core::recording::{
-    ClockAnchor, FORMAT_VERSION, Footer, Frame, FrameBatch, FrameKind, GpuDevice, GpuInfo,
-    GpuMetric, GpuSeries, Header, LostCounts, Origin, ProcessInfo, Recording, StackBatch,
+    ClockAnchor, CommandExit, FORMAT_VERSION, Footer, Frame, FrameBatch, FrameKind, GpuDevice,
+    GpuInfo, GpuMetric, GpuSeries, Header, LostCounts, Origin, ProcessInfo, Recording, StackBatch,
     StackDictionary, StackKind, StackSample, StackTable, SystemSample, ThreadInfo, Writer, events,
     reader, record,
 };
@@ -221,6 +221,14 @@ fn random_recording_and_events(rng: &mut Rng) -> (Recording, Vec<u8>) {
                 realtime_ns: 0,
             },
             stop_reason: "duration".into(),
+            // Any values, the signal numbers past the known names too.
+            command_exit: rng.chance(2).then(|| CommandExit {
+                pid: rng.below(1 << 22) as u32,
+                code: rng.chance(2).then(|| rng.below(256) as i32),
+                signal: rng.chance(2).then(|| rng.below(70) as i32 - 2),
+                stop_signal: rng.chance(2).then(|| rng.below(70) as i32 - 2),
+                killed: rng.chance(2),
+            }),
         }),
         truncated: rng.chance(3),
         unknown_records: 0,
@@ -357,6 +365,7 @@ fn empty_recording_reports() {
         footer: Some(Footer {
             end: ClockAnchor::default(),
             stop_reason: "duration".into(),
+            command_exit: None,
         }),
         ..Default::default()
     };

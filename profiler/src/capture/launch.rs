@@ -1,10 +1,28 @@
 //! `tprof record -- CMD`: starts the command held at the door, so it can be
-//! tracked before it runs its first instruction, then lets it exec.
+//! tracked before it runs its first instruction, lets it exec, and stops it
+//! with the recording, so it never outlives tprof.
 //!
 //! std's `Command::spawn` waits for the exec to happen before returning, so
 //! it cannot hold a child before exec; this forks by hand. Everything the
-//! child does between fork and exec is async-signal-safe (read, execv,
-//! write, _exit) and uses memory prepared before the fork.
+//! child does between fork and exec is async-signal-safe (setpgid, prctl,
+//! getppid, read, execv, write, _exit) and uses memory prepared before the
+//! fork.
+//!
+//! The command runs in a process group of its own (its pid is the group
+//! id), like a shell job. A Ctrl-C at the terminal then reaches tprof's
+//! group only, and tprof passes it on once (`LaunchedCommand::stop`): the
+//! job does not get one from the terminal and a second from tprof. What it
+//! costs: the command is not in the terminal's foreground group, so one that
+//! reads the terminal is stopped (SIGTTIN), and Ctrl-Z stops tprof, not the
+//! job. A job that needs the terminal is started on its own and recorded
+//! with `-p`.
+//!
+//! If tprof dies without stopping it (`kill -9`), the kernel sends the
+//! command SIGKILL (`PR_SET_PDEATHSIG`). That signal follows the death of
+//! the *thread* that forked, not of the process; tprof forks on its main
+//! thread, which lives as long as tprof. It reaches the command only, not
+//! the processes it started (PyTorch's DataLoader workers notice their
+//! parent is gone and exit by themselves).
 
 use std::{
     ffi::CString,
@@ -13,6 +31,10 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use std::time::{Duration, Instant};
+
+use super::procfs;
+use tprof_core::recording::CommandExit;
 
 /// A forked child waiting for [`HeldChild::release`] to exec the command.
 pub struct HeldChild {
@@ -51,7 +73,8 @@ fn pipe() -> Result<[libc::c_int; 2]> {
     Ok(fds)
 }
 
-/// Forks a child that waits at the gate, then execs `argv`.
+/// Forks a child, in a process group of its own, that waits at the gate,
+/// then execs `argv`.
 pub fn spawn_held(argv: &[String]) -> Result<HeldChild> {
     let program = resolve(&argv[0])?;
     let c_program = CString::new(program.as_os_str().as_bytes())?;
@@ -64,6 +87,8 @@ pub fn spawn_held(argv: &[String]) -> Result<HeldChild> {
     c_argv.push(std::ptr::null());
     let [gate_rd, gate_wr] = pipe()?;
     let [err_rd, err_wr] = pipe()?;
+    // SAFETY: getpid has no preconditions.
+    let tprof = unsafe { libc::getpid() };
 
     // SAFETY: the child only calls async-signal-safe functions on memory
     // prepared above, then execs or _exits.
@@ -72,10 +97,14 @@ pub fn spawn_held(argv: &[String]) -> Result<HeldChild> {
         return Err(std::io::Error::last_os_error()).context("fork");
     }
     if pid == 0 {
-        unsafe { child_after_fork(gate_rd, err_wr, &c_program, &c_argv) };
+        unsafe { child_after_fork(tprof, gate_rd, err_wr, &c_program, &c_argv) };
     }
-    // SAFETY: closing our copies of the child's ends.
+    // Also from this side, so the group exists before tprof signals it,
+    // whichever of the two runs first. (EACCES once the child has exec'd
+    // cannot happen: it waits at the gate.)
+    // SAFETY: setpgid and close have no memory preconditions.
     unsafe {
+        libc::setpgid(pid, pid);
         libc::close(gate_rd);
         libc::close(err_wr);
     }
@@ -87,13 +116,24 @@ pub fn spawn_held(argv: &[String]) -> Result<HeldChild> {
     })
 }
 
-/// In the child: wait at the gate, exec, or report errno and exit 127.
+/// In the child: its own process group, SIGKILL when tprof dies, wait at
+/// the gate, exec, or report errno and exit 127.
 unsafe fn child_after_fork(
+    tprof: libc::pid_t,
     gate: libc::c_int,
     errors: libc::c_int,
     program: &CString,
     argv: &[*const libc::c_char],
 ) -> ! {
+    // SAFETY: setpgid, prctl and getppid have no memory preconditions.
+    unsafe {
+        libc::setpgid(0, 0);
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        // tprof died before the prctl took effect: no signal will come.
+        if libc::getppid() != tprof {
+            libc::_exit(126);
+        }
+    }
     let mut byte = 0u8;
     loop {
         // SAFETY: reading one byte into a local.
@@ -118,7 +158,7 @@ unsafe fn child_after_fork(
 
 impl HeldChild {
     /// Lets the child exec; fails if the exec failed.
-    pub fn release(self) -> Result<()> {
+    pub fn release(self) -> Result<LaunchedCommand> {
         let go = [1u8];
         // SAFETY: writing one byte from a local, then closing our fds.
         unsafe {
@@ -132,8 +172,139 @@ impl HeldChild {
         unsafe { libc::close(self.errors) };
         if n == 4 {
             let err = std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno));
+            // Reap it: it exited 127.
+            let _ = LaunchedCommand::new(self.pid).reap(0);
             bail!("cannot run {}: {err}", self.program.display());
         }
-        Ok(())
+        Ok(LaunchedCommand::new(self.pid))
+    }
+}
+
+/// The running command and its process group (same id). Dropped while the
+/// command still runs (an error, a panic), it kills the group: the command
+/// must not outlive tprof.
+#[derive(Debug)]
+pub struct LaunchedCommand {
+    exit: CommandExit,
+    /// Reaped: `exit` holds its status.
+    reaped: bool,
+}
+
+impl LaunchedCommand {
+    fn new(pid: u32) -> LaunchedCommand {
+        LaunchedCommand {
+            exit: CommandExit {
+                pid,
+                ..CommandExit::default()
+            },
+            reaped: false,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.exit.pid
+    }
+
+    /// Reaps the command if it has exited (without blocking); true once it
+    /// has.
+    pub fn try_reap(&mut self) -> bool {
+        self.reap(libc::WNOHANG)
+    }
+
+    fn reap(&mut self, flags: libc::c_int) -> bool {
+        if self.reaped {
+            return true;
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child; status is a valid out-pointer.
+        let rc = unsafe { libc::waitpid(self.exit.pid as i32, &mut status, flags) };
+        if rc == self.exit.pid as i32 {
+            if libc::WIFEXITED(status) {
+                self.exit.code = Some(libc::WEXITSTATUS(status));
+            } else if libc::WIFSIGNALED(status) {
+                self.exit.signal = Some(libc::WTERMSIG(status));
+            }
+            self.reaped = true;
+        } else if rc < 0 {
+            // Not our child any more (reaped elsewhere): nothing to wait for.
+            self.reaped = true;
+        }
+        self.reaped
+    }
+
+    /// True while any process of the command's group is alive: the command
+    /// itself or what it started (that did not leave the group).
+    pub fn group_alive(&mut self) -> bool {
+        if !self.try_reap() {
+            return true;
+        }
+        // SAFETY: signal 0 only checks that the group has a process;
+        // ESRCH, the common answer once it has exited, spares the /proc scan.
+        if unsafe { libc::kill(-(self.exit.pid as i32), 0) } != 0 {
+            return false;
+        }
+        // Zombies (exited, not yet reaped by their parent) do not count.
+        !procfs::group_members(self.exit.pid).is_empty()
+    }
+
+    /// Passes a stop on to the whole group (`sig`: SIGINT, SIGTERM, SIGHUP).
+    pub fn stop(&mut self, sig: libc::c_int) {
+        self.exit.stop_signal = Some(sig);
+        self.signal_group(sig);
+    }
+
+    /// SIGKILL to the whole group, once the grace period is over.
+    pub fn kill(&mut self) {
+        self.exit.killed = true;
+        self.signal_group(libc::SIGKILL);
+    }
+
+    fn signal_group(&self, sig: libc::c_int) {
+        // SAFETY: kill has no memory preconditions; ESRCH (the group is
+        // gone) is fine.
+        unsafe { libc::kill(-(self.exit.pid as i32), sig) };
+    }
+
+    /// Stops the group with `sig` and waits for it, SIGKILL after `grace`,
+    /// without recording meanwhile (the recording has failed).
+    pub fn stop_and_wait(&mut self, sig: libc::c_int, grace: Duration) {
+        if !self.group_alive() {
+            return;
+        }
+        self.stop(sig);
+        let started = Instant::now();
+        while self.group_alive() {
+            if started.elapsed() >= grace && !self.exit.killed {
+                self.kill();
+            }
+            if started.elapsed() >= grace + KILL_WAIT {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// How it ended, so far.
+    pub fn exit(&self) -> CommandExit {
+        self.exit.clone()
+    }
+}
+
+/// How long the group is waited for after SIGKILL: only a process in
+/// uninterruptible sleep outlives it, until its IO ends.
+pub const KILL_WAIT: Duration = Duration::from_secs(2);
+
+impl Drop for LaunchedCommand {
+    /// A command still running here (an error path) is killed with its
+    /// group. One that exited by itself ended the recording; what it left
+    /// running in its group is its own business, as with `perf record`.
+    fn drop(&mut self) {
+        if !self.try_reap() {
+            self.kill();
+            let started = Instant::now();
+            while !self.try_reap() && started.elapsed() < KILL_WAIT {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
     }
 }

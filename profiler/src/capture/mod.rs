@@ -31,11 +31,7 @@ mod stacks;
 mod symbols;
 pub mod tracefs;
 
-use std::{
-    io::BufWriter,
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::{io::BufWriter, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result};
 
@@ -47,7 +43,7 @@ use programs::KernelPrograms;
 pub use programs::MapLimits;
 use session::Session;
 use signals::Signals;
-use tprof_core::recording::{LostCounts, Writer};
+use tprof_core::recording::{CommandExit, LostCounts, Writer};
 
 /// What `tprof record` was asked to do, validated.
 #[derive(Debug, Clone)]
@@ -66,6 +62,9 @@ pub struct RecordOptions {
     pub cuda: bool,
     /// Kernel map sizes (defaults unless a test shrinks them).
     pub limits: MapLimits,
+    /// How long the launched command's process group gets to exit once the
+    /// recording stops it, before SIGKILL (`--kill-after`).
+    pub kill_after: Duration,
 }
 
 /// Why recording stopped.
@@ -104,6 +103,8 @@ pub struct RecordOutcome {
     pub stop_reason: StopReason,
     pub events: u64,
     pub lost: LostCounts,
+    /// How the launched command ended (`record -- CMD` only).
+    pub command_exit: Option<CommandExit>,
 }
 
 /// Records until a stop condition; the recording is complete on `Ok`.
@@ -121,7 +122,44 @@ async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     let mut session = start(opts)?;
     session.announce();
     let result = session.run(&mut signals, opts.duration).await;
-    stop(session, result, &opts.output)
+    // From here a signal within a second of the first is a duplicate, and
+    // a later one means "stop now", even mid-write.
+    let by_signal = result.as_ref().is_ok_and(|r| r.is_signal());
+    let group = session.command_pid().unwrap_or(0);
+    signals::arm_force_stop(&opts.output, by_signal, group);
+    let result = match result {
+        Ok(reason) => {
+            announce_stop(reason, session.command_pid(), opts.kill_after);
+            session.stop_command(reason).await.map(|()| reason)
+        }
+        Err(e) => Err(e),
+    };
+    stop(session, result)
+}
+
+/// What stopping does, on one line (a script can wait for "finishing").
+fn announce_stop(reason: StopReason, command: Option<u32>, kill_after: Duration) {
+    let what = match (reason, command) {
+        (StopReason::TargetsExited, _) => return,
+        (_, Some(pid)) => {
+            let sig = match reason {
+                StopReason::Interrupted => "SIGINT",
+                StopReason::HungUp => "SIGHUP",
+                _ => "SIGTERM",
+            };
+            format!(
+                "stopping the command: {sig} to its process group {pid}, SIGKILL after {} s",
+                kill_after.as_secs_f64()
+            )
+        }
+        (_, None) => "detaching; the targets keep running".to_string(),
+    };
+    let hint = if reason.is_signal() {
+        signals::FINISHING
+    } else {
+        "finishing…"
+    };
+    eprintln!("tprof: {} ({what}); {hint}", reason.as_str());
 }
 
 /// Checks what recording needs, loads and attaches the programs, launches
@@ -164,36 +202,31 @@ fn start(opts: &RecordOptions) -> Result<Session> {
         None => session.track_attached(&opts.pids, start)?,
     }
     if let Some(child) = held {
-        child.release()?;
+        session.command_started(child.release()?);
     }
     std::mem::forget(unstarted);
     Ok(session)
 }
 
-/// Finishes the recording (or says where its prefix is), with a second
-/// signal meanwhile stopping tprof at once.
-fn stop(session: Session, result: Result<StopReason>, path: &Path) -> Result<RecordOutcome> {
-    // From here a signal means "stop now", even mid-write.
-    signals::arm_force_stop(path);
-    if let Ok(reason) = &result
-        && reason.is_signal()
-    {
-        eprintln!(
-            "tprof: stopping ({}); press Ctrl-C again to stop at once",
-            reason.as_str()
-        );
-    }
+/// Finishes the recording (or says where its prefix is); from then on a
+/// signal has its ordinary effect again, but for a duplicate of the first.
+fn stop(session: Session, result: Result<StopReason>) -> Result<RecordOutcome> {
     let outcome = session.finish(result);
-    // The recording is complete or has failed: what follows (flamegraphs,
-    // the report) is stopped by a signal the ordinary way.
     signals::disarm_force_stop();
     if let Ok(outcome) = &outcome {
+        if let Some(exit) = &outcome.command_exit {
+            eprintln!("tprof: the command (pid {}) {}", exit.pid, exit.describe());
+        }
         let stacks_lost = match outcome.lost.stack_lost() {
             0 => String::new(),
             n => format!(", {n} stacks lost"),
         };
+        let in_flight_lost = match outcome.lost.in_flight_lost() {
+            0 => String::new(),
+            n => format!(", {n} requests, bios or CUDA calls lost in flight"),
+        };
         eprintln!(
-            "tprof: stopped ({}), {} events, {} lost{stacks_lost}, written to {}",
+            "tprof: stopped ({}), {} events, {} lost{stacks_lost}{in_flight_lost}, written to {}",
             outcome.stop_reason.as_str(),
             outcome.events,
             outcome.lost.total(),

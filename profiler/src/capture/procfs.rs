@@ -15,6 +15,8 @@ pub struct Stat {
     pub comm: String,
     pub state: char,
     pub ppid: u32,
+    /// Process group id.
+    pub pgrp: u32,
     pub flags: u64,
 }
 
@@ -37,12 +39,14 @@ pub fn parse_stat(line: &str) -> Option<Stat> {
     let mut rest = line.get(close + 1..)?.split_whitespace();
     let state = rest.next()?.chars().next()?;
     let ppid = rest.next()?.parse().ok()?;
-    // pgrp, session, tty_nr, tpgid, then flags.
-    let flags = rest.nth(4)?.parse().ok()?;
+    let pgrp = rest.next()?.parse().ok()?;
+    // session, tty_nr, tpgid, then flags.
+    let flags = rest.nth(3)?.parse().ok()?;
     Some(Stat {
         comm,
         state,
         ppid,
+        pgrp,
         flags,
     })
 }
@@ -58,6 +62,14 @@ pub fn task_stat(pid: u32, tid: u32) -> Option<Stat> {
 /// Thread ids of a process.
 pub fn tasks(pid: u32) -> Vec<u32> {
     numeric_entries(&format!("/proc/{pid}/task"))
+}
+
+/// The live (not zombie) processes of process group `pgrp`.
+pub fn group_members(pgrp: u32) -> Vec<u32> {
+    all_pids()
+        .into_iter()
+        .filter(|&pid| stat(pid).is_some_and(|s| s.pgrp == pgrp && !s.is_dead()))
+        .collect()
 }
 
 /// Every pid on the machine.
@@ -244,10 +256,10 @@ mod tests {
 
     #[test]
     fn parses_stat_with_awkward_comm() {
-        let line = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0";
+        let line = "1234 (a (b) c) S 1 1230 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0";
         let s = parse_stat(line).unwrap();
         assert_eq!(s.comm, "a (b) c");
-        assert_eq!((s.state, s.ppid, s.flags), ('S', 1, 4194560));
+        assert_eq!((s.state, s.ppid, s.pgrp, s.flags), ('S', 1, 1230, 4194560));
         assert!(!s.is_kernel_thread());
         let kthread = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0";
         assert!(parse_stat(kthread).unwrap().is_kernel_thread());

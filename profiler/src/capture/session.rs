@@ -18,9 +18,10 @@ use super::clock::{anchor, monotonic_ns};
 use super::cuda::CudaTracer;
 use super::file::cut_short_error;
 use super::gpu::GpuSampler;
+use super::launch::{KILL_WAIT, LaunchedCommand};
 use super::pipeline::Pipeline;
-use super::programs::KernelPrograms;
-use super::signals::Signals;
+use super::programs::{Expired, KernelPrograms};
+use super::signals::{FINISHING, Signals};
 use super::{RecordOptions, RecordOutcome, StopReason, limits, procfs};
 use tprof_core::recording::{
     self, ClockAnchor, Event, Footer, GpuInfo, Header, LostCounts, Origin, ProcessInfo, ThreadInfo,
@@ -39,6 +40,11 @@ const SAMPLE_EVERY_TICKS: u32 = 2;
 /// /proc/<pid>/maps snapshots of live processes (for dlopen'd libraries,
 /// and a CUDA runtime loaded after tracking began).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
+/// How often the maps of things in flight are checked for entries whose end
+/// will not come (reading them costs two system calls per entry), or as
+/// often as their expiry age when that is shorter (tests), down to every
+/// drain.
+const EXPIRE_EVERY: Duration = Duration::from_secs(5);
 
 pub(super) fn check_targets(pids: &[u32]) -> Result<()> {
     for &pid in pids {
@@ -67,8 +73,12 @@ pub(super) struct Session {
     out: Pipeline,
     /// The processes whose exit ends the recording.
     roots: Vec<u32>,
-    /// The launched command's pid, which we must reap.
-    child: Option<u32>,
+    /// The launched command, which we reap, and stop with the recording.
+    command: Option<LaunchedCommand>,
+    /// How long the command's group gets to exit once stopped (`--kill-after`).
+    kill_after: Duration,
+    /// Set while stopping: what the status line adds.
+    stopping: Option<String>,
     /// Processes with a /proc snapshot in the recording.
     known: HashSet<u32>,
     /// Processes that appeared or exec'd lately, whose libraries are still
@@ -81,6 +91,12 @@ pub(super) struct Session {
     /// because the tracked maps were full: counted with the kernel's own
     /// tracking_full drops.
     untracked: u64,
+    /// Entries of the maps of things in flight dropped so far because their
+    /// end will not come: counted as lost.
+    expired: Expired,
+    /// How old a request or bio in flight may get (`MapLimits`).
+    in_flight_expiry: Duration,
+    last_expiry: Instant,
     started: Instant,
     ticks: u32,
     last_status: Instant,
@@ -104,13 +120,18 @@ impl Session {
             programs,
             out,
             roots: Vec::new(),
-            child: None,
+            command: None,
+            kill_after: opts.kill_after,
+            stopping: None,
             known: HashSet::new(),
             young: Vec::new(),
             sample_hz: opts.sample_hz,
             events: 0,
             lost: LostCounts::default(),
             untracked: 0,
+            expired: Expired::default(),
+            in_flight_expiry: opts.limits.in_flight_expiry,
+            last_expiry: Instant::now(),
             started: Instant::now(),
             ticks: 0,
             last_status: Instant::now(),
@@ -149,7 +170,6 @@ impl Session {
         start: ClockAnchor,
     ) -> Result<()> {
         self.roots = vec![pid];
-        self.child = Some(pid);
         self.programs.track_process(pid)?;
         self.programs.track_thread(pid, pid)?;
         self.write_header(start, Some(argv.to_vec()))?;
@@ -256,6 +276,17 @@ impl Session {
         Ok(())
     }
 
+    /// The launched command, released: from now on it is reaped and
+    /// stopped with the recording.
+    pub(super) fn command_started(&mut self, command: LaunchedCommand) {
+        self.command = Some(command);
+    }
+
+    /// The launched command's pid (and process group), while there is one.
+    pub(super) fn command_pid(&self) -> Option<u32> {
+        self.command.as_ref().map(LaunchedCommand::pid)
+    }
+
     /// The one line a script waiting for tprof to attach can look for.
     pub(super) fn announce(&self) {
         eprintln!(
@@ -295,9 +326,69 @@ impl Session {
         }
     }
 
+    /// Stops the launched command when the recording stopped before it
+    /// did: passes the stop on to its process group (the signal tprof got;
+    /// SIGTERM for `--duration`), keeps recording while the group shuts
+    /// down, and kills it after `--kill-after`. Targets of `-p` are left
+    /// alone.
+    pub(super) async fn stop_command(&mut self, reason: StopReason) -> Result<()> {
+        let Some(command) = &mut self.command else {
+            return Ok(());
+        };
+        let sig = match reason {
+            StopReason::TargetsExited => return Ok(()),
+            StopReason::Interrupted => libc::SIGINT,
+            StopReason::HungUp => libc::SIGHUP,
+            StopReason::Terminated | StopReason::Duration => libc::SIGTERM,
+        };
+        if !command.group_alive() {
+            return Ok(());
+        }
+        command.stop(sig);
+        let pid = command.pid();
+        let kill_at = Instant::now() + self.kill_after;
+        let mut tick = tokio::time::interval(DRAIN_EVERY);
+        let mut killed_at = None;
+        loop {
+            tick.tick().await;
+            let now = Instant::now();
+            let left = kill_at.saturating_duration_since(now).as_secs_f64().ceil();
+            self.stopping = Some(format!(
+                "waiting for the command (process group {pid}) to exit, SIGKILL in {left:.0} s"
+            ));
+            self.on_tick()?;
+            let command = self.command.as_mut().expect("checked above");
+            if !command.group_alive() {
+                break;
+            }
+            match killed_at {
+                None if now >= kill_at => {
+                    command.kill();
+                    killed_at = Some(now);
+                }
+                // SIGKILL waits only for uninterruptible sleeps to end.
+                Some(at) if now.duration_since(at) >= KILL_WAIT => {
+                    eprintln!(
+                        "tprof: warning: processes of the command's group {pid} are still \
+                         alive {} s after SIGKILL (in uninterruptible sleep?); recording stops \
+                         without them",
+                        KILL_WAIT.as_secs()
+                    );
+                    break;
+                }
+                _ => {}
+            }
+        }
+        self.stopping = None;
+        Ok(())
+    }
+
     fn on_tick(&mut self) -> Result<()> {
         self.drain()?;
         self.refresh_young_maps()?;
+        if self.last_expiry.elapsed() >= self.in_flight_expiry.clamp(DRAIN_EVERY, EXPIRE_EVERY) {
+            self.expire_in_flight();
+        }
         self.ticks += 1;
         if self.ticks.is_multiple_of(SAMPLE_EVERY_TICKS)
             && let Some(sample) = procfs::system_sample(monotonic_ns())
@@ -365,12 +456,22 @@ impl Session {
     }
 
     /// The kernel's drop counts plus what could not be tracked at attach
-    /// and the stacks the writer found gone from the stack map.
+    /// and the stacks the writer found gone from the stack map, and the
+    /// entries of things in flight that expired.
     fn lost_counts(&self) -> Result<LostCounts> {
         let mut lost = self.programs.lost_counts()?;
         lost.tracking_full += self.untracked;
         lost.stack_failed += self.out.unreadable_stacks();
+        self.expired.count_in(&mut lost);
         Ok(lost)
+    }
+
+    /// Drops (and counts) the entries of requests, bios and CUDA calls whose
+    /// end will not come.
+    fn expire_in_flight(&mut self) {
+        let expired = self.programs.expire_in_flight(self.in_flight_expiry);
+        self.expired.add(expired);
+        self.last_expiry = Instant::now();
     }
 
     fn refresh_lost(&mut self) -> Result<()> {
@@ -434,13 +535,16 @@ impl Session {
         } else {
             ""
         };
-        let line = format!(
+        let mut line = format!(
             "tprof: {:.0} s, {} events, {} lost, {} processes{lagging}",
             self.started.elapsed().as_secs_f64(),
             self.events,
             self.lost.total(),
             self.known.len()
         );
+        if let Some(stopping) = &self.stopping {
+            line = format!("{line}; {stopping}; {FINISHING}");
+        }
         if std::io::stderr().is_terminal() {
             eprint!("\r\x1b[K{line}");
             let _ = std::io::stderr().flush();
@@ -450,11 +554,8 @@ impl Session {
     }
 
     fn roots_exited(&mut self) -> bool {
-        if let Some(child) = self.child {
-            let mut status = 0;
-            // SAFETY: reaping our own child without blocking.
-            let rc = unsafe { libc::waitpid(child as i32, &mut status, libc::WNOHANG) };
-            return rc == child as i32 || rc < 0;
+        if let Some(command) = &mut self.command {
+            return command.try_reap();
         }
         self.roots
             .iter()
@@ -464,16 +565,25 @@ impl Session {
     /// Drains what is left, writes the totals and the footer, and detaches.
     /// On an error, before or here, the recording so far stays readable and
     /// the error says so.
-    pub(super) fn finish(self, result: Result<StopReason>) -> Result<RecordOutcome> {
+    pub(super) fn finish(mut self, result: Result<StopReason>) -> Result<RecordOutcome> {
         if std::io::stderr().is_terminal() {
             eprintln!();
         }
         let path = self.out.path().to_path_buf();
-        // On an error `self` is dropped here: the programs detach, and the
-        // writer thread ends when its queue is empty.
-        result
-            .and_then(|reason| self.complete(reason))
-            .map_err(|e| cut_short_error(&path, e))
+        match result {
+            Ok(reason) => self.complete(reason),
+            Err(err) => {
+                // The command must not outlive tprof: stopped as a
+                // `--duration` would, without recording its end.
+                if let Some(command) = &mut self.command {
+                    command.stop_and_wait(libc::SIGTERM, self.kill_after);
+                }
+                // `self` is dropped here: the programs detach, and the
+                // writer thread ends when its queue is empty.
+                Err(err)
+            }
+        }
+        .map_err(|e| cut_short_error(&path, e))
     }
 
     fn complete(mut self, stop_reason: StopReason) -> Result<RecordOutcome> {
@@ -487,17 +597,21 @@ impl Session {
         }
         self.drain_gpu()?;
         self.cuda.refresh_launches(&self.programs)?;
+        self.expire_in_flight();
         let path = self.out.path().to_path_buf();
         let (mut file, unreadable_stacks) = self.out.finish()?;
         file.write_json(record::CUDA, self.cuda.info())?;
         let mut lost = self.programs.lost_counts()?;
         lost.tracking_full += self.untracked;
         lost.stack_failed += unreadable_stacks;
+        self.expired.count_in(&mut lost);
         self.lost = lost;
         file.write_json(record::LOST, &self.lost)?;
+        let command_exit = self.command.as_ref().map(LaunchedCommand::exit);
         let footer = Footer {
             end: anchor(),
             stop_reason: stop_reason.as_str().to_string(),
+            command_exit: command_exit.clone(),
         };
         file.write_json(record::FOOTER, &footer)?;
         file.finish()?;
@@ -507,6 +621,7 @@ impl Session {
             stop_reason,
             events: self.events,
             lost: self.lost,
+            command_exit,
         })
     }
 }

@@ -125,6 +125,15 @@ pub fn tracepoint_offsets() -> Result<TracepointOffsets> {
     let rename = fields("task", "task_rename")?;
     let bio = fields("block", "block_bio_queue")?;
     let split = fields("block", "block_split")?;
+    // One program layout serves the three events of the block_bio class.
+    for merge in ["block_bio_backmerge", "block_bio_frontmerge"] {
+        if fields("block", merge)? != bio {
+            bail!(
+                "tracepoint block/{merge} is laid out unlike block/block_bio_queue on this \
+                 kernel; tprof reads both with one set of offsets"
+            );
+        }
+    }
     let issue = fields("block", "block_rq_issue")?;
     let complete = fields("block", "block_rq_complete")?;
     let futex = fields("syscalls", "sys_enter_futex")?;
@@ -141,7 +150,10 @@ pub fn tracepoint_offsets() -> Result<TracepointOffsets> {
         exit_group_dead: offset(&exit, "sched_process_exit", "group_dead", 1)?,
         rename_pid: offset(&rename, "task_rename", "pid", 4)?,
         rename_newcomm: offset(&rename, "task_rename", "newcomm", 16)?,
+        bio_dev: offset(&bio, "block_bio_queue", "dev", 4)?,
         bio_sector: offset(&bio, "block_bio_queue", "sector", 8)?,
+        bio_nr_sector: offset(&bio, "block_bio_queue", "nr_sector", 4)?,
+        split_dev: offset(&split, "block_split", "dev", 4)?,
         split_sector: offset(&split, "block_split", "sector", 8)?,
         split_new_sector: offset(&split, "block_split", "new_sector", 8)?,
         rq_dev: offset(&issue, "block_rq_issue", "dev", 4)?,
@@ -160,7 +172,6 @@ pub fn tracepoint_offsets() -> Result<TracepointOffsets> {
         task_pid: 0,
         task_exit_state: 0,
         task_cpu: 0,
-        _pad: [0; 3],
     })
 }
 

@@ -144,6 +144,8 @@ pub struct Summary {
     pub lost: crate::recording::LostCounts,
     pub cut_short: bool,
     pub stop_reason: Option<String>,
+    /// How the command `record --` launched ended, when recorded.
+    pub command_exit: Option<crate::recording::CommandExit>,
     /// The job's average number of threads on a CPU.
     pub job_on_cpu: f64,
     /// The job's average number of threads waiting for a CPU.
@@ -213,6 +215,7 @@ pub fn summarize(model: &Model) -> Summary {
         lost: model.lost.clone(),
         cut_short: model.cut_short,
         stop_reason: model.stop_reason.clone(),
+        command_exit: model.command_exit.clone(),
         job_on_cpu: per_s(threads.iter().map(|t| t.on_cpu_s).sum()),
         job_runnable: per_s(threads.iter().map(|t| t.runnable_s).sum()),
         machine: machine_stats(model, per_s(threads.iter().map(|t| t.on_cpu_s).sum())),

@@ -102,6 +102,8 @@ pub struct Model {
     /// The recording did not end normally; the window is what was saved.
     pub cut_short: bool,
     pub stop_reason: Option<String>,
+    /// How the command `record --` launched ended, when recorded.
+    pub command_exit: Option<crate::recording::CommandExit>,
     pub targets: Vec<u32>,
     pub gpus: Gpus,
     /// Sampled stacks (frames already symbolized), as recorded or, since
@@ -162,6 +164,7 @@ impl<'a> Assembly<'a> {
             lost: rec.lost.clone(),
             cut_short: rec.cut_short(),
             stop_reason: rec.footer.as_ref().map(|f| f.stop_reason.clone()),
+            command_exit: rec.footer.as_ref().and_then(|f| f.command_exit.clone()),
             targets: rec.header.targets.clone(),
             cpu_limit: rec.header.cpu_limit,
             devices: rec.header.block_devices.clone(),

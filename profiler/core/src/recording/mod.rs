@@ -225,6 +225,38 @@ pub struct LostCounts {
     /// (versions 2 and 3).
     #[serde(default)]
     pub offcpu_full: u64,
+    /// Block requests whose start and issue times were lost because the
+    /// kernel's map of requests in flight was full (their completion is
+    /// still recorded, without a queue or service time).
+    #[serde(default)]
+    pub requests_full: u64,
+    /// Block requests in flight dropped from that map after a minute with
+    /// no completion (one whose completion the kernel did not trace, or
+    /// one that did take that long and then lost its times).
+    #[serde(default)]
+    pub requests_expired: u64,
+    /// Bios of tracked threads whose submitter was lost because the map of
+    /// bio owners was full: their requests are not attributed to a thread.
+    #[serde(default)]
+    pub bio_owners_full: u64,
+    /// Bios of tracked threads that did not become a request on their
+    /// device within a minute (a stacked device's upper bio, such as dm's,
+    /// whose requests are issued on the device below; or a bio that waited
+    /// that long, whose request then has no owner).
+    #[serde(default)]
+    pub bio_owners_expired: u64,
+    /// CUDA runtime calls lost because the map of calls in progress was
+    /// full.
+    #[serde(default)]
+    pub cuda_calls_full: u64,
+    /// CUDA runtime calls whose thread exited inside them: never returned,
+    /// so never recorded.
+    #[serde(default)]
+    pub cuda_calls_unreturned: u64,
+    /// cudaLaunchKernel calls not counted because the per-process count map
+    /// was full.
+    #[serde(default)]
+    pub cuda_launches_full: u64,
 }
 
 impl LostCounts {
@@ -250,6 +282,22 @@ impl LostCounts {
             self.offcpu_full,
         ])
     }
+
+    /// Block requests that lost their times or their owner, CUDA calls and
+    /// cudaLaunchKernel counts lost: things in flight the kernel's maps
+    /// could not keep. They make IO attribution, device statistics and the
+    /// CUDA section approximate.
+    pub fn in_flight_lost(&self) -> u64 {
+        saturating_sum([
+            self.requests_full,
+            self.requests_expired,
+            self.bio_owners_full,
+            self.bio_owners_expired,
+            self.cuda_calls_full,
+            self.cuda_calls_unreturned,
+            self.cuda_launches_full,
+        ])
+    }
 }
 
 fn saturating_sum(values: impl IntoIterator<Item = u64>) -> u64 {
@@ -263,6 +311,96 @@ pub struct Footer {
     /// Why recording stopped: "duration", "interrupted", "terminated",
     /// "targets exited", or an error.
     pub stop_reason: String,
+    /// How the command `tprof record -- CMD` launched ended; absent for
+    /// `-p` recordings and in recordings made before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_exit: Option<CommandExit>,
+}
+
+/// How the launched command ended, and what tprof did to stop it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandExit {
+    pub pid: u32,
+    /// Its exit status, when it exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    /// The signal that ended it, when one did. (Neither this nor `code`:
+    /// it had not ended when recording did.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// The signal tprof sent its process group to stop it, when the
+    /// recording stopped before the command did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_signal: Option<i32>,
+    /// tprof killed its process group (SIGKILL): what was left of it after
+    /// the grace period, or all of it when tprof failed.
+    #[serde(default)]
+    pub killed: bool,
+}
+
+/// The name of a Linux signal number (x86-64 and arm64 share these).
+pub fn signal_name(signal: i32) -> Option<&'static str> {
+    const NAMES: [&str; 31] = [
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    usize::try_from(signal)
+        .ok()
+        .and_then(|n| n.checked_sub(1))
+        .and_then(|i| NAMES.get(i).copied())
+}
+
+impl CommandExit {
+    /// How it ended, in words, with what tprof did: "exited with status 0",
+    /// "ended by SIGINT (tprof sent SIGINT to stop it)", "had not exited
+    /// when recording ended".
+    pub fn describe(&self) -> String {
+        let signal = |n: i32| signal_name(n).map_or_else(|| format!("signal {n}"), str::to_string);
+        let ended = match (self.code, self.signal) {
+            (Some(code), _) => format!("exited with status {code}"),
+            (None, Some(n)) => format!("ended by {}", signal(n)),
+            (None, None) => "had not exited when recording ended".to_string(),
+        };
+        let killed = if self.killed {
+            ", then SIGKILL to its process group after the grace period"
+        } else {
+            ""
+        };
+        match self.stop_signal {
+            Some(n) => format!("{ended} (tprof sent {} to stop it{killed})", signal(n)),
+            None if self.killed => format!("{ended} (tprof killed its process group)"),
+            None => ended,
+        }
+    }
 }
 
 /// GPU sampling's setup, written once. Either `status` says why there is no
@@ -367,5 +505,43 @@ mod tests {
         assert_eq!(anchor.realtime_to_monotonic(1_000_500), 1_500);
         assert_eq!(anchor.realtime_to_monotonic(999_500), 500);
         assert_eq!(anchor.realtime_to_monotonic(0), 0);
+    }
+
+    #[test]
+    fn command_exit_in_words() {
+        assert_eq!(signal_name(2), Some("SIGINT"));
+        assert_eq!(signal_name(31), Some("SIGSYS"));
+        assert_eq!(
+            (signal_name(0), signal_name(32), signal_name(-1)),
+            (None, None, None)
+        );
+        let exit = |code, signal, stop_signal, killed| CommandExit {
+            pid: 7,
+            code,
+            signal,
+            stop_signal,
+            killed,
+        };
+        assert_eq!(
+            exit(Some(0), None, None, false).describe(),
+            "exited with status 0"
+        );
+        assert_eq!(
+            exit(None, Some(2), Some(2), false).describe(),
+            "ended by SIGINT (tprof sent SIGINT to stop it)"
+        );
+        assert_eq!(
+            exit(None, Some(9), Some(15), true).describe(),
+            "ended by SIGKILL (tprof sent SIGTERM to stop it, then SIGKILL to its process \
+             group after the grace period)"
+        );
+        assert_eq!(
+            exit(None, None, None, true).describe(),
+            "had not exited when recording ended (tprof killed its process group)"
+        );
+        assert_eq!(
+            exit(None, Some(64), None, false).describe(),
+            "ended by signal 64"
+        );
     }
 }

@@ -37,6 +37,8 @@ struct Report<'a> {
     lost: &'a crate::recording::LostCounts,
     cut_short: bool,
     stop_reason: Option<&'a str>,
+    /// How the command `record --` launched ended; null for `-p` recordings.
+    command_exit: Option<CommandExit>,
     /// Average threads of the job on a CPU / waiting for one.
     job_on_cpu: f64,
     job_runnable: f64,
@@ -53,6 +55,31 @@ struct Report<'a> {
     /// Why there is no GPU data; null when there is.
     gpu_status: Option<&'a str>,
     cuda: Cuda<'a>,
+}
+
+/// docs/json.md, "command_exit".
+#[derive(Serialize)]
+struct CommandExit {
+    pid: u32,
+    code: Option<i32>,
+    signal: Option<String>,
+    stop_signal: Option<String>,
+    killed: bool,
+}
+
+impl CommandExit {
+    fn new(exit: &crate::recording::CommandExit) -> CommandExit {
+        let name = |n: i32| {
+            crate::recording::signal_name(n).map_or_else(|| format!("signal {n}"), str::to_string)
+        };
+        CommandExit {
+            pid: exit.pid,
+            code: exit.code,
+            signal: exit.signal.map(name),
+            stop_signal: exit.stop_signal.map(name),
+            killed: exit.killed,
+        }
+    }
 }
 
 /// CUDA runtime calls (docs/json.md, "cuda").
@@ -234,6 +261,7 @@ pub fn render(summary: &Summary) -> String {
         lost: &summary.lost,
         cut_short: summary.cut_short,
         stop_reason: summary.stop_reason.as_deref(),
+        command_exit: summary.command_exit.as_ref().map(CommandExit::new),
         job_on_cpu: summary.job_on_cpu,
         job_runnable: summary.job_runnable,
         machine: summary.machine.map(|m| Machine {

@@ -79,10 +79,41 @@ pub fn loss_note(lost: &LostCounts, cut_short: bool) -> Option<String> {
     if lost.stack_lost() > 0 {
         parts.push(format!("{} stacks lost", lost.stack_lost()));
     }
+    if lost.in_flight_lost() > 0 {
+        parts.push(format!(
+            "{} lost in flight ({})",
+            lost.in_flight_lost(),
+            in_flight_causes(lost).join(", ")
+        ));
+    }
     if cut_short {
         parts.push("recording cut short".to_string());
     }
     (!parts.is_empty()).then(|| format!("warning: {}", parts.join("; ")))
+}
+
+/// What the kernel's maps of things in flight lost, each non-zero count
+/// named (`LostCounts::in_flight_lost` is their sum).
+pub fn in_flight_causes(lost: &LostCounts) -> Vec<String> {
+    [
+        (lost.requests_full, "block request times, map full"),
+        (
+            lost.requests_expired,
+            "block requests never completed, expired",
+        ),
+        (lost.bio_owners_full, "bio owners, map full"),
+        (lost.bio_owners_expired, "bios never in a request, expired"),
+        (lost.cuda_calls_full, "CUDA calls, map full"),
+        (
+            lost.cuda_calls_unreturned,
+            "CUDA calls whose thread exited in them",
+        ),
+        (lost.cuda_launches_full, "cudaLaunchKernel counts, map full"),
+    ]
+    .into_iter()
+    .filter(|&(n, _)| n > 0)
+    .map(|(n, what)| format!("{what}: {n}"))
+    .collect()
 }
 
 #[cfg(test)]
@@ -96,12 +127,15 @@ mod tests {
             ring_buffer_full: [("switch".to_string(), 3), ("exit".to_string(), 0)].into(),
             tracking_full: 2,
             stack_failed: 1,
+            requests_full: 4,
+            cuda_calls_unreturned: 1,
             ..Default::default()
         };
         assert_eq!(
             loss_note(&lost, true).unwrap(),
             "warning: 5 events lost (ring buffer full: switch 3; untracked new tasks: 2); \
-             1 stacks lost; recording cut short"
+             1 stacks lost; 5 lost in flight (block request times, map full: 4, CUDA calls \
+             whose thread exited in them: 1); recording cut short"
         );
     }
 }

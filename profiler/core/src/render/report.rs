@@ -75,6 +75,15 @@ fn header(out: &mut String, s: &Summary) {
             s.lost.offcpu_full
         );
     }
+    if s.lost.in_flight_lost() > 0 {
+        let _ = writeln!(
+            out,
+            "warning: the kernel lost track of {} block request(s), bio(s) or CUDA call(s) in \
+             flight ({}); device statistics, IO waits and CUDA calls are approximate there",
+            s.lost.in_flight_lost(),
+            super::in_flight_causes(&s.lost).join("; ")
+        );
+    }
     if s.late_events > 0 {
         let _ = writeln!(
             out,
@@ -116,6 +125,9 @@ fn header(out: &mut String, s: &Summary) {
             "warning: the recording was cut short (tprof was killed or its disk filled); \
              this report covers what was saved"
         );
+    }
+    if let Some(exit) = &s.command_exit {
+        let _ = writeln!(out, "The command (pid {}) {}.", exit.pid, exit.describe());
     }
 }
 

@@ -69,6 +69,8 @@ const TRACEPOINTS: &[Attachment] = &[
     tp(name::RENAME, "task", "task_rename"),
     tp(name::BIO_QUEUE, "block", "block_bio_queue"),
     tp(name::BIO_SPLIT, "block", "block_split"),
+    tp(name::BIO_BACKMERGE, "block", "block_bio_backmerge"),
+    tp(name::BIO_FRONTMERGE, "block", "block_bio_frontmerge"),
     tp(name::RQ_INSERT, "block", "block_rq_insert"),
     tp(name::RQ_ISSUE, "block", "block_rq_issue"),
     tp(name::RQ_COMPLETE, "block", "block_rq_complete"),

@@ -9,10 +9,11 @@
 //! stack map, [`info`] what aya does not expose about a program.
 
 mod attach;
+mod in_flight;
 mod info;
 mod stacks;
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
@@ -22,13 +23,16 @@ use aya::{
     util::online_cpus,
 };
 use profiler_ebpf::{
-    BPF_NOEXIST, EVENT_SHARDS, LOST_TRACK_FULL, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS,
-    RING_BUFFER_BYTES, ThreadState, TracepointOffsets, kind, lost_stack,
+    BPF_NOEXIST, EVENT_SHARDS, LOST_TRACK_FULL, MAX_BIO_OWNERS, MAX_CUDA_CALLS, MAX_REQUESTS,
+    MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, RING_BUFFER_BYTES, ThreadState, TracepointOffsets, kind,
+    lost_map, lost_stack,
     names::{global, map},
 };
 
 use super::{btf, procfs};
 use attach::SCHED;
+pub use in_flight::Expired;
+use in_flight::InFlight;
 pub use stacks::StackSource;
 use tprof_core::recording::{LostCounts, events::kind_name};
 
@@ -48,10 +52,13 @@ pub const CLASSIC_SCHED_ENV: &str = "TPROF_CLASSIC_SCHED";
 /// but a stricter verifier takes, on a kernel that accepts every program.
 const REFUSE_RAW_ENV: &str = "TPROF_REFUSE_RAW_SCHED";
 
-/// Sizes of the kernel maps that bound what tprof can follow. The defaults
-/// are the ABI crate's constants; `tprof record`'s hidden
-/// `--max-tracked-threads` and `--ring-buffer-size` shrink them so tests can
-/// fill the tracked set or overflow the ring buffer with a modest workload.
+/// Sizes of the kernel maps that bound what tprof can follow, and how long
+/// an entry of a map of things in flight may wait for its end. The
+/// defaults are the ABI crate's constants; `tprof record`'s hidden
+/// `--max-tracked-threads`, `--ring-buffer-size`, `--max-in-flight` and
+/// `--expire-in-flight-after` change them so tests can fill the tracked
+/// set, overflow the ring buffer, fill the maps of requests, bio owners and
+/// CUDA calls, or expire their entries with a modest workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MapLimits {
     /// Entries of TRACKED_TIDS, and of TRACKED_TGIDS when below its default.
@@ -59,6 +66,12 @@ pub struct MapLimits {
     /// Bytes of the EVENTS ring buffer: a power of two, a multiple of the
     /// page size.
     pub ring_buffer_bytes: u32,
+    /// Entries of REQUESTS, BIO_OWNERS and CUDA_CALLS, each at most its
+    /// default.
+    pub in_flight: u32,
+    /// An entry of REQUESTS or BIO_OWNERS older than this is dropped (and
+    /// counted): its end will not come.
+    pub in_flight_expiry: Duration,
 }
 
 impl Default for MapLimits {
@@ -66,9 +79,17 @@ impl Default for MapLimits {
         MapLimits {
             tracked_threads: MAX_TRACKED_TIDS,
             ring_buffer_bytes: RING_BUFFER_BYTES,
+            in_flight: MAX_REQUESTS.max(MAX_BIO_OWNERS).max(MAX_CUDA_CALLS),
+            in_flight_expiry: IN_FLIGHT_EXPIRY,
         }
     }
 }
+
+/// How long a block request or a tracked bio may stay in flight before its
+/// entry is taken for one whose end the kernel will never report. Devices
+/// time out a command after 30 s (SCSI's and NVMe's defaults); a request
+/// still waiting after twice that has been retried or aborted.
+pub const IN_FLIGHT_EXPIRY: Duration = Duration::from_secs(60);
 
 pub struct KernelPrograms {
     // Field order is drop order: maps first, then the programs and links.
@@ -81,6 +102,8 @@ pub struct KernelPrograms {
     /// Until [`KernelPrograms::take_stack_source`] hands it on.
     stacks: Option<StackSource>,
     cuda_launches: PerCpuHashMap<MapData, u32, u64>,
+    /// REQUESTS, BIO_OWNERS, CUDA_CALLS.
+    in_flight: InFlight,
     /// The raw scheduler programs are loaded (else the classic ones).
     raw_sched: bool,
     /// The loaded object: its programs and their links (the maps above
@@ -121,6 +144,7 @@ impl KernelPrograms {
                 raw_sched,
             )),
             cuda_launches: PerCpuHashMap::try_from(take_map(&mut ebpf, map::CUDA_LAUNCHES)?)?,
+            in_flight: InFlight::take(&mut ebpf)?,
             raw_sched,
             ebpf,
         })
@@ -200,7 +224,18 @@ impl KernelPrograms {
         }
         lost.stack_collisions = total(lost_stack::COLLISION)?;
         lost.stack_failed = total(lost_stack::FAILED)?;
+        lost.requests_full = total(lost_map::REQUESTS_FULL)?;
+        lost.bio_owners_full = total(lost_map::BIO_OWNERS_FULL)?;
+        lost.cuda_calls_full = total(lost_map::CUDA_CALLS_FULL)?;
+        lost.cuda_launches_full = total(lost_map::CUDA_LAUNCHES_FULL)?;
         Ok(lost)
+    }
+
+    /// Drops the entries of things in flight whose end will not come:
+    /// requests and bios older than `expiry`, CUDA calls of threads that
+    /// are gone. Returns how many of each, to be counted as lost.
+    pub fn expire_in_flight(&mut self, expiry: Duration) -> Expired {
+        self.in_flight.expire(expiry)
     }
 }
 
@@ -244,6 +279,9 @@ fn open_object(
         .override_global(global::OFFSETS, offsets, true)
         .override_global(global::SAMPLE_STACKS, &sample_stacks, true)
         .map_max_entries(map::TRACKED_TIDS, limits.tracked_threads)
+        .map_max_entries(map::REQUESTS, limits.in_flight.min(MAX_REQUESTS))
+        .map_max_entries(map::BIO_OWNERS, limits.in_flight.min(MAX_BIO_OWNERS))
+        .map_max_entries(map::CUDA_CALLS, limits.in_flight.min(MAX_CUDA_CALLS))
         .map_max_entries(
             map::TRACKED_TGIDS,
             limits.tracked_threads.min(MAX_TRACKED_TGIDS),

@@ -1,0 +1,105 @@
+//! The maps of things in flight: block requests (`REQUESTS`), tracked bios
+//! waiting for their request (`BIO_OWNERS`) and CUDA calls in progress
+//! (`CUDA_CALLS`). The kernel removes an entry when the thing ends; one
+//! whose end never comes (a completion the kernel did not trace, a stacked
+//! device's upper bio, a thread that died inside a call) would stay for
+//! good and, over a long recording, fill the map. Userspace drops those
+//! here, and counts them.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use aya::{
+    Ebpf,
+    maps::{HashMap, MapData},
+};
+use profiler_ebpf::{BioOwner, CudaEnter, RequestKey, RequestTimes, names::map};
+use tprof_core::recording::LostCounts;
+
+use super::take_map;
+use crate::capture::{clock::monotonic_ns, procfs};
+
+/// Entries dropped by one [`InFlight::expire`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Expired {
+    pub requests: u64,
+    pub bio_owners: u64,
+    /// CUDA calls whose thread is gone.
+    pub cuda_calls: u64,
+}
+
+impl Expired {
+    pub fn add(&mut self, more: Expired) {
+        self.requests += more.requests;
+        self.bio_owners += more.bio_owners;
+        self.cuda_calls += more.cuda_calls;
+    }
+
+    /// Counts these as lost: things in flight whose end never came.
+    pub fn count_in(&self, lost: &mut LostCounts) {
+        lost.requests_expired += self.requests;
+        lost.bio_owners_expired += self.bio_owners;
+        lost.cuda_calls_unreturned += self.cuda_calls;
+    }
+}
+
+pub(super) struct InFlight {
+    requests: HashMap<MapData, RequestKey, RequestTimes>,
+    bio_owners: HashMap<MapData, RequestKey, BioOwner>,
+    /// (tid << 32 | function id) → the call's entry.
+    cuda_calls: HashMap<MapData, u64, CudaEnter>,
+}
+
+impl InFlight {
+    pub(super) fn take(ebpf: &mut Ebpf) -> Result<InFlight> {
+        Ok(InFlight {
+            requests: HashMap::try_from(take_map(ebpf, map::REQUESTS)?)?,
+            bio_owners: HashMap::try_from(take_map(ebpf, map::BIO_OWNERS)?)?,
+            cuda_calls: HashMap::try_from(take_map(ebpf, map::CUDA_CALLS)?)?,
+        })
+    }
+
+    /// Drops requests and bios in flight for longer than `expiry`, and the
+    /// calls of CUDA threads that are gone. (A CUDA call can rightly block
+    /// for minutes, in cudaDeviceSynchronize, so its age proves nothing.)
+    pub(super) fn expire(&mut self, expiry: Duration) -> Expired {
+        let before = monotonic_ns().saturating_sub(expiry.as_nanos() as u64);
+        let requests: Vec<RequestKey> = entries(&self.requests)
+            .filter(|(_, times)| times.start_ns < before)
+            .map(|(key, _)| key)
+            .collect();
+        let bio_owners: Vec<RequestKey> = entries(&self.bio_owners)
+            .filter(|(_, owner)| owner.ts_ns < before)
+            .map(|(key, _)| key)
+            .collect();
+        let cuda_calls: Vec<u64> = entries(&self.cuda_calls)
+            .filter(|(key, _)| !procfs::exists((key >> 32) as u32))
+            .map(|(key, _)| key)
+            .collect();
+        // A removal that fails lost a race with the kernel, which removed
+        // the entry at the thing's end: not an expiry.
+        Expired {
+            requests: requests
+                .iter()
+                .filter(|key| self.requests.remove(key).is_ok())
+                .count() as u64,
+            bio_owners: bio_owners
+                .iter()
+                .filter(|key| self.bio_owners.remove(key).is_ok())
+                .count() as u64,
+            cuda_calls: cuda_calls
+                .iter()
+                .filter(|key| self.cuda_calls.remove(key).is_ok())
+                .count() as u64,
+        }
+    }
+}
+
+/// Every entry of a map. An entry the kernel removes between the listing
+/// of its key and the read of its value reads as an error: skipped, it is
+/// gone anyway.
+fn entries<K: aya::Pod, V: aya::Pod>(
+    map: &HashMap<MapData, K, V>,
+) -> impl Iterator<Item = (K, V)> + '_ {
+    map.iter().filter_map(Result::ok)
+}

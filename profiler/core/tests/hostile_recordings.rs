@@ -99,6 +99,7 @@ fn sample() -> Vec<u8> {
     let footer = Footer {
         end: ClockAnchor::default(),
         stop_reason: "duration".into(),
+        clock_sync: None,
     };
     w.write_json(record::FOOTER, &footer).unwrap();
     w.finish().unwrap()

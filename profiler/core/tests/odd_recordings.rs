@@ -175,6 +175,7 @@ fn random_recording_and_events(rng: &mut Rng) -> (Recording, Vec<u8>) {
             start: ClockAnchor {
                 monotonic_ns: start,
                 realtime_ns: rng.value(),
+                ..Default::default()
             },
             targets: (0..rng.below(3)).map(|_| pid(rng)).collect(),
             block_devices: BTreeMap::from([(rng.value() as u32, "vda".into())]),
@@ -219,8 +220,10 @@ fn random_recording_and_events(rng: &mut Rng) -> (Recording, Vec<u8>) {
             end: ClockAnchor {
                 monotonic_ns: end,
                 realtime_ns: 0,
+                ..Default::default()
             },
             stop_reason: "duration".into(),
+            clock_sync: None,
         }),
         truncated: rng.chance(3),
         unknown_records: 0,
@@ -357,6 +360,7 @@ fn empty_recording_reports() {
         footer: Some(Footer {
             end: ClockAnchor::default(),
             stop_reason: "duration".into(),
+            clock_sync: None,
         }),
         ..Default::default()
     };
@@ -422,6 +426,7 @@ fn wild_timestamp_does_not_stretch_the_window() {
             start: ClockAnchor {
                 monotonic_ns: 1_000,
                 realtime_ns: 0,
+                ..Default::default()
             },
             ..Default::default()
         },

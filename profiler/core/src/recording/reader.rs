@@ -478,6 +478,7 @@ mod tests {
         let footer = Footer {
             end: ClockAnchor::default(),
             stop_reason: "duration".into(),
+            clock_sync: None,
         };
         w.write_json(record::FOOTER, &footer).unwrap();
         w.finish().unwrap()
@@ -539,6 +540,7 @@ mod tests {
             let footer = Footer {
                 end: ClockAnchor::default(),
                 stop_reason: "duration".into(),
+                clock_sync: None,
             };
             w.write_json(record::FOOTER, &footer).unwrap();
         }
@@ -651,6 +653,7 @@ mod tests {
         let footer = Footer {
             end: ClockAnchor::default(),
             stop_reason: "duration".into(),
+            clock_sync: None,
         };
         w.write_json(record::FOOTER, &footer).unwrap();
         let bytes = w.finish().unwrap();

@@ -7,6 +7,7 @@ mod cmd;
 mod demo;
 mod fixtures;
 mod fuzz;
+mod protos;
 mod setup;
 mod test;
 mod workloads;
@@ -16,7 +17,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     about = "tprof's developer tasks",
-    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo\n  sudo cargo xtask demo --healthy\n  sudo cargo xtask bench\n  sudo cargo xtask fixtures\n  cargo xtask fuzz --seconds 300"
+    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo\n  sudo cargo xtask demo --healthy\n  sudo cargo xtask bench\n  sudo cargo xtask fixtures\n  cargo xtask fuzz --seconds 300\n  cargo xtask protos"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -46,6 +47,9 @@ enum Task {
     /// Fuzz the recording reader (and everything after it) for a fixed
     /// time with cargo-fuzz; needs nightly and `cargo install cargo-fuzz`.
     Fuzz(fuzz::Args),
+    /// Regenerate tprof-core's protobuf code (Perfetto traces, pprof
+    /// profiles) from profiler/core/proto/; --check fails if it is stale.
+    Protos(protos::Args),
 }
 
 fn main() {
@@ -57,6 +61,7 @@ fn main() {
         Task::Bench(args) => bench::run(&args),
         Task::Fixtures(args) => fixtures::run(&args),
         Task::Fuzz(args) => fuzz::run(&args),
+        Task::Protos(args) => protos::run_task(&args),
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

@@ -35,7 +35,8 @@ tprof flamegraph --diff before.tprof after.tprof -o diff.svg\n  \
 tprof timeline rec.tprof -o rec.json    open in Perfetto UI (ui.perfetto.dev) or chrome://tracing\n  \
 tprof timeline rec.tprof -o rec.html    one page to open in any browser\n  \
 tprof export rec.tprof --format perfetto -o rec.pftrace\n  \
-tprof export rec.tprof --format pprof --kind cpu -o rec.pb.gz   for go tool pprof, Pyroscope, Parca"
+tprof export rec.tprof --format pprof --kind cpu -o rec.pb.gz   for go tool pprof, Pyroscope, Parca\n  \
+tprof merge node0.tprof node1.tprof -o job.pftrace   one trace of a multi-node job, and which rank lags"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -56,6 +57,9 @@ pub enum Command {
     /// Convert a recording for other tools: a Perfetto trace of every slice,
     /// or a pprof profile (go tool pprof, Pyroscope, Parca, Grafana).
     Export(ExportArgs),
+    /// Merge the recordings of a multi-node job (one per node or rank) into
+    /// one Perfetto trace, and report which rank holds the others back.
+    Merge(MergeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -249,6 +253,22 @@ impl ExportArgs {
             tids: self.tids.clone(),
         }
     }
+}
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// The recordings of one job, one per node or rank (at least two).
+    #[arg(required = true, num_args = 2.., value_name = "RECORDING")]
+    pub paths: Vec<PathBuf>,
+    /// Write the merged Perfetto trace here [default: none, report only].
+    #[arg(short, long, value_name = "FILE.pftrace")]
+    pub output: Option<PathBuf>,
+    /// Print the cross-node report as JSON (docs/json.md).
+    #[arg(long)]
+    pub json: bool,
+    /// Overwrite the output if it exists.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `REC.timeline.EXT` next to the recording `REC`.

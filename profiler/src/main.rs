@@ -21,6 +21,7 @@ use profiler::{
 };
 
 mod cli;
+mod merge;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
@@ -58,6 +59,7 @@ fn run(cli: cli::Cli) -> Result<()> {
         cli::Command::Flamegraph(args) => flamegraph(&args),
         cli::Command::Timeline(args) => timeline(&args),
         cli::Command::Export(args) => export(&args),
+        cli::Command::Merge(args) => merge::run(&args),
     }
 }
 

@@ -15,7 +15,7 @@ use std::cell::OnceCell;
 use std::io;
 use std::path::Path;
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 
 use crate::analysis::{
     self, Summary,
@@ -145,10 +145,89 @@ pub fn write(output: Output, input: &Input, mut out: impl io::Write) -> Result<(
 /// The model of the recording at `path`, its events streamed from the file
 /// in timestamp order rather than held in memory all at once.
 pub fn load_model(path: &Path) -> Result<Model> {
-    let opened = recording::reader::open(path)?;
+    model_of(&recording::reader::open(path)?)
+}
+
+/// The model of an opened recording (its events read now).
+pub fn model_of(opened: &recording::reader::Opened) -> Result<Model> {
     let mut assembly = Assembly::new(&opened.meta, opened.last_event_ns);
     let stats = opened.events_in_order(|event| assembly.apply(event))?;
     Ok(assembly.finish(stats))
+}
+
+/// One recording of a merge: its model, its path as the report names it,
+/// and its machine's name in the trace ([`node_names`]).
+pub type MergeInput = (Model, String, String);
+
+/// `tprof merge`: the recordings of one job into one Perfetto trace (when
+/// `trace` is given), each its own machine on its own wall clock, every
+/// interval as recorded; and the cross-node report. Each recording is
+/// written and dropped before the next is asked for, so a merge holds one
+/// model at a time.
+pub fn merge(
+    recordings: impl IntoIterator<Item = Result<MergeInput>>,
+    mut trace: Option<impl io::Write>,
+) -> Result<analysis::cross_node::CrossNode> {
+    use crate::render::timeline::tracks::{self, Placement, SlicePolicy};
+    use crate::render::trace::TraceSink as _;
+    let mut sink = trace
+        .as_mut()
+        .map(render::trace::perfetto::PerfettoSink::new);
+    let mut facts = Vec::new();
+    for (n, recording) in recordings.into_iter().enumerate() {
+        let (model, file, name) = recording?;
+        let input = Input::new(&model, Path::new(&file));
+        let summary = input.summary();
+        if let Some(sink) = &mut sink {
+            let facts = analysis::timeline::derive(&model, summary);
+            let title = format!("tprof merge — {file}");
+            let timeline = TimelineInput::new(&model, summary, &facts, title, input.limits);
+            let placement = Placement {
+                index: n as u32 + 1,
+                clock_offset_ns: model.start_anchor.offset_ns(),
+                name: Some(name.clone()),
+            };
+            let every = SlicePolicy::Uncapped { min_slice_ns: 1 };
+            tracks::lay_out(&timeline, every, placement, sink)
+                .context("writing the merged trace failed")?;
+        }
+        facts.push(analysis::cross_node::RankFacts::of(
+            &file, name, &model, summary,
+        ));
+    }
+    if let Some(sink) = &mut sink {
+        sink.finish().context("writing the merged trace failed")?;
+    }
+    Ok(analysis::cross_node::report(&facts))
+}
+
+/// Each recording's machine name in a merged trace: `host:rank`, else
+/// `host`; a name two recordings share gets its file's name too, so every
+/// recording is a machine of its own. `recordings` are (host, rank, file).
+pub fn node_names(recordings: &[(String, Option<u32>, String)]) -> Vec<String> {
+    let base: Vec<String> = recordings
+        .iter()
+        .map(|(host, rank, _)| {
+            let host = if host.is_empty() { "?" } else { host };
+            match rank {
+                Some(rank) => format!("{host}:{rank}"),
+                None => host.to_string(),
+            }
+        })
+        .collect();
+    base.iter()
+        .zip(recordings)
+        .map(|(name, (_, _, file))| {
+            if base.iter().filter(|b| *b == name).count() > 1 {
+                let file = Path::new(file)
+                    .file_name()
+                    .map_or(file.into(), |f| f.to_string_lossy());
+                format!("{name} ({file})")
+            } else {
+                name.clone()
+            }
+        })
+        .collect()
 }
 
 /// `tprof report`: the terminal report, or with `json` the `--json`
@@ -308,6 +387,16 @@ pub fn every_output(rec: &recording::Recording) {
     for output in Output::all() {
         let _ = write(output, &input, io::sink());
     }
+    // A merge of the recording with itself: two machines of one name.
+    let me = (model.hostname.clone(), None, "a".to_string());
+    let names = node_names(&[me.clone(), me]);
+    let twice = names
+        .into_iter()
+        .map(|name| Ok((model.clone(), "a".to_string(), name)));
+    if let Ok(report) = merge(twice, Some(io::sink())) {
+        let _ = render::cross_node::text(&report);
+        let _ = render::cross_node::json(&report);
+    }
 }
 
 #[cfg(test)]
@@ -336,6 +425,23 @@ mod tests {
         for format in TimelineFormat::ALL {
             assert!(all.contains(&Output::Timeline(format)));
         }
+    }
+
+    #[test]
+    fn every_recording_of_a_merge_is_a_machine_of_its_own() {
+        let r =
+            |host: &str, rank: Option<u32>, file: &str| (host.to_string(), rank, file.to_string());
+        let names = node_names(&[
+            r("a", Some(0), "0.tprof"),
+            r("a", Some(1), "1.tprof"),
+            r("b", None, "2.tprof"),
+            r("c", None, "3.tprof"),
+            r("c", None, "d/4.tprof"),
+        ]);
+        assert_eq!(
+            names,
+            ["a:0", "a:1", "b", "c (3.tprof)", "c (4.tprof)"].map(String::from)
+        );
     }
 
     #[test]

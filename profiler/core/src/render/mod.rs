@@ -3,6 +3,7 @@
 //! model's stacks) and formats it; none computes. [`crate::outputs`] lists
 //! them all.
 
+pub mod cross_node;
 pub mod flamegraph;
 pub mod json;
 pub mod pprof;

@@ -44,11 +44,15 @@ pub enum SlicePolicy {
 }
 
 /// Where one recording goes in a trace.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Placement {
     /// 0 for a trace of one recording; 1, 2, … in a merge.
     pub index: u32,
+    /// Added to the recording's CLOCK_MONOTONIC times (a merge puts each
+    /// recording on its wall clock).
     pub clock_offset_ns: i128,
+    /// The machine's name in the trace [default: `host` or `host:rank`].
+    pub name: Option<String>,
 }
 
 /// Lays out `input` into `sink` (which the caller finishes).
@@ -71,15 +75,19 @@ pub fn lay_out<S: TraceSink>(
         }
         SlicePolicy::Uncapped { min_slice_ns } => (min_slice_ns.max(1), None),
     };
+    let key = match placement.index {
+        0 => NodeKey::of(model),
+        n => NodeKey::of(model).salted(n),
+    };
     let mut layout = Layout {
         input,
-        key: NodeKey::of(model),
+        key,
         sink,
         process_ids: HashMap::new(),
     };
     layout.sink.node(&NodeInfo {
         index: placement.index,
-        name: node_name(model),
+        name: placement.name.clone().unwrap_or_else(|| node_name(model)),
         kernel_release: model.kernel_release.clone(),
         cores: model.cores,
         clock: NodeClock {

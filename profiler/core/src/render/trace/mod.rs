@@ -163,6 +163,14 @@ impl NodeKey {
         NodeKey(h.finish())
     }
 
+    /// This key made unique to the `n`th recording of a merge (the same
+    /// file merged twice still gets tracks of its own).
+    pub fn salted(self, n: u32) -> NodeKey {
+        let mut h = Fnv::new();
+        h.words(&[self.0, 8, n.into()]);
+        NodeKey(h.finish())
+    }
+
     /// A track's id: this node, what the track is, and when its process or
     /// thread began (pids and tids are reused).
     pub fn track(self, kind: TrackKind, start_ns: u64) -> TrackId {

@@ -41,3 +41,7 @@ mod cuda;
 // Timelines: trace event JSON valid and true to the report, the HTML page
 // drawn by headless Chromium.
 mod timeline;
+// Exports for other tools and multi-node merges: Perfetto traces against
+// Perfetto's own definitions, pprof profiles through `go tool pprof`, the
+// straggler of two concurrent ranks and a moved clock anchor.
+mod export;

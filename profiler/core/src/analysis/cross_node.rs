@@ -19,6 +19,10 @@ const NS: f64 = 1e9;
 /// of the other ranks' medians: below it, ranks differ by less than steps of
 /// one rank vary, and no rank is named.
 pub const STRAGGLER_RATIO: f64 = 1.10;
+/// Without steps to compare, a trainer that spent this much more of its
+/// time (as a share, in points) waiting for data than any other rank's is
+/// the straggler.
+pub const DATA_WAIT_LEAD: f64 = 0.10;
 
 /// What the cross-node report needs of one recording.
 #[derive(Debug, Clone)]
@@ -114,9 +118,16 @@ pub struct Straggler {
     pub file: String,
     pub rank: Option<u32>,
     pub node: String,
+    /// How it was found: `step_time` (the slowest median step) or
+    /// `data_wait` (too few recordings had steps; the largest share of
+    /// the trainer's time waiting for data).
+    pub basis: &'static str,
     pub step_p50_s: f64,
-    /// Its median step over the median of the other ranks' medians.
-    pub ratio_to_others: f64,
+    /// Its median step over the median of the other ranks' medians (with
+    /// basis `step_time`).
+    pub ratio_to_others: Option<f64>,
+    /// Share of its trainer's time waiting for data.
+    pub data_wait_frac: f64,
     /// What its trainer's step time went to: `data_wait` (its own input
     /// pipeline), `cpu` (on a CPU or waiting for one), `io` (its own block
     /// IO), `other` (other waits: locks, GPU syncs, …).
@@ -238,16 +249,27 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
-/// The rank with the slowest median step, if it is clearly slower.
+/// The rank that holds the others back: the one with the slowest median
+/// step, when at least two recordings have steps and it is clearly slower;
+/// else, when fewer have steps (a trainer that never waits for data has no
+/// step tprof can see), the one whose trainer spent clearly the most of its
+/// time waiting for data.
 fn straggler(facts: &[RankFacts]) -> Result<Straggler, String> {
     let timed: Vec<&RankFacts> = facts.iter().filter(|f| !f.steps.is_empty()).collect();
-    if timed.len() < 2 {
-        return Err(format!(
-            "{} of {} recordings have steps (a trainer waiting for batches); comparing needs two",
+    if timed.len() >= 2 {
+        return by_step_time(&timed, facts);
+    }
+    by_data_wait(facts).map_err(|why| {
+        format!(
+            "{} of {} recordings have steps (a trainer waiting for batches), so steps cannot \
+             be compared; {why}",
             timed.len(),
             facts.len()
-        ));
-    }
+        )
+    })
+}
+
+fn by_step_time(timed: &[&RankFacts], facts: &[RankFacts]) -> Result<Straggler, String> {
     let slowest = timed
         .iter()
         .copied()
@@ -273,7 +295,47 @@ fn straggler(facts: &[RankFacts]) -> Result<Straggler, String> {
             others_median * 1e3
         ));
     }
-    let shares = step_shares(&slowest.steps);
+    Ok(explain(slowest, "step_time", Some(ratio), facts))
+}
+
+fn by_data_wait(facts: &[RankFacts]) -> Result<Straggler, String> {
+    let waiting = facts
+        .iter()
+        .max_by(|a, b| a.data_wait_frac.total_cmp(&b.data_wait_frac))
+        .ok_or("there are no recordings")?;
+    let next = facts
+        .iter()
+        .filter(|f| !std::ptr::eq(*f, waiting))
+        .map(|f| f.data_wait_frac)
+        .fold(0.0, f64::max);
+    if facts.len() < 2 || waiting.data_wait_frac - next < DATA_WAIT_LEAD {
+        return Err(format!(
+            "no trainer waited for data clearly more than the others (largest share {:.0}%, \
+             next {:.0}%; a lead of {:.0} points names one)",
+            waiting.data_wait_frac * 100.0,
+            next * 100.0,
+            DATA_WAIT_LEAD * 100.0
+        ));
+    }
+    Ok(explain(waiting, "data_wait", None, facts))
+}
+
+/// The straggler `slow`, with what its steps went to and the others'
+/// trainers meanwhile.
+fn explain(
+    slow: &RankFacts,
+    basis: &'static str,
+    ratio: Option<f64>,
+    facts: &[RankFacts],
+) -> Straggler {
+    let shares = if slow.steps.is_empty() {
+        StepShares {
+            data_wait: slow.data_wait_frac,
+            ..StepShares::default()
+        }
+    } else {
+        step_shares(&slow.steps)
+    };
     let cause = [
         ("data_wait", shares.data_wait),
         ("cpu", shares.cpu),
@@ -284,19 +346,21 @@ fn straggler(facts: &[RankFacts]) -> Result<Straggler, String> {
     .max_by(|a, b| a.1.total_cmp(&b.1))
     .expect("four causes")
     .0;
-    let others = meanwhile(slowest, facts);
-    Ok(Straggler {
-        file: slowest.file.clone(),
-        rank: slowest.rank_number(),
-        node: slowest.name.clone(),
-        step_p50_s: slowest.step_p50_s,
+    let others = meanwhile(slow, facts);
+    Straggler {
+        file: slow.file.clone(),
+        rank: slow.rank_number(),
+        node: slow.name.clone(),
+        basis,
+        step_p50_s: slow.step_p50_s,
         ratio_to_others: ratio,
+        data_wait_frac: slow.data_wait_frac,
         cause,
         shares,
-        workers_mostly: (cause == "data_wait").then_some(slowest.data_wait_blame),
+        workers_mostly: (cause == "data_wait").then_some(slow.data_wait_blame),
         others_blocked_s: others.iter().map(|m| m.blocked_s).sum(),
         others,
-    })
+    }
 }
 
 /// What a rank's steps went to. Data waits are blocked time; the rest of
@@ -319,12 +383,13 @@ fn step_shares(steps: &[Step]) -> StepShares {
     }
 }
 
-/// Each other rank's trainer over the straggler's steps, on the wall clock.
+/// Each other rank's trainer over the straggler's steps (its whole window
+/// when it has none), on the wall clock.
 fn meanwhile(slowest: &RankFacts, facts: &[RankFacts]) -> Vec<Meanwhile> {
-    let (first, last) = (
-        slowest.steps.first().expect("steps").start_ns,
-        slowest.steps.last().expect("steps").end_ns,
-    );
+    let (first, last) = match (slowest.steps.first(), slowest.steps.last()) {
+        (Some(a), Some(b)) => (a.start_ns, b.end_ns),
+        _ => slowest.window_ns,
+    };
     let (wall_start, wall_end) = (
         slowest.start.monotonic_to_realtime(first),
         slowest.start.monotonic_to_realtime(last),
@@ -504,7 +569,8 @@ mod tests {
         assert_eq!(s.cause, "data_wait");
         assert!((s.shares.data_wait - 0.7).abs() < 1e-9, "{:?}", s.shares);
         assert_eq!(s.workers_mostly, Some(("on_cpu", 0.9)));
-        assert!((s.ratio_to_others - 50.0 / 20.5).abs() < 1e-9);
+        assert_eq!(s.basis, "step_time");
+        assert!((s.ratio_to_others.unwrap() - 50.0 / 20.5).abs() < 1e-9);
         // The others' recordings cover 200 and 210 ms of b's 500 ms of
         // steps; their trainers were blocked half of it.
         let overlap: Vec<f64> = s.others.iter().map(|m| m.overlap_s).collect();
@@ -520,6 +586,29 @@ mod tests {
         assert!(r.no_straggler.unwrap().contains("within 10%"));
         let one = report(&[facts("a", 0, 20, 1, 0)]);
         assert!(one.no_straggler.unwrap().contains("1 of 1"));
+    }
+
+    /// A healthy rank's trainer never waits, so it has no steps: the rank
+    /// that waited for data far more is the straggler.
+    #[test]
+    fn without_steps_to_compare_the_rank_waiting_for_data_is_named() {
+        let mut healthy = facts("a", 0, 20, 0, 0);
+        healthy.steps.clear();
+        healthy.data_wait_frac = 0.02;
+        let starved = facts("b", 1, 50, 35, 0);
+        let r = report(&[healthy.clone(), starved]);
+        let s = r.straggler.expect("a straggler");
+        assert_eq!(
+            (s.rank, s.basis, s.ratio_to_others),
+            (Some(1), "data_wait", None)
+        );
+        assert_eq!(s.cause, "data_wait");
+        // Close data waits name no one.
+        let mut close = facts("b", 1, 50, 35, 0);
+        close.steps.clear();
+        close.data_wait_frac = 0.1;
+        let r = report(&[healthy, close]);
+        assert!(r.no_straggler.unwrap().contains("lead of 10 points"));
     }
 
     #[test]

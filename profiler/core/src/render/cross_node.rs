@@ -48,8 +48,10 @@ struct Straggler<'a> {
     file: &'a str,
     rank: Option<u32>,
     node: &'a str,
+    basis: &'a str,
     step_p50_s: f64,
-    ratio_to_others: f64,
+    ratio_to_others: Option<f64>,
+    data_wait_frac: f64,
     cause: &'a str,
     shares: Shares,
     workers_mostly: Option<WorkersMostly<'a>>,
@@ -154,8 +156,10 @@ fn straggler(s: &cn::Straggler) -> Straggler<'_> {
         file: &s.file,
         rank: s.rank,
         node: &s.node,
+        basis: s.basis,
         step_p50_s: s.step_p50_s,
         ratio_to_others: s.ratio_to_others,
+        data_wait_frac: s.data_wait_frac,
         cause: s.cause,
         shares: Shares {
             data_wait: s.shares.data_wait,
@@ -260,14 +264,28 @@ pub fn text(report: &CrossNode) -> String {
 }
 
 fn straggler_text(out: &mut String, s: &cn::Straggler) {
-    let _ = writeln!(
-        out,
-        "Straggler: {} — {}: median step {:.1} ms, {:.2}x the other ranks' median.",
-        who(s.rank, &s.node),
-        s.file,
-        s.step_p50_s * 1e3,
-        s.ratio_to_others
-    );
+    match s.ratio_to_others {
+        Some(ratio) => {
+            let _ = writeln!(
+                out,
+                "Straggler: {} — {}: median step {:.1} ms, {ratio:.2}x the other ranks' median.",
+                who(s.rank, &s.node),
+                s.file,
+                s.step_p50_s * 1e3,
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "Straggler: {} — {}: its trainer waited for data {} of its time, at least \
+                 10 points more than any other rank's (too few ranks had steps to compare \
+                 step times).",
+                who(s.rank, &s.node),
+                s.file,
+                pct(s.data_wait_frac),
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "  Why: its steps went mostly to {} ({}). Data wait {}, CPU {}, IO {}, other waits {}.",
@@ -401,8 +419,10 @@ mod tests {
                 file: "b.tprof".into(),
                 rank: Some(1),
                 node: "h:1".into(),
+                basis: "step_time",
                 step_p50_s: 0.05,
-                ratio_to_others: 2.5,
+                ratio_to_others: Some(2.5),
+                data_wait_frac: 0.5,
                 cause: "data_wait",
                 shares: StepShares {
                     data_wait: 0.7,

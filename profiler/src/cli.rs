@@ -33,7 +33,10 @@ tprof report tprof-20261202-153000.tprof --json\n  \
 tprof flamegraph rec.tprof --kind offcpu -o offcpu.svg\n  \
 tprof flamegraph --diff before.tprof after.tprof -o diff.svg\n  \
 tprof timeline rec.tprof -o rec.json    open in Perfetto UI (ui.perfetto.dev) or chrome://tracing\n  \
-tprof timeline rec.tprof -o rec.html    one page to open in any browser"
+tprof timeline rec.tprof -o rec.html    one page to open in any browser\n  \
+tprof export rec.tprof --format perfetto -o rec.pftrace\n  \
+tprof export rec.tprof --format pprof --kind cpu -o rec.pb.gz   for go tool pprof, Pyroscope, Parca\n  \
+tprof merge node0.tprof node1.tprof -o job.pftrace   one trace of a multi-node job, and which rank lags"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -48,9 +51,15 @@ pub enum Command {
     Report(ReportArgs),
     /// Draw a flamegraph SVG (or print folded stacks) of a recording.
     Flamegraph(FlamegraphArgs),
-    /// Write the timeline of a recording: trace event JSON for Perfetto UI
-    /// and chrome://tracing, or a self-contained HTML page.
+    /// Write the timeline of a recording: a Perfetto trace, trace event
+    /// JSON for chrome://tracing, or a self-contained HTML page.
     Timeline(TimelineArgs),
+    /// Convert a recording for other tools: a Perfetto trace of every slice,
+    /// or a pprof profile (go tool pprof, Pyroscope, Parca, Grafana).
+    Export(ExportArgs),
+    /// Merge the recordings of a multi-node job (one per node or rank) into
+    /// one Perfetto trace, and report which rank holds the others back.
+    Merge(MergeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -181,14 +190,16 @@ pub struct FlamegraphArgs {
 pub struct TimelineArgs {
     /// A recording made by `tprof record`.
     pub path: PathBuf,
-    /// Write the timeline here; the extension picks the format: .json for
-    /// Perfetto UI and chrome://tracing, .html for a page that opens in any
-    /// browser [default: PATH.timeline.html].
-    #[arg(short, long, value_name = "FILE.json|FILE.html")]
+    /// Write the timeline here; the extension picks the format: .pftrace
+    /// for Perfetto UI and trace_processor, .json for chrome://tracing (and
+    /// Perfetto UI), .html for a page that opens in any browser [default:
+    /// PATH.timeline.html].
+    #[arg(short, long, value_name = "FILE.pftrace|FILE.json|FILE.html")]
     pub output: Option<PathBuf>,
     /// Merge each thread's slices shorter than this with their neighbours
-    /// (e.g. 50us, 1ms; 1ns merges nothing); raised further when the
-    /// timeline would be too large for a viewer to open.
+    /// (e.g. 50us, 1ms; 1ns merges nothing); for .json and .html raised
+    /// further when the timeline would be too large for a viewer to open
+    /// (a .pftrace is never capped).
     #[arg(long, value_name = "DURATION", default_value = "50us", value_parser = parse_duration)]
     pub min_slice: Duration,
     /// Overwrite the output if it exists.
@@ -206,6 +217,80 @@ impl TimelineArgs {
         let format = TimelineFormat::of(&out)?;
         Ok((out, format))
     }
+}
+
+/// What `tprof export` writes.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// Perfetto's protobuf trace: every thread's states, steps, stalls,
+    /// CUDA calls, GPU and disk counters, deliveries as flows.
+    Perfetto,
+    /// A pprof profile (profile.proto, gzipped) of one kind of stacks.
+    Pprof,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// A recording made by `tprof record`.
+    pub path: PathBuf,
+    /// The format to write.
+    #[arg(long, value_enum)]
+    pub format: ExportFormat,
+    /// pprof: cpu (on-CPU samples), offcpu (time off CPU by reason) or wall
+    /// (both).
+    #[arg(long, value_enum, default_value_t = FlameKind::Cpu)]
+    pub kind: FlameKind,
+    /// Write it here [default: PATH.pftrace, or PATH.KIND.pb.gz].
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// pprof: only these processes (repeatable).
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// pprof: only these threads (repeatable).
+    #[arg(long = "tid", value_name = "TID")]
+    pub tids: Vec<u32>,
+    /// Overwrite the output if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+impl ExportArgs {
+    pub fn output_path(&self) -> PathBuf {
+        self.output.clone().unwrap_or_else(|| {
+            let mut name = self.path.as_os_str().to_owned();
+            match self.format {
+                ExportFormat::Perfetto => name.push(".pftrace"),
+                ExportFormat::Pprof => name.push(format!(
+                    ".{}.pb.gz",
+                    flame::FlameKind::from(self.kind).name()
+                )),
+            }
+            PathBuf::from(name)
+        })
+    }
+
+    pub fn filter(&self) -> flame::Filter {
+        flame::Filter {
+            pids: self.pids.clone(),
+            tids: self.tids.clone(),
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// The recordings of one job, one per node or rank (at least two).
+    #[arg(required = true, num_args = 2.., value_name = "RECORDING")]
+    pub paths: Vec<PathBuf>,
+    /// Write the merged Perfetto trace here [default: none, report only].
+    #[arg(short, long, value_name = "FILE.pftrace")]
+    pub output: Option<PathBuf>,
+    /// Print the cross-node report as JSON (docs/json.md).
+    #[arg(long)]
+    pub json: bool,
+    /// Overwrite the output if it exists.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `REC.timeline.EXT` next to the recording `REC`.
@@ -407,17 +492,24 @@ mod tests {
     }
 
     #[test]
-    fn timeline_format_from_the_extension() {
-        let format = |p: &str| TimelineFormat::of(Path::new(p)).ok();
-        assert_eq!(format("a.json"), Some(TimelineFormat::Json));
-        assert_eq!(format("a.HTML"), Some(TimelineFormat::Html));
-        assert_eq!(format("a.htm"), Some(TimelineFormat::Html));
-        assert_eq!(format("a.svg"), None);
-        assert_eq!(format("a"), None);
+    fn default_paths() {
         assert_eq!(
             timeline_path(Path::new("d/r.tprof"), TimelineFormat::Json),
             PathBuf::from("d/r.tprof.timeline.json")
         );
+        let export = |format, kind| ExportArgs {
+            path: "r.tprof".into(),
+            format,
+            kind,
+            output: None,
+            pids: vec![],
+            tids: vec![],
+            force: false,
+        };
+        let perfetto = export(ExportFormat::Perfetto, FlameKind::Cpu);
+        assert_eq!(perfetto.output_path(), PathBuf::from("r.tprof.pftrace"));
+        let pprof = export(ExportFormat::Pprof, FlameKind::Offcpu);
+        assert_eq!(pprof.output_path(), PathBuf::from("r.tprof.offcpu.pb.gz"));
     }
 
     #[test]

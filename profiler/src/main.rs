@@ -1,5 +1,7 @@
 //! The `tprof` binary: parse arguments, run one pipeline, print `error: …`
-//! and exit non-zero on failure.
+//! and exit non-zero on failure. What each output is made of lives in
+//! `tprof_core::outputs` (the registry the fuzzer runs too); this file adds
+//! files, stdout and messages.
 
 use std::{
     io::{self, Write as _},
@@ -10,18 +12,16 @@ use std::{
 use anyhow::{Context as _, Result};
 use clap::Parser as _;
 use profiler::{
-    analysis::{
-        self, Summary,
-        flame::{self, Filter, FlameKind},
-    },
+    analysis::{self, flame::FlameKind},
     capture,
     model::Model,
     output,
-    outputs::{self, Folded, TimelineFormat, load_model},
-    render::{self, timeline::Limits},
+    outputs::{self, Input, Output, TimelineFormat, load_model},
+    render::timeline::Limits,
 };
 
 mod cli;
+mod merge;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
@@ -58,105 +58,90 @@ fn run(cli: cli::Cli) -> Result<()> {
         cli::Command::Report(args) => report(&args.path, args.json),
         cli::Command::Flamegraph(args) => flamegraph(&args),
         cli::Command::Timeline(args) => timeline(&args),
+        cli::Command::Export(args) => export(&args),
+        cli::Command::Merge(args) => merge::run(&args),
     }
 }
 
-/// `tprof timeline`: the timeline of a recording as trace event JSON or
-/// an HTML page.
+/// `tprof timeline`: the timeline of a recording as trace event JSON, a
+/// Perfetto trace or an HTML page.
 fn timeline(args: &cli::TimelineArgs) -> Result<()> {
     let (out, format) = args.output_and_format()?;
     let model = load_model(&args.path)?;
-    let summary = analysis::summarize(&model);
-    let limits = Limits {
+    let mut input = Input::new(&model, &args.path);
+    input.limits = Limits {
         min_slice_ns: args.min_slice.as_nanos().max(1) as u64,
         ..Limits::default()
     };
-    write_timeline(
-        &model, &summary, &args.path, &out, format, limits, args.force,
-    )?;
+    write_file(Output::Timeline(format), &input, &out, args.force)?;
     eprintln!("tprof: wrote {}", out.display());
     Ok(())
 }
 
-/// One timeline file ([`outputs::timeline`]).
-fn write_timeline(
-    model: &Model,
-    summary: &Summary,
-    recording: &Path,
-    out: &Path,
-    format: TimelineFormat,
-    limits: Limits,
-    force: bool,
-) -> Result<()> {
-    let file = io::BufWriter::new(output::create(out, force)?);
-    outputs::timeline(model, summary, recording, format, limits, file)
-        .with_context(|| format!("writing {} failed", out.display()))
+/// `tprof export`: a recording for other tools, as a Perfetto trace of
+/// every slice or a pprof profile.
+fn export(args: &cli::ExportArgs) -> Result<()> {
+    let model = load_model(&args.path)?;
+    let mut input = Input::new(&model, &args.path);
+    input.filter = args.filter();
+    let output = match args.format {
+        cli::ExportFormat::Perfetto => {
+            // Every interval as recorded: Perfetto loads them all.
+            input.limits.min_slice_ns = 1;
+            Output::Timeline(TimelineFormat::Perfetto)
+        }
+        cli::ExportFormat::Pprof => Output::Pprof(FlameKind::from(args.kind)),
+    };
+    let out = args.output_path();
+    write_file(output, &input, &out, args.force)?;
+    eprintln!("tprof: wrote {}", out.display());
+    Ok(())
+}
+
+/// Writes one output to the file `out`. Timelines stream into the file as
+/// they are laid out; the others are made first, so an output the
+/// recording cannot give (no stacks) leaves no empty file behind.
+fn write_file(output: Output, input: &Input, out: &Path, force: bool) -> Result<()> {
+    let failed = || format!("writing {} failed", out.display());
+    if let Output::Timeline(_) = output {
+        let file = io::BufWriter::with_capacity(1 << 20, output::create(out, force)?);
+        return outputs::write(output, input, file).with_context(failed);
+    }
+    let mut bytes = Vec::new();
+    outputs::write(output, input, &mut bytes)?;
+    output::create(out, force)?
+        .write_all(&bytes)
+        .with_context(failed)
 }
 
 /// `tprof flamegraph`: one recording's SVG or folded stacks, or the
 /// differential SVG of two.
 fn flamegraph(args: &cli::FlamegraphArgs) -> Result<()> {
     let kind = FlameKind::from(args.kind);
-    let filter = args.filter();
-    let (lines, note) = folded(&args.path, kind, &filter)?;
+    let model = load_model(&args.path)?;
+    let mut input = Input::new(&model, &args.path);
+    input.filter = args.filter();
     if args.folded {
-        io::stdout()
-            .lock()
-            .write_all(flame::folded_text(&lines).as_bytes())?;
+        let mut text = Vec::new();
+        outputs::write(Output::Folded(kind), &input, &mut text)?;
+        io::stdout().lock().write_all(&text)?;
         return Ok(());
     }
+    let after_model = match &args.after {
+        Some(after) => Some((load_model(after)?, after.as_path())),
+        None => None,
+    };
+    input.after = after_model.as_ref().map(|(m, p)| (m, *p));
     // record already wrote REC.cpu.svg and REC.wall.svg: a diff gets a name
     // of its own.
-    let default_out = match &args.after {
-        Some(after) => svg_path(after, kind, ".diff"),
-        None => svg_path(&args.path, kind, ""),
+    let (output, default_out) = match &args.after {
+        Some(after) => (Output::FlamegraphDiff(kind), svg_path(after, kind, ".diff")),
+        None => (Output::Flamegraph(kind), svg_path(&args.path, kind, "")),
     };
     let out = args.output.clone().unwrap_or(default_out);
-    let file = output::create(&out, args.force)?;
-    match &args.after {
-        Some(after) => {
-            let (after_lines, after_note) = folded(after, kind, &filter)?;
-            let note = diff_note(&args.path, note, after, after_note);
-            let title = format!(
-                "tprof {} flamegraph: {} → {}",
-                kind.name(),
-                args.path.display(),
-                after.display()
-            );
-            render::flamegraph::diff_svg(&lines, &after_lines, kind, &title, note.as_deref(), file)
-        }
-        None => {
-            let title = title(kind, &args.path);
-            render::flamegraph::svg(&lines, kind, &title, note.as_deref(), file)
-        }
-    }
-    .with_context(|| format!("writing {} failed", out.display()))?;
+    write_file(output, &input, &out, args.force)?;
     eprintln!("tprof: wrote {}", out.display());
     Ok(())
-}
-
-/// The folded stacks of a recording ([`outputs::folded`]) and what it lost
-/// ([`render::loss_note`]).
-fn folded(path: &Path, kind: FlameKind, filter: &Filter) -> Result<(Folded, Option<String>)> {
-    let model = load_model(path)?;
-    let lines = outputs::folded(&model, path, kind, filter)?;
-    Ok((lines, render::loss_note(&model.lost, model.cut_short)))
-}
-
-/// The losses of both recordings of a differential flamegraph, each named.
-fn diff_note(
-    before: &Path,
-    before_note: Option<String>,
-    after: &Path,
-    after_note: Option<String>,
-) -> Option<String> {
-    let named =
-        |path: &Path, note: Option<String>| note.map(|n| format!("{}: {n}", path.display()));
-    let notes: Vec<String> = [named(before, before_note), named(after, after_note)]
-        .into_iter()
-        .flatten()
-        .collect();
-    (!notes.is_empty()).then(|| notes.join(" | "))
 }
 
 /// What `tprof record` writes next to the recording: the flamegraphs and
@@ -164,17 +149,16 @@ fn diff_note(
 /// does not stop the others.
 fn record_outputs(recording: &Path, flamegraphs: bool, timelines: bool, force: bool) -> Result<()> {
     let model = load_model(recording)?;
-    if flamegraphs && let Err(err) = record_flamegraphs(&model, recording, force) {
-        eprintln!("tprof: warning: {err:#}");
+    let input = Input::new(&model, recording);
+    if flamegraphs {
+        record_flamegraphs(&input, recording, force);
     }
     if !timelines {
         return Ok(());
     }
-    let summary = analysis::summarize(&model);
     for format in [TimelineFormat::Html, TimelineFormat::Json] {
         let out = cli::timeline_path(recording, format);
-        let limits = Limits::default();
-        match write_timeline(&model, &summary, recording, &out, format, limits, force) {
+        match write_file(Output::Timeline(format), &input, &out, force) {
             Ok(()) => eprintln!("tprof: timeline written to {}", out.display()),
             Err(err) => eprintln!("tprof: warning: {err:#}"),
         }
@@ -185,11 +169,9 @@ fn record_outputs(recording: &Path, flamegraphs: bool, timelines: bool, force: b
 /// `tprof record`'s flamegraphs: cpu and wall, next to the recording. A
 /// job that never ran while sampled has no cpu graph; that is a note, not a
 /// failure of the recording.
-fn record_flamegraphs(model: &Model, recording: &Path, force: bool) -> Result<()> {
-    let note = render::loss_note(&model.lost, model.cut_short);
+fn record_flamegraphs(input: &Input, recording: &Path, force: bool) {
     for kind in [FlameKind::Cpu, FlameKind::Wall] {
-        let lines = flame::fold(model, kind, &Filter::default());
-        if lines.is_empty() {
+        if !has_stacks(input.model, kind) {
             eprintln!(
                 "tprof: no {} stacks were sampled; no {} flamegraph",
                 kind.name(),
@@ -198,16 +180,19 @@ fn record_flamegraphs(model: &Model, recording: &Path, force: bool) -> Result<()
             continue;
         }
         let out = svg_path(recording, kind, "");
-        let file = output::create(&out, force)?;
-        render::flamegraph::svg(&lines, kind, &title(kind, recording), note.as_deref(), file)
-            .with_context(|| format!("writing {} failed", out.display()))?;
-        eprintln!(
-            "tprof: {} flamegraph written to {}",
-            kind.name(),
-            out.display()
-        );
+        match write_file(Output::Flamegraph(kind), input, &out, force) {
+            Ok(()) => eprintln!(
+                "tprof: {} flamegraph written to {}",
+                kind.name(),
+                out.display()
+            ),
+            Err(err) => eprintln!("tprof: warning: {err:#}"),
+        }
     }
-    Ok(())
+}
+
+fn has_stacks(model: &Model, kind: FlameKind) -> bool {
+    !analysis::flame::fold(model, kind, &Default::default()).is_empty()
 }
 
 /// `REC.KIND[SUFFIX].svg` next to the recording `REC`.
@@ -217,21 +202,16 @@ fn svg_path(recording: &Path, kind: FlameKind, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-fn title(kind: FlameKind, recording: &Path) -> String {
-    let what = match kind {
-        FlameKind::Cpu => "on-CPU samples",
-        FlameKind::OffCpu => "off-CPU time by reason",
-        FlameKind::Wall => "wall-clock time (on- and off-CPU)",
-    };
-    format!("tprof: {what} — {}", recording.display())
-}
-
 /// `tprof report`: recording → model → analysis → render, to stdout.
 fn report(path: &Path, json: bool) -> Result<()> {
     let model = load_model(path)?;
-    let summary = analysis::summarize(&model);
-    let text = outputs::report(&summary, json);
-    io::stdout().lock().write_all(text.as_bytes())?;
+    let mut text = Vec::new();
+    outputs::write(
+        Output::Report { json },
+        &Input::new(&model, path),
+        &mut text,
+    )?;
+    io::stdout().lock().write_all(&text)?;
     Ok(())
 }
 

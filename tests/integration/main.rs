@@ -49,3 +49,7 @@ mod timeline;
 // roles against its own ground truth, advice in the right direction, a
 // report whose sentences add up.
 mod real_job;
+// Exports for other tools and multi-node merges: Perfetto traces against
+// Perfetto's own definitions, pprof profiles through `go tool pprof`, the
+// straggler of two concurrent ranks and a moved clock anchor.
+mod export;

@@ -3,7 +3,8 @@
 //! running the real PyTorch job there under tprof (`RealJob`),
 //! the fake NVML library in tests/fake_nvml and the CUDA runtimes
 //! (tests/fake_cudart, and the real wheel's), reading their ground truth,
-//! decoding `tprof report --json`, and loading pages in headless Chromium.
+//! decoding `tprof report --json`, loading pages in headless Chromium, and
+//! checking exports with Perfetto's definitions and `go tool pprof`.
 //!
 //! The tests load real eBPF programs, so they need root; helpers panic with
 //! a clear message rather than returning errors, so a failure reads as the
@@ -12,6 +13,7 @@
 mod browser;
 mod cuda;
 mod fake_nvml;
+mod perfetto;
 mod process;
 mod real_job;
 mod report;
@@ -21,6 +23,7 @@ mod workload;
 pub use browser::{PageLoad, chromium_screenshot};
 pub use cuda::{fake_cudart, real_cudart};
 pub use fake_nvml::{FakeNvml, recording_start_realtime_ns};
+pub use perfetto::{go_pprof, perfetto_summary};
 pub use process::{Finished, Running, group_members, pgid, signal};
 pub use real_job::{JobConfig, JobTruth, RealJob, RealRun, Threads};
 pub use report::{

@@ -8,6 +8,7 @@ mod demo;
 mod fixtures;
 mod fuzz;
 mod job_env;
+mod protos;
 mod setup;
 mod test;
 mod workloads;
@@ -25,7 +26,8 @@ use clap::{Parser, Subcommand};
   sudo cargo xtask bench
   sudo cargo xtask bench real
   sudo cargo xtask fixtures
-  cargo xtask fuzz --seconds 300"
+  cargo xtask fuzz --seconds 300
+  cargo xtask protos"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -58,6 +60,9 @@ enum Task {
     /// Fuzz the recording reader (and everything after it) for a fixed
     /// time with cargo-fuzz; needs nightly and `cargo install cargo-fuzz`.
     Fuzz(fuzz::Args),
+    /// Regenerate tprof-core's protobuf code (Perfetto traces, pprof
+    /// profiles) from profiler/core/proto/; --check fails if it is stale.
+    Protos(protos::Args),
 }
 
 fn main() {
@@ -69,6 +74,7 @@ fn main() {
         Task::Bench(args) => bench::run(&args),
         Task::Fixtures(args) => fixtures::run(&args),
         Task::Fuzz(args) => fuzz::run(&args),
+        Task::Protos(args) => protos::run_task(&args),
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

@@ -14,7 +14,9 @@ use crate::job_env;
 /// Debian packages: LLVM 22 for bpf-linker (same major as rustc's LLVM),
 /// sysstat/bpftool/libbpf-tools as test oracles and peers, gcc for the C
 /// workloads, python3-pip for the CUDA runtime wheel, python3.11-venv for
-/// the train-job venv, chromium to load the HTML timeline headless.
+/// the train-job venv, python3-venv for the Perfetto checker's environment,
+/// chromium to load the HTML timeline headless, golang-go for `go tool
+/// pprof`, which checks pprof exports.
 const APT_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",
@@ -29,7 +31,9 @@ const APT_PACKAGES: &[&str] = &[
     // Debian's python3.11 can make the train-job venv only with this
     // (job_env.rs uses pyenv's 3.11 first, when there is one).
     "python3.11-venv",
+    "python3-venv",
     "chromium",
+    "golang-go",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// cargo-fuzz for `cargo xtask fuzz`, which `cargo xtask test` runs: pinned,
@@ -44,6 +48,16 @@ const CUDA_RUNTIME_WHEEL: &str = "nvidia-cuda-runtime-cu12==12.9.79";
 /// (tests/support/cuda.rs) look there.
 const CUDA_RUNTIME_DIR: &str = "target/cuda-runtime/site";
 const CUDA_RUNTIME_LIB: &str = "nvidia/cuda_runtime/lib/libcudart.so.12";
+/// Perfetto's Python package: it ships the trace format's proto definitions
+/// (perfetto_trace_pb2), with which the export tests decode tprof's traces
+/// (its trace_processor binary is downloaded on first use, which these
+/// machines cannot do, and is not used). Pinned with the protobuf runtime
+/// it was tested with.
+const PERFETTO_PACKAGES: &[&str] = &["perfetto==0.59.1", "protobuf==7.36.2"];
+/// The virtual environment it is installed into; tests/support/perfetto.rs
+/// looks there.
+const PERFETTO_VENV: &str = "target/perfetto-venv";
+const PERFETTO_CHECK: &str = "import perfetto.protos.perfetto.trace.perfetto_trace_pb2";
 
 /// What setup made that later tasks need to find.
 pub struct Installed {
@@ -57,6 +71,7 @@ pub fn run() -> Result<Installed> {
     bpf_linker()?;
     cargo_fuzz()?;
     cuda_runtime()?;
+    perfetto_protos()?;
     let job_python = job_env::ensure()?;
     tracefs()?;
     Ok(Installed { job_python })
@@ -182,6 +197,37 @@ fn cuda_runtime() -> Result<()> {
         );
     }
     println!("CUDA runtime wheel: installed {CUDA_RUNTIME_WHEEL}");
+    Ok(())
+}
+
+/// Perfetto's Python package in a virtual environment under target/.
+fn perfetto_protos() -> Result<()> {
+    let venv = cmd::root().join(PERFETTO_VENV);
+    let python = venv.join("bin/python");
+    if probe(command(python.to_str().expect("utf-8 path")).args(["-c", PERFETTO_CHECK])).is_some() {
+        println!("perfetto Python package: ok");
+        return Ok(());
+    }
+    run_cmd(command("python3").args(["-m", "venv"]).arg(&venv))
+        .context("creating a Python virtual environment failed (Debian package python3-venv)")?;
+    run_cmd(
+        command(python.to_str().expect("utf-8 path"))
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(PERFETTO_PACKAGES),
+    )
+    .context(
+        "installing the perfetto Python package failed; the export tests need PyPI reachable",
+    )?;
+    println!(
+        "perfetto Python package: installed {}",
+        PERFETTO_PACKAGES.join(" ")
+    );
     Ok(())
 }
 

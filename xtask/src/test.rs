@@ -34,6 +34,8 @@ pub fn run(args: &Args) -> Result<()> {
 
 fn lint() -> Result<()> {
     run_cmd(cargo().args(["fmt", "--all", "--check"]))?;
+    // The committed protobuf code is what profiler/core/proto/ gives.
+    crate::protos::run_task(&crate::protos::Args { check: true })?;
     run_cmd(cargo().args([
         "clippy",
         "--workspace",

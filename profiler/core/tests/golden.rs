@@ -24,9 +24,8 @@ use tprof_core::analysis::{
     self,
     flame::{Filter, FlameKind},
 };
-use tprof_core::outputs::{self, TimelineFormat};
+use tprof_core::outputs::{self, Input, Output as Out, TimelineFormat};
 use tprof_core::recording::{FORMAT_VERSION, MAGIC, OLDEST_READABLE_VERSION};
-use tprof_core::render::timeline::Limits;
 
 /// Relative to the package root, where cargo runs integration tests: the
 /// paths the outputs name (titles, errors) are these, whoever checks out
@@ -46,39 +45,20 @@ type Output = Result<Vec<u8>, String>;
 fn render(path: &Path) -> Vec<(&'static str, Output)> {
     let model = outputs::load_model(path)
         .unwrap_or_else(|e| panic!("{} does not read: {e:#}", path.display()));
-    let summary = analysis::summarize(&model);
-    let folded = |kind| -> Output {
-        outputs::folded(&model, path, kind, &Filter::default())
-            .map(|lines| analysis::flame::folded_text(&lines).into_bytes())
-            .map_err(|e| format!("{e:#}"))
-    };
-    let timeline = |format| -> Output {
+    let input = Input::new(&model, path);
+    let render = |output| -> Output {
         let mut bytes = Vec::new();
-        outputs::timeline(
-            &model,
-            &summary,
-            path,
-            format,
-            Limits::default(),
-            &mut bytes,
-        )
-        .map_err(|e| e.to_string())?;
+        outputs::write(output, &input, &mut bytes).map_err(|e| format!("{e:#}"))?;
         Ok(bytes)
     };
     vec![
-        (
-            "report.txt",
-            Ok(outputs::report(&summary, false).into_bytes()),
-        ),
-        (
-            "report.json",
-            Ok(outputs::report(&summary, true).into_bytes()),
-        ),
-        ("cpu.folded", folded(FlameKind::Cpu)),
-        ("offcpu.folded", folded(FlameKind::OffCpu)),
-        ("wall.folded", folded(FlameKind::Wall)),
-        ("timeline.json", timeline(TimelineFormat::Json)),
-        ("timeline.html", timeline(TimelineFormat::Html)),
+        ("report.txt", render(Out::Report { json: false })),
+        ("report.json", render(Out::Report { json: true })),
+        ("cpu.folded", render(Out::Folded(FlameKind::Cpu))),
+        ("offcpu.folded", render(Out::Folded(FlameKind::OffCpu))),
+        ("wall.folded", render(Out::Folded(FlameKind::Wall))),
+        ("timeline.json", render(Out::Timeline(TimelineFormat::Json))),
+        ("timeline.html", render(Out::Timeline(TimelineFormat::Html))),
     ]
 }
 

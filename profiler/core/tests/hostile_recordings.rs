@@ -100,6 +100,7 @@ fn sample() -> Vec<u8> {
         end: ClockAnchor::default(),
         stop_reason: "duration".into(),
         command_exit: None,
+        clock_sync: None,
     };
     w.write_json(record::FOOTER, &footer).unwrap();
     w.finish().unwrap()

@@ -21,6 +21,7 @@ mod file;
 pub mod gpu;
 mod launch;
 pub mod limits;
+mod node;
 mod pipeline;
 mod privileges;
 pub mod procfs;

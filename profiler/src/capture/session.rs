@@ -156,6 +156,7 @@ impl Session {
             block_devices: procfs::block_devices(),
             cpu_limit: self.roots.first().map(|&pid| limits::cpu_limit(pid)),
             sample_hz: self.sample_hz,
+            node: Some(super::node::identity(&self.roots)),
         };
         self.out.write_json(record::HEADER, &header)?;
         self.out.write_json(record::GPU_INFO, &self.gpu_info)?;
@@ -612,6 +613,7 @@ impl Session {
             end: anchor(),
             stop_reason: stop_reason.as_str().to_string(),
             command_exit: command_exit.clone(),
+            clock_sync: super::clock::clock_sync(),
         };
         file.write_json(record::FOOTER, &footer)?;
         file.finish()?;

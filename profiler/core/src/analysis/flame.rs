@@ -46,7 +46,7 @@ pub struct Filter {
 }
 
 impl Filter {
-    fn keeps(&self, sample: &StackSample) -> bool {
+    pub fn keeps(&self, sample: &StackSample) -> bool {
         (self.pids.is_empty() || self.pids.contains(&sample.pid))
             && (self.tids.is_empty() || self.tids.contains(&sample.tid))
     }
@@ -95,7 +95,7 @@ fn keep_total_in_range(lines: &mut [(String, u64)]) {
 
 /// The sample's weight in this kind's summing unit (samples for cpu, ns
 /// otherwise), or None when the kind leaves it out.
-fn weight(table: &StackTable, sample: &StackSample, kind: FlameKind) -> Option<u64> {
+pub fn weight(table: &StackTable, sample: &StackSample, kind: FlameKind) -> Option<u64> {
     match (kind, sample.kind.is_on_cpu()) {
         (FlameKind::Cpu, true) | (FlameKind::OffCpu, false) => Some(sample.weight),
         (FlameKind::Wall, false) => Some(sample.weight),
@@ -159,7 +159,7 @@ pub fn process_role(model: &Model, pid: u32) -> String {
 }
 
 /// The thread's latest name (a reused tid: the latest thread of that pid).
-fn thread_name(model: &Model, sample: &StackSample) -> String {
+pub fn thread_name(model: &Model, sample: &StackSample) -> String {
     model
         .threads
         .iter()

@@ -1,6 +1,7 @@
 //! Statistics over the model: per thread, per process, and the machine-wide
 //! picture. Pure functions; the renderers only format what is computed here.
 
+pub mod cross_node;
 pub mod cuda;
 mod devices;
 pub mod diagnosis;

@@ -23,7 +23,9 @@ pub use io::{FutexWait, IoOp, IoRequest};
 pub use threads::{BlockReason, Breakdown, Interval, Intervals, SwitchOut, Thread, ThreadState};
 
 use crate::recording::reader::StreamStats;
-use crate::recording::{Event, LostCounts, Origin, Recording, StackTable, SystemSample};
+use crate::recording::{
+    ClockAnchor, Event, LostCounts, NodeIdentity, Origin, Recording, StackTable, SystemSample,
+};
 
 /// The longest window a recording can describe. tprof records for minutes
 /// or hours; a timestamp further out is corruption, and analysis works per
@@ -113,6 +115,16 @@ pub struct Model {
     pub cpu_limit: Option<crate::recording::CpuLimit>,
     /// CUDA runtime calls and the libraries they were seen in.
     pub cuda: Cuda,
+    /// The machine it was recorded on (its node name).
+    pub hostname: String,
+    /// Its kernel (`uname -r`).
+    pub kernel_release: String,
+    /// Its boot, machine and rank, when recorded (since format 4).
+    pub node: Option<NodeIdentity>,
+    /// The clock anchors at the window's opening and, for a recording that
+    /// ended normally, its close.
+    pub start_anchor: ClockAnchor,
+    pub end_anchor: Option<ClockAnchor>,
 }
 
 impl Model {
@@ -170,6 +182,11 @@ impl<'a> Assembly<'a> {
             devices: rec.header.block_devices.clone(),
             gpus: gpu::build(rec),
             stacks: rec.stacks.clone(),
+            hostname: rec.header.hostname.clone(),
+            kernel_release: rec.header.kernel_release.clone(),
+            node: rec.header.node.clone(),
+            start_anchor: rec.header.start,
+            end_anchor: rec.footer.as_ref().map(|f| f.end),
             ..Default::default()
         };
         Assembly {

@@ -78,11 +78,17 @@ pub mod record {
 }
 
 /// A pair of clock readings taken together, to convert between CLOCK_MONOTONIC
-/// (kernel event timestamps) and wall-clock time (NVML, humans).
+/// (kernel event timestamps) and wall-clock time (NVML, humans, other
+/// machines).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClockAnchor {
     pub monotonic_ns: u64,
     pub realtime_ns: u64,
+    /// How far apart the two readings may be: half the time between the
+    /// monotonic readings taken just before and just after the wall clock
+    /// (None in recordings made before tprof measured it).
+    #[serde(default)]
+    pub uncertainty_ns: Option<u64>,
 }
 
 impl ClockAnchor {
@@ -93,6 +99,75 @@ impl ClockAnchor {
             i128::from(self.monotonic_ns) + i128::from(realtime_ns) - i128::from(self.realtime_ns);
         mono.clamp(0, i128::from(u64::MAX)) as u64
     }
+
+    /// The wall-clock time of a CLOCK_MONOTONIC time (ns).
+    pub fn monotonic_to_realtime(&self, monotonic_ns: u64) -> u64 {
+        let real =
+            i128::from(self.realtime_ns) + i128::from(monotonic_ns) - i128::from(self.monotonic_ns);
+        real.clamp(0, i128::from(u64::MAX)) as u64
+    }
+
+    /// CLOCK_REALTIME minus CLOCK_MONOTONIC at this anchor (ns): constant
+    /// on one boot unless the wall clock is stepped.
+    pub fn offset_ns(&self) -> i128 {
+        i128::from(self.realtime_ns) - i128::from(self.monotonic_ns)
+    }
+}
+
+/// Where a recording was made and which part of a job it saw: what tells
+/// the recordings of a multi-node job apart and lines them up (since v4,
+/// optional; recordings without it read as None).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeIdentity {
+    /// `/proc/sys/kernel/random/boot_id`: two recordings with the same one
+    /// share one CLOCK_MONOTONIC.
+    #[serde(default)]
+    pub boot_id: Option<String>,
+    /// `/etc/machine-id`: the machine, across boots.
+    #[serde(default)]
+    pub machine_id: Option<String>,
+    /// The wall clock's synchronization when recording started, as the
+    /// kernel's NTP state (adjtimex) gives it.
+    #[serde(default)]
+    pub clock_sync: Option<ClockSync>,
+    /// The job's rank variables, from the first target's environment.
+    #[serde(default)]
+    pub rank: Option<RankInfo>,
+}
+
+/// The kernel's view of the wall clock's accuracy (adjtimex).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockSync {
+    /// False when the kernel reports the clock unsynchronized (no NTP or
+    /// PTP daemon disciplines it): other machines' clocks may be off by
+    /// anything.
+    pub synchronized: bool,
+    /// The daemon's estimate of the wall clock's error (`esterror`), ns.
+    pub est_error_ns: u64,
+    /// Its bound on that error (`maxerror`), ns.
+    pub max_error_ns: u64,
+}
+
+/// Which rank of a distributed job a recording's target is, from the
+/// variables launchers set (torchrun, Slurm, Open MPI, MPICH).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankInfo {
+    /// The process whose environment it was read from.
+    pub pid: u32,
+    /// Global rank: RANK, else SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK.
+    pub rank: Option<u32>,
+    /// Rank on this node: LOCAL_RANK, else SLURM_LOCALID,
+    /// OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID.
+    pub local_rank: Option<u32>,
+    /// Ranks in the job: WORLD_SIZE, else SLURM_NTASKS,
+    /// OMPI_COMM_WORLD_SIZE, PMI_SIZE.
+    pub world_size: Option<u32>,
+    /// This node's index: GROUP_RANK, else NODE_RANK, SLURM_NODEID.
+    pub node_rank: Option<u32>,
+    /// The job: SLURM_JOB_ID, else TORCHELASTIC_RUN_ID.
+    pub job_id: Option<String>,
+    /// Every variable above that was set, name → value.
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 /// First record: what was recorded, where, and when the window opened.
@@ -119,6 +194,9 @@ pub struct Header {
     /// sampled, `--no-stacks`). Earlier versions carry it in STACKS.
     #[serde(default)]
     pub sample_hz: Option<u64>,
+    /// The machine and rank (since v4, optional).
+    #[serde(default)]
+    pub node: Option<NodeIdentity>,
 }
 
 /// The CPUs a job may use: the machine's, its cpuset's, its cgroup quota's.
@@ -315,6 +393,10 @@ pub struct Footer {
     /// `-p` recordings and in recordings made before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_exit: Option<CommandExit>,
+    /// The wall clock's synchronization when recording ended (since v4,
+    /// optional).
+    #[serde(default)]
+    pub clock_sync: Option<ClockSync>,
 }
 
 /// How the launched command ended, and what tprof did to stop it.
@@ -501,6 +583,7 @@ mod tests {
         let anchor = ClockAnchor {
             monotonic_ns: 1_000,
             realtime_ns: 1_000_000,
+            ..Default::default()
         };
         assert_eq!(anchor.realtime_to_monotonic(1_000_500), 1_500);
         assert_eq!(anchor.realtime_to_monotonic(999_500), 500);

@@ -479,6 +479,7 @@ mod tests {
             end: ClockAnchor::default(),
             stop_reason: "duration".into(),
             command_exit: None,
+            clock_sync: None,
         };
         w.write_json(record::FOOTER, &footer).unwrap();
         w.finish().unwrap()
@@ -541,6 +542,7 @@ mod tests {
                 end: ClockAnchor::default(),
                 stop_reason: "duration".into(),
                 command_exit: None,
+                clock_sync: None,
             };
             w.write_json(record::FOOTER, &footer).unwrap();
         }
@@ -654,6 +656,7 @@ mod tests {
             end: ClockAnchor::default(),
             stop_reason: "duration".into(),
             command_exit: None,
+            clock_sync: None,
         };
         w.write_json(record::FOOTER, &footer).unwrap();
         let bytes = w.finish().unwrap();

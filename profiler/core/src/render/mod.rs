@@ -1,46 +1,18 @@
 //! Outputs for people and scripts. Each renderer takes what analysis
-//! computed (the [`Summary`](crate::analysis::Summary), folded stacks) and
-//! formats it; none computes.
+//! computed (the [`Summary`](crate::analysis::Summary), folded stacks, the
+//! model's stacks) and formats it; none computes. [`crate::outputs`] lists
+//! them all.
 
+pub mod cross_node;
 pub mod flamegraph;
 pub mod json;
+pub mod pprof;
+pub mod pprof_proto;
 pub mod report;
 pub mod timeline;
+pub mod trace;
 
-use std::io;
-
-use crate::analysis::{self, flame};
-use crate::model::Model;
-use crate::recording::{LostCounts, Recording};
-
-/// Renders every output of a recording into sinks: what `tprof report`
-/// (text and JSON), `tprof flamegraph` (each kind, folded, diff) and
-/// `tprof timeline` (JSON and HTML) would write. The odd- and
-/// hostile-recording tests and the fuzz target run it over recordings no
-/// kernel would produce: an output that panics there panics for a user.
-pub fn every_output(rec: &Recording) -> io::Result<()> {
-    let model = Model::build(rec);
-    let summary = analysis::summarize(&model);
-    let _ = report::render(&summary);
-    let _ = json::render(&summary);
-    let note = loss_note(&model.lost, model.cut_short);
-    let note = note.as_deref();
-    for kind in [
-        flame::FlameKind::Cpu,
-        flame::FlameKind::OffCpu,
-        flame::FlameKind::Wall,
-    ] {
-        let lines = flame::fold(&model, kind, &flame::Filter::default());
-        let _ = flame::folded_text(&lines);
-        flamegraph::svg(&lines, kind, "t", note, io::sink())?;
-        flamegraph::diff_svg(&lines, &lines, kind, "t", note, io::sink())?;
-    }
-    let facts = analysis::timeline::derive(&model, &summary);
-    let input =
-        timeline::TimelineInput::new(&model, &summary, &facts, "t".into(), Default::default());
-    timeline::chrome::write(&input, io::sink())?;
-    timeline::html::write(&input, io::sink())
-}
+use crate::recording::LostCounts;
 
 /// One line on what a recording lacks (events lost, per kind; stacks lost;
 /// cut short), for outputs with room for one line (flamegraph subtitles);

@@ -15,8 +15,8 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::{
-    Role, SliceKind, TimelineInput, bin_ns, chrome::period_starts, fit_slices, folded, role_label,
-    spread,
+    Role, SliceKind, TimelineInput, bin_ns, fit_slices, folded, role_label, spread,
+    tracks::period_starts,
 };
 use crate::model::{IoRequest, Thread, ThreadState};
 use crate::recording::GpuMetric;

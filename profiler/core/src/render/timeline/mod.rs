@@ -1,7 +1,9 @@
 //! Timelines: every tracked thread's states over time, with the steps of
 //! the trainer, data deliveries, block IO and GPU utilization beside them.
-//! Two outputs from one input: Chrome trace event JSON ([`chrome`], for
-//! Perfetto UI and chrome://tracing) and one self-contained HTML page
+//! Three outputs from one input: traces, laid out as tracks by [`tracks`]
+//! into a [`TraceSink`](crate::render::trace::TraceSink) — Chrome trace
+//! event JSON ([`chrome`], for chrome://tracing and Perfetto UI) and
+//! Perfetto's protobuf ([`perfetto`]) — and one self-contained HTML page
 //! ([`html`]).
 //!
 //! Pure: a [`TimelineInput`] in, bytes out. What a thread's role is, where
@@ -13,10 +15,15 @@
 //! up. Runs of slices shorter than [`Limits::min_slice_ns`] are merged into
 //! one slice named after the state that dominated it (its args say what it
 //! held), and the threshold is raised until the whole timeline fits in
-//! [`Limits::max_slices`].
+//! [`Limits::max_slices`]. Perfetto's trace is not capped: its viewer loads
+//! traces of millions of slices, and the file is written as it is laid out.
 
-pub mod chrome;
 pub mod html;
+pub mod tracks;
+
+pub use tracks::node_name;
+
+use std::io;
 
 pub use crate::analysis::roles::{Role, Roles};
 pub use crate::analysis::timeline::{Delivery, Stall, TimelineStep, process_name};
@@ -179,6 +186,27 @@ impl<'a> TimelineInput<'a> {
         threads.sort_by_key(|t| (rank(t), t.start_ns, t.tid));
         threads
     }
+}
+
+/// The timeline as Chrome trace event JSON, merged to fit its limits.
+pub fn chrome(input: &TimelineInput, out: impl io::Write) -> io::Result<()> {
+    let mut sink = crate::render::trace::chrome::ChromeSink::new(out);
+    let policy = tracks::SlicePolicy::Fit(input.limits);
+    tracks::lay_out(input, policy, tracks::Placement::default(), &mut sink)?;
+    use crate::render::trace::TraceSink as _;
+    sink.finish()
+}
+
+/// The timeline as a Perfetto trace: slices shorter than the limits'
+/// `min_slice_ns` merged (1 ns: none), however many there are.
+pub fn perfetto(input: &TimelineInput, out: impl io::Write) -> io::Result<()> {
+    let mut sink = crate::render::trace::perfetto::PerfettoSink::new(out);
+    let policy = tracks::SlicePolicy::Uncapped {
+        min_slice_ns: input.limits.min_slice_ns,
+    };
+    tracks::lay_out(input, policy, tracks::Placement::default(), &mut sink)?;
+    use crate::render::trace::TraceSink as _;
+    sink.finish()
 }
 
 /// What a slice shows: the thread state, blocked time split by reason.
@@ -402,11 +430,6 @@ pub(super) fn spread(bins: &mut [u64], start: u64, end: u64, origin: u64, bin_ns
         *slot += upto - t;
         t = upto;
     }
-}
-
-/// ns since the window start as µs (Chrome's trace unit), to the ns.
-fn us(ns: u64, origin: u64) -> f64 {
-    ns.saturating_sub(origin) as f64 / 1e3
 }
 
 #[cfg(test)]

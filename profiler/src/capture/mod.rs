@@ -29,7 +29,10 @@ mod session;
 mod signals;
 mod stacks;
 mod symbols;
+// Wired into the stack resolver by the next commits.
 pub mod tracefs;
+#[cfg_attr(not(test), allow(dead_code))]
+mod unwind;
 
 use std::{
     io::BufWriter,

@@ -11,11 +11,12 @@ mod task;
 use aya_ebpf::{
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::map,
-    maps::{HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
 };
 use profiler_ebpf::{
-    AbiEvent, BPF_NOEXIST, EventHeader, LOST_SLOTS, MAX_STACKS, MAX_TRACKED_TGIDS,
-    MAX_TRACKED_TIDS, RING_BUFFER_BYTES, ThreadState, TracepointOffsets,
+    AbiEvent, BPF_NOEXIST, DEFAULT_STACK_COPY_BYTES, EventHeader, LOST_SLOTS, MAX_STACKS,
+    MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, RING_BUFFER_BYTES, STACK_SCRATCH_BYTES, ThreadState,
+    TracepointOffsets, stack_mode,
 };
 
 /// bpf_ringbuf_submit flag: do not wake the consumer.
@@ -86,11 +87,20 @@ static TRACKED_TIDS: HashMap<u32, ThreadState> = HashMap::with_max_entries(MAX_T
 #[map]
 static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_SLOTS, 0);
 
-/// User and kernel stacks by id (bpf_get_stackid), shared by on- and
-/// off-CPU sampling. Events carry the ids; userspace reads each new id's
-/// frames once, symbolizes them and records them as the recording's own.
+/// Kernel stacks by id (bpf_get_stackid), and user stacks in
+/// `stack_mode::FRAME_POINTERS`, shared by on- and off-CPU sampling. Events
+/// carry the ids; userspace reads each new id's frames once, symbolizes
+/// them and records them as the recording's own.
 #[map]
 static STACKS: StackTrace = StackTrace::with_max_entries(MAX_STACKS, 0);
+
+/// Where a stack copy record is built before it goes into the ring buffer
+/// (a reservation needs a size the verifier knows; a copy's is not known
+/// until its pages are read). Two per CPU, entry `2 * cpu + user`: the
+/// switch programs and the sampler, which an NMI-based sampler could run
+/// inside a switch program. Userspace sizes it for the machine's CPUs.
+#[map]
+static STACK_SCRATCH: Array<[u8; STACK_SCRATCH_BYTES]> = Array::with_max_entries(2, 0);
 
 /// Tracepoint field offsets, overridden by userspace at load time from the
 /// running kernel's tracefs format files. The defaults are 6.x's layout.
@@ -136,6 +146,26 @@ static SAMPLE_STACKS: u32 = 1;
 #[inline(always)]
 fn stacks_enabled() -> bool {
     unsafe { core::ptr::read_volatile(&SAMPLE_STACKS) != 0 }
+}
+
+/// How user stacks are taken (`stack_mode`). Userspace sets it at load
+/// time; the verifier reads it as a constant and checks only that mode's
+/// code, so a kernel without BTF never sees the copy mode's BTF helpers.
+#[unsafe(no_mangle)]
+static STACK_MODE: u32 = stack_mode::COPY;
+
+/// Bytes of user stack a copy takes from sp (`--stack-size`).
+#[unsafe(no_mangle)]
+static STACK_COPY_BYTES: u32 = DEFAULT_STACK_COPY_BYTES;
+
+#[inline(always)]
+fn copies_stacks() -> bool {
+    unsafe { core::ptr::read_volatile(&STACK_MODE) == stack_mode::COPY }
+}
+
+#[inline(always)]
+fn stack_copy_bytes() -> u32 {
+    unsafe { core::ptr::read_volatile(&STACK_COPY_BYTES) }
 }
 
 /// The offsets as userspace set them. Volatile so the compiler cannot fold
@@ -201,6 +231,19 @@ fn add_per_cpu<K>(map: &PerCpuHashMap<K, u64>, key: &K, n: u64) -> Result<(), i3
             Ok(())
         }
         Err(e) => Err(e),
+    }
+}
+
+/// Copies a record built elsewhere (a stack copy, in `STACK_SCRATCH`) into
+/// this CPU's ring buffer; false, counted as lost under `kind`, when full.
+#[inline(always)]
+fn emit_bytes(record: &[u8], kind: u16) -> bool {
+    match events_shard().output::<[u8]>(record, BPF_RB_NO_WAKEUP) {
+        Ok(()) => true,
+        Err(_) => {
+            count_lost(u32::from(kind));
+            false
+        }
     }
 }
 

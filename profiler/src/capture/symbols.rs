@@ -119,6 +119,8 @@ pub enum Site {
     Kernel(u64),
     /// An address in no mapping tprof saw.
     Unmapped(u64),
+    /// Not code: a note in a stack (`[truncated]`).
+    Marker(&'static str),
 }
 
 /// Frames below the leaf hold return addresses, which point just past the
@@ -188,6 +190,7 @@ impl Namer {
                         ..Frame::default()
                     }
                 }
+                Site::Marker(text) => frames[index] = Frame::marker(text),
             }
         }
         for (path, offsets) in by_file {

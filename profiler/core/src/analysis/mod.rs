@@ -8,6 +8,7 @@ pub mod flame;
 mod futexes;
 pub mod gpu;
 pub mod roles;
+pub mod stacks;
 pub mod steps;
 pub mod timeline;
 
@@ -153,6 +154,8 @@ pub struct Summary {
     pub steps: steps::StepStats,
     /// CUDA runtime calls: copies, syncs, and their findings.
     pub cuda: cuda::CudaStats,
+    /// How whole the on-CPU samples' user stacks are; None without stacks.
+    pub stacks: Option<stacks::StackQuality>,
 }
 
 pub fn summarize(model: &Model) -> Summary {
@@ -213,6 +216,7 @@ pub fn summarize(model: &Model) -> Summary {
         gpus,
         gpu_status: model.gpus.status.clone(),
         cuda: cuda::stats(model),
+        stacks: stacks::quality(model),
     };
     summary.findings = diagnosis::diagnose(&summary);
     summary

@@ -22,7 +22,7 @@ pub use fake_nvml::{FakeNvml, recording_start_realtime_ns};
 pub use process::{Finished, Running, signal};
 pub use report::{
     Blame, Cuda, CudaFinding, CudaTrainer, Device, Finding, Futex, Gpu, GpuProcess, H2dCopies,
-    Process, Report, Steps, Thread, Waker,
+    Process, Report, Stacks, Steps, Thread, Waker,
 };
 pub use tprof::{
     Traced, assert_programs_unloaded, bpf_program_ids_held_by, bpf_programs, flamegraph_folded,

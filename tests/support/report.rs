@@ -24,6 +24,20 @@ pub struct Report {
     pub cores_effective: f64,
     pub cores_source: String,
     pub cuda: Cuda,
+    /// How whole the on-CPU samples' user stacks are; None without stacks.
+    pub stacks: Option<Stacks>,
+}
+
+/// `stacks` of the report: how user stacks were taken, and how many of the
+/// on-CPU samples' reach their thread's root.
+#[derive(Debug, Deserialize)]
+pub struct Stacks {
+    pub mode: Option<String>,
+    pub copy_bytes: Option<u32>,
+    pub samples: u64,
+    pub rooted: Option<u64>,
+    pub truncated: u64,
+    pub lost: u64,
 }
 
 /// One ranked cause, with its evidence and fix.

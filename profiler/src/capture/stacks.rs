@@ -40,7 +40,8 @@ type StackId = i32;
 pub struct StackCounts {
     /// Stack ids the stack map no longer held when read.
     pub unreadable: u64,
-    /// Unwinds that ran past a full copy: deeper than `--stack-size`.
+    /// Unwinds that ran past a full copy (deeper than `--stack-size`) or
+    /// past [`super::unwind::MAX_DEPTH`] frames.
     pub truncated: u64,
     /// Unwinds that ran past a copy cut short by an unreadable page.
     pub short: u64,
@@ -268,7 +269,7 @@ impl StackResolver {
         match unwound.end {
             End::Root => {}
             End::PastCopy if flags & user_stack_flags::SHORT != 0 => counts.short += 1,
-            End::PastCopy => counts.truncated += 1,
+            End::PastCopy | End::TooDeep => counts.truncated += 1,
             End::Cut => counts.cut += 1,
         }
     }

@@ -3,9 +3,9 @@
 //! (`.eh_frame`) of the files the process maps, as perf's `--call-graph
 //! dwarf` and samply do. Frame pointers serve only where a file has no CFI
 //! for an address (framehop's fallback), and everything such a walk finds
-//! is checked: a return address outside every executable mapping, a stack
-//! pointer that does not grow, or a stack deeper than [`MAX_DEPTH`] ends
-//! the unwind as cut rather than adding garbage frames.
+//! is checked: a return address outside every executable mapping or a stack
+//! pointer that does not grow ends the unwind as cut rather than adding
+//! garbage frames, and so does a stack deeper than [`MAX_DEPTH`].
 //!
 //! One framehop unwinder per process, built from the `/proc/<pid>/maps`
 //! snapshots capture keeps ([`AddressSpaces`]); each file's unwind sections
@@ -25,8 +25,8 @@ use object::{Object, ObjectSection, ObjectSegment, SegmentFlags, read::ReadCache
 use super::procfs::{self, Mapping};
 use super::symbols::AddressSpaces;
 
-/// Frames past this depth are cut: no real stack of the jobs tprof profiles
-/// is this deep, and a loop in a garbage chain would never end.
+/// Frames past this depth are cut: few real stacks are this deep (a deep
+/// recursion), and a loop in a garbage chain would never end.
 pub const MAX_DEPTH: usize = 256;
 
 /// Unwinders kept at once, one per process; the least recently used goes
@@ -51,9 +51,11 @@ pub enum End {
     /// The copy ended before the stack did: the stack is deeper than the
     /// bytes copied (`--stack-size`), or a page of it could not be read.
     PastCopy,
+    /// After [`MAX_DEPTH`] frames.
+    TooDeep,
     /// At something that is not a frame: a return address in no executable
-    /// mapping, a stack pointer that did not grow, a read below the stack,
-    /// or [`MAX_DEPTH`] frames.
+    /// mapping, a stack pointer that did not grow, or a read below the
+    /// stack.
     Cut,
 }
 
@@ -179,7 +181,7 @@ fn walk(
     let mut unknown_address = !spaces.is_code(pid, regs.ip);
     let end = loop {
         if addrs.len() >= MAX_DEPTH {
-            break End::Cut;
+            break End::TooDeep;
         }
         let sp = walk_regs.sp();
         let next =

@@ -251,8 +251,8 @@ pub struct LostCounts {
     /// sp could not be read): the stack is its leaf, under `[truncated]`.
     #[serde(default)]
     pub stack_copy_failed: u64,
-    /// Stacks deeper than the bytes copied (`--stack-size`): unwound as far
-    /// as the copy went, under a `[truncated]` frame.
+    /// Stacks deeper than the bytes copied (`--stack-size`) or than 256
+    /// frames: unwound as far as that, under a `[truncated]` frame.
     #[serde(default)]
     pub stack_truncated: u64,
     /// Stacks whose copy stopped at a page that could not be read before
@@ -261,7 +261,7 @@ pub struct LostCounts {
     pub stack_copy_short: u64,
     /// Stacks whose unwinding met something that is not a frame (a return
     /// address outside every executable mapping, a stack pointer that did
-    /// not grow, 256 frames): cut there under a `[truncated]` frame.
+    /// not grow): cut there under a `[truncated]` frame.
     #[serde(default)]
     pub stack_cut: u64,
 }

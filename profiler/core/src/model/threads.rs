@@ -9,7 +9,6 @@
 
 use foldhash::{HashMap, HashMapExt as _};
 
-use profiler_ebpf::{PREV_STATE_DEAD, PREV_STATE_PREEMPTED, PREV_STATE_UNINTERRUPTIBLE};
 
 use crate::recording::{Event, ThreadInfo};
 
@@ -39,17 +38,17 @@ pub enum SwitchOut {
 }
 
 impl SwitchOut {
+    /// Decoded by the same function the kernel programs use to choose an
+    /// off-CPU stack's kind, so the two can never disagree.
     pub fn classify(prev_state: u64) -> SwitchOut {
-        if prev_state == 0 || prev_state & PREV_STATE_PREEMPTED != 0 {
-            SwitchOut::Preempted
-        } else if prev_state & PREV_STATE_DEAD != 0 {
-            SwitchOut::Dead
-        } else if prev_state & PREV_STATE_UNINTERRUPTIBLE != 0 {
-            SwitchOut::Blocked(ThreadState::DiskSleep)
-        } else {
-            // S, and the rarer stopped/traced/idle/parked states, which are
-            // all "not runnable, not holding up IO".
-            SwitchOut::Blocked(ThreadState::Sleeping)
+        use profiler_ebpf::stack_kind;
+        match profiler_ebpf::offcpu_reason(prev_state) {
+            None => SwitchOut::Dead,
+            Some(stack_kind::RUNNABLE) => SwitchOut::Preempted,
+            Some(stack_kind::DISK_WAIT) => SwitchOut::Blocked(ThreadState::DiskSleep),
+            // S, and the rarer stopped/traced/idle/parked states (OTHER),
+            // which are all "not runnable, not holding up IO".
+            Some(_) => SwitchOut::Blocked(ThreadState::Sleeping),
         }
     }
 }
@@ -439,15 +438,6 @@ impl Thread {
     pub fn interval_at(&self, ts: u64) -> Option<Interval> {
         let i = self.intervals.partition_by_end(|end| end <= ts);
         self.intervals.get(i).filter(|iv| iv.start_ns <= ts)
-    }
-
-    /// Total time blocked for `reason`.
-    pub fn time_blocked_by(&self, reason: BlockReason) -> u64 {
-        self.intervals
-            .iter()
-            .filter(|i| i.reason == Some(reason))
-            .map(|i| i.duration_ns())
-            .sum()
     }
 }
 

@@ -89,11 +89,11 @@ pub struct RecordArgs {
     /// Record no stacks: no sampling, no off-CPU stacks, no flamegraphs.
     #[arg(long)]
     pub no_stacks: bool,
-    /// Bytes of each thread's user stack copied at a sample or a new
-    /// off-CPU site, then unwound with the binaries' CFI: 4k to 32k, in
+    /// Most bytes of each thread's user stack copied at a sample or a new
+    /// off-CPU site, then unwound with the binaries' CFI: 4k to 64k, in
     /// steps of 4k. Deeper stacks are cut there, under a [truncated] frame
-    /// (the report counts them); more costs more per copy.
-    #[arg(long, value_name = "SIZE", default_value = "16k", value_parser = parse_stack_size,
+    /// (the report counts them); a copy stops where the stack does.
+    #[arg(long, value_name = "SIZE", default_value = "64k", value_parser = parse_stack_size,
           conflicts_with = "no_stacks")]
     pub stack_size: u32,
     /// Do not write the cpu and wall flamegraphs next to the recording.
@@ -379,7 +379,7 @@ mod tests {
             gpu_hz: 20.0,
             hz: 99,
             no_stacks: false,
-            stack_size: 16 << 10,
+            stack_size: 64 << 10,
             no_flamegraphs: false,
             no_timeline: false,
             no_cuda: false,
@@ -398,7 +398,8 @@ mod tests {
         assert_eq!(parse_stack_size("8KiB"), Ok(8192));
         assert_eq!(parse_stack_size("32768"), Ok(32768));
         assert_eq!(parse_stack_size("4K"), Ok(4096));
-        for bad in ["0", "2k", "6000", "36k", "64k", "big", "-4k"] {
+        assert_eq!(parse_stack_size("64k"), Ok(65536));
+        for bad in ["0", "2k", "6000", "68k", "1m", "big", "-4k"] {
             assert!(parse_stack_size(bad).is_err(), "{bad}");
         }
     }

@@ -57,8 +57,8 @@ fn whole_chains_without_frame_pointers() {
         );
     }
 
-    // 301 frames of deep(): past the copy and the depth limit, so cut, and
-    // marked at the outer end.
+    // 301 frames of deep(), 256 bytes each: past the largest copy, so cut,
+    // and marked at the outer end.
     let in_deep = weight_where(&cpu, |s| has_frame(s, "deep_leaf"));
     let marked = weight_where(&cpu, |s| {
         has_frame(s, "deep_leaf") && user_frames(s).first() == Some(&"[truncated]")
@@ -93,7 +93,7 @@ fn whole_chains_without_frame_pointers() {
 
     let stacks = traced.report.stacks.as_ref().expect("a stacks summary");
     assert_eq!(stacks.mode.as_deref(), Some("dwarf"));
-    assert_eq!(stacks.copy_bytes, Some(16 << 10));
+    assert_eq!(stacks.copy_bytes, Some(64 << 10));
     let rooted = stacks
         .rooted
         .expect("dwarf mode knows which stacks are rooted");

@@ -93,11 +93,11 @@ NOIPA static void deep_leaf(void)
 	burn(0.004);
 }
 
-/* A frame of about 64 bytes each: 301 of them are deeper than a 16 KiB
- * copy and than tprof's 256-frame limit. */
+/* A frame of about 256 bytes each: 301 of them are deeper than the
+ * largest copy tprof makes (64 KiB). */
 NOIPA static int deep(int n)
 {
-	volatile char pad[40];
+	volatile char pad[232];
 	pad[0] = (char)n;
 	if (n == 0)
 		deep_leaf();

@@ -36,7 +36,7 @@ use profiler_ebpf::{
 };
 
 use super::{
-    STACK_SCRATCH, STACKS, copies_stacks, count_lost, emit, emit_bytes, header_at,
+    STACK_SCRATCH, STACKS, copies_stacks, count_lost, emit, emit_copy_record, header_at,
     stack_copy_bytes, thread_state,
 };
 
@@ -323,7 +323,7 @@ fn emit_copy(
     }
     // SAFETY: the first `total` bytes of the map value, just written.
     let record = unsafe { core::slice::from_raw_parts(base, total) };
-    emit_bytes(record, kind::STACK_COPY)
+    emit_copy_record(record, kind::STACK_COPY)
 }
 
 /// Pages a copy can hold.

@@ -101,7 +101,7 @@ pub struct StackResolver {
 }
 
 /// How often one process's mappings may be re-read for an unknown address.
-const REREAD_EVERY: Duration = Duration::from_millis(100);
+const REREAD_EVERY: Duration = Duration::from_millis(20);
 
 /// What to do with an event once its stacks are resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,17 +17,18 @@ use std::{collections::HashMap, fs::File, ops::Range, os::unix::fs::FileExt, syn
 
 use framehop::{
     Error as WalkError, ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _,
+    UnwinderWithDetails as _,
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
 };
 use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
 use object::{Object, ObjectSection, ObjectSegment, SegmentFlags, read::ReadCache};
 
 use super::procfs::{self, Mapping};
-use super::symbols::AddressSpaces;
+use super::symbols::{AddressSpaces, Site, user_site};
 
 /// Frames past this depth are cut: few real stacks are this deep (a deep
 /// recursion), and a loop in a garbage chain would never end.
-pub const MAX_DEPTH: usize = 256;
+pub const MAX_DEPTH: usize = 512;
 
 /// Unwinders kept at once, one per process; the least recently used goes
 /// first (a job that forks thousands of short-lived processes).
@@ -102,15 +103,26 @@ impl Unwinder {
     ) -> Unwound {
         self.clock += 1;
         let clock = self.clock;
-        let Some(process) = self.process(spaces, pid) else {
+        let Some(owner) = self.process(spaces, pid) else {
             return Unwound {
                 addrs: vec![regs.ip],
                 end: End::Cut,
                 unknown_address: true,
             };
         };
-        process.last_used = clock;
-        walk(process, spaces, pid, regs, stack)
+        self.processes.get_mut(&owner).expect("just made").last_used = clock;
+        let leaf_has_cfi = self.has_cfi(spaces, pid, regs.ip);
+        let process = self.processes.get_mut(&owner).expect("just made");
+        walk(process, spaces, pid, (regs, leaf_has_cfi), stack)
+    }
+
+    /// True when the file mapped at `addr` in `pid` has a CFI entry for
+    /// it (false for JIT code, and for addresses in no mapping).
+    fn has_cfi(&mut self, spaces: &AddressSpaces, pid: u32, addr: u64) -> bool {
+        match user_site(spaces, pid, addr) {
+            Site::File(path, offset) => self.function_start(&path, offset).is_some(),
+            _ => false,
+        }
     }
 
     /// The start of the function holding `offset` in the file at `path`, as
@@ -119,8 +131,9 @@ impl Unwinder {
         self.files.get(path, None)?.function_start(offset)
     }
 
-    /// `pid`'s unwinder, (re)built when its mappings changed.
-    fn process(&mut self, spaces: &AddressSpaces, pid: u32) -> Option<&mut ProcessUnwinder> {
+    /// The pid whose unwinder unwinds `pid`'s stacks (its own, or an
+    /// ancestor's), (re)built when its mappings changed.
+    fn process(&mut self, spaces: &AddressSpaces, pid: u32) -> Option<u32> {
         let (owner, generation, maps) = spaces.mappings(pid)?;
         let fresh = self
             .processes
@@ -146,7 +159,7 @@ impl Unwinder {
                 },
             );
         }
-        self.processes.get_mut(&owner)
+        Some(owner)
     }
 
     fn evict_least_recent(&mut self) {
@@ -162,11 +175,12 @@ impl Unwinder {
 }
 
 /// Walks one stack, frame by frame, checking each step.
+/// `leaf_has_cfi`: the file holding the leaf has a CFI entry for it.
 fn walk(
     process: &mut ProcessUnwinder,
     spaces: &AddressSpaces,
     pid: u32,
-    regs: UserRegs,
+    (regs, leaf_has_cfi): (UserRegs, bool),
     stack: &[u8],
 ) -> Unwound {
     let copy_end = regs.sp.saturating_add(stack.len() as u64);
@@ -175,46 +189,98 @@ fn walk(
         let word = stack.get(at..at.checked_add(8).ok_or(())?).ok_or(())?;
         Ok(u64::from_le_bytes(word.try_into().map_err(|_| ())?))
     };
+    let is_code = |addr: u64| spaces.is_code(pid, addr);
     let mut walk_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
     let mut address = FrameAddress::from_instruction_pointer(regs.ip);
     let mut addrs = vec![regs.ip];
-    let mut unknown_address = !spaces.is_code(pid, regs.ip);
+    let mut unknown_address = !is_code(regs.ip);
     let end = loop {
         if addrs.len() >= MAX_DEPTH {
             break End::TooDeep;
         }
-        let sp = walk_regs.sp();
-        let next =
-            process
-                .unwinder
-                .unwind_frame(address, &mut walk_regs, &mut process.cache, &mut read);
-        match next {
-            Ok(None) => break End::Root,
-            Ok(Some(return_address)) => {
-                let Some(caller) = FrameAddress::from_return_address(return_address) else {
-                    break End::Cut;
-                };
-                if walk_regs.sp() <= sp {
-                    break End::Cut;
+        let before = walk_regs;
+        let step = process.unwinder.unwind_frame_with_details(
+            address,
+            &mut walk_regs,
+            &mut process.cache,
+            &mut read,
+        );
+        let next = match step {
+            Ok(outcome) => match outcome.return_address() {
+                None => break End::Root,
+                Some(ra) => Ok(ra),
+            },
+            Err(e) => Err(e),
+        };
+        let caller = match next {
+            Ok(ra) if is_caller(ra, before.sp(), walk_regs.sp(), &is_code) => ra,
+            // The leaf is in code without CFI (hand-written assembly, such
+            // as libjpeg-turbo's SIMD routines in OpenCV's wheel, or JIT
+            // code), where framehop guessed: a frameless function's return
+            // address at sp, or a frame pointer's chain. Try both.
+            _ if addrs.len() == 1 && !leaf_has_cfi => {
+                match leaf_without_cfi(before, &mut read, &is_code) {
+                    Some((ra, regs)) => {
+                        walk_regs = regs;
+                        ra
+                    }
+                    None => break ended(next.map(|_| ()), copy_end, &mut unknown_address),
                 }
-                // One byte back: the call, not what follows it (a call may
-                // be a function's last instruction).
-                if !spaces.is_code(pid, caller.address_for_lookup()) {
-                    unknown_address = true;
-                    break End::Cut;
-                }
-                addrs.push(return_address);
-                address = caller;
             }
-            Err(WalkError::CouldNotReadStack(at)) if at >= copy_end => break End::PastCopy,
-            Err(_) => break End::Cut,
-        }
+            _ => break ended(next.map(|_| ()), copy_end, &mut unknown_address),
+        };
+        addrs.push(caller);
+        address = FrameAddress::from_return_address(caller).expect("checked not null");
     };
     Unwound {
         addrs,
         end,
         unknown_address,
     }
+}
+
+/// A step's return address is a caller's: not null, in code (looked up one
+/// byte back: the call, not what follows it, since a call may be a
+/// function's last instruction), and the stack pointer grew.
+fn is_caller(ra: u64, sp_before: u64, sp_after: u64, is_code: &impl Fn(u64) -> bool) -> bool {
+    ra != 0 && sp_after > sp_before && is_code(ra - 1)
+}
+
+/// How a walk that could not take its next step ended.
+fn ended(step: Result<(), WalkError>, copy_end: u64, unknown_address: &mut bool) -> End {
+    match step {
+        Err(WalkError::CouldNotReadStack(at)) if at >= copy_end => End::PastCopy,
+        Err(_) => End::Cut,
+        Ok(()) => {
+            // A return address that is not a caller's: garbage, or code
+            // mapped since the last snapshot.
+            *unknown_address = true;
+            End::Cut
+        }
+    }
+}
+
+/// The caller of a leaf in code without CFI, by whichever of the two rules
+/// such code follows finds one: a frameless function (the return address
+/// at sp), or one with a frame pointer (bp within the stack, the return
+/// address above the saved bp).
+fn leaf_without_cfi(
+    regs: UnwindRegsX86_64,
+    read: &mut impl FnMut(u64) -> Result<u64, ()>,
+    is_code: &impl Fn(u64) -> bool,
+) -> Option<(u64, UnwindRegsX86_64)> {
+    let (sp, bp) = (regs.sp(), regs.bp());
+    let frameless = read(sp)
+        .ok()
+        .map(|ra| (ra, UnwindRegsX86_64::new(ra, sp + 8, bp)));
+    let frame_pointer = (bp >= sp && bp % 8 == 0)
+        .then(|| Some((read(bp.checked_add(8)?).ok()?, read(bp).ok()?)))
+        .flatten()
+        .map(|(ra, saved_bp)| (ra, UnwindRegsX86_64::new(ra, bp + 16, saved_bp)));
+    [frameless, frame_pointer]
+        .into_iter()
+        .flatten()
+        .find(|&(ra, next)| is_caller(ra, sp, next.sp(), is_code))
 }
 
 /// Every file's unwind sections, read once (by path; the vDSO from tprof's

@@ -9,7 +9,6 @@
 
 use foldhash::{HashMap, HashMapExt as _};
 
-
 use crate::recording::{Event, ThreadInfo};
 
 /// What a thread is doing.

@@ -251,7 +251,7 @@ pub struct LostCounts {
     /// sp could not be read): the stack is its leaf, under `[truncated]`.
     #[serde(default)]
     pub stack_copy_failed: u64,
-    /// Stacks deeper than the bytes copied (`--stack-size`) or than 256
+    /// Stacks deeper than the bytes copied (`--stack-size`) or than 512
     /// frames: unwound as far as that, under a `[truncated]` frame.
     #[serde(default)]
     pub stack_truncated: u64,

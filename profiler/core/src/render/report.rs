@@ -603,7 +603,7 @@ fn stacks(out: &mut String, q: &StackQuality, lost: &LostCounts) {
     if lost.stack_truncated + lost.stack_copy_short > 0 {
         let _ = writeln!(
             out,
-            "  {} unwound stack(s) went deeper than the bytes copied or 256 frames ({} \
+            "  {} unwound stack(s) went deeper than the bytes copied or 512 frames ({} \
              where a page could not be read): --stack-size raises the first limit",
             lost.stack_truncated + lost.stack_copy_short,
             lost.stack_copy_short

@@ -22,8 +22,8 @@ use aya::{
     util::{nr_cpus, online_cpus},
 };
 use profiler_ebpf::{
-    BPF_NOEXIST, EVENT_SHARDS, LOST_TRACK_FULL, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS,
-    RING_BUFFER_BYTES, ThreadState, TracepointOffsets, kind, lost_stack,
+    BPF_NOEXIST, COPY_RING_BUFFER_BYTES, EVENT_SHARDS, LOST_TRACK_FULL, MAX_TRACKED_TGIDS,
+    MAX_TRACKED_TIDS, RING_BUFFER_BYTES, ThreadState, TracepointOffsets, kind, lost_stack,
     names::{global, map},
     stack_mode,
 };
@@ -80,6 +80,8 @@ pub struct KernelPrograms {
     // Field order is drop order: maps first, then the programs and links.
     /// The event shards, `EVENTS0`… (CPU c writes to shard c % EVENT_SHARDS).
     events: Vec<RingBuf<MapData>>,
+    /// The stack copy shards, `COPIES0`…, likewise.
+    copies: Vec<RingBuf<MapData>>,
     tracked_tgids: HashMap<MapData, u32, u8>,
     /// tid → the thread's state in the kernel.
     tracked_tids: HashMap<MapData, u32, ThreadState>,
@@ -162,10 +164,8 @@ impl KernelPrograms {
         let raw_sched = load_sched_programs(&mut ebpf, raw_sched)?;
         find_program(&mut ebpf, profiler_ebpf::names::program::SAMPLE)?;
         Ok(KernelPrograms {
-            events: map::EVENTS
-                .iter()
-                .map(|name| Ok(RingBuf::try_from(take_map(&mut ebpf, name)?)?))
-                .collect::<Result<_>>()?,
+            events: take_ring_buffers(&mut ebpf, &map::EVENTS)?,
+            copies: take_ring_buffers(&mut ebpf, &map::COPIES)?,
             tracked_tgids: HashMap::try_from(take_map(&mut ebpf, map::TRACKED_TGIDS)?)?,
             tracked_tids: HashMap::try_from(take_map(&mut ebpf, map::TRACKED_TIDS)?)?,
             lost: PerCpuArray::try_from(take_map(&mut ebpf, map::LOST)?)?,
@@ -197,10 +197,13 @@ impl KernelPrograms {
         }
     }
 
-    /// Hands every record waiting in the event shards to `each`, shard by
-    /// shard (each shard's records in their order), emptying them.
+    /// Hands every record waiting in the event shards, then in the stack
+    /// copy shards, to `each`, shard by shard (each shard's records in
+    /// their order), emptying them. Copies after events: an event's copy
+    /// was committed before it, so every event handed over has its copy
+    /// handed over too (this drain or the one before).
     pub fn drain_events(&mut self, each: &mut dyn FnMut(&[u8])) {
-        for shard in &mut self.events {
+        for shard in self.events.iter_mut().chain(&mut self.copies) {
             while let Some(item) = shard.next() {
                 each(&item);
             }
@@ -330,11 +333,16 @@ fn open_object(globals: &Globals, limits: MapLimits) -> Result<Ebpf> {
         stack_mode::COPY => nr_cpus().map_or(1, |n| n as u32) * 2,
         _ => 1,
     };
+    let copy_bytes = match globals.stack_mode {
+        stack_mode::COPY if globals.sample_stacks => COPY_RING_BUFFER_BYTES,
+        _ => 0, // a page each
+    };
     let mut loader = EbpfLoader::new();
-    for (name, bytes) in map::EVENTS
+    let shards = map::EVENTS
         .iter()
         .zip(shard_sizes(limits.ring_buffer_bytes))
-    {
+        .chain(map::COPIES.iter().zip(shard_sizes(copy_bytes)));
+    for (name, bytes) in shards {
         loader.map_max_entries(name, bytes);
     }
     loader
@@ -442,6 +450,13 @@ fn load_raw_sched(ebpf: &mut Ebpf, raw: &str) -> Result<()> {
     load_program(raw, find_program(ebpf, raw)?)
 }
 
+fn take_ring_buffers(ebpf: &mut Ebpf, names: &[&str]) -> Result<Vec<RingBuf<MapData>>> {
+    names
+        .iter()
+        .map(|name| Ok(RingBuf::try_from(take_map(ebpf, name)?)?))
+        .collect()
+}
+
 fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map> {
     ebpf.take_map(name)
         .with_context(|| format!("map {name} missing from the eBPF object"))
@@ -480,6 +495,7 @@ mod tests {
         let listed: BTreeSet<&str> = map::ALL_BUT_EVENTS
             .iter()
             .chain(&map::EVENTS)
+            .chain(&map::COPIES)
             .copied()
             .collect();
         assert_eq!(in_object, listed, "maps");

@@ -274,3 +274,42 @@ fn function_start_from_the_cfi() {
     assert_eq!(unwinder.function_start(&path, inside), Some(entry));
     assert_eq!(unwinder.function_start(&path, entry), Some(entry));
 }
+
+/// A leaf in code without CFI: whichever of the two rules such code
+/// follows finds a caller, the frameless one first.
+#[test]
+fn a_leaf_without_cfi_gets_both_guesses() {
+    const SP: u64 = 0x7000_0000;
+    let code = |a: u64| (0x40_0000..0x50_0000).contains(&a);
+    // Stack words from SP: [SP] holds data (a pushed register), a frame at
+    // SP + 16 holds the saved bp (SP + 64) and the return address.
+    let words = [0x1234u64, 0, SP + 64, 0x40_1005, 0, 0, 0, 0, 0, 0];
+    let stack: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let mut read = |addr: u64| -> Result<u64, ()> {
+        let at = addr.checked_sub(SP).ok_or(())? as usize;
+        let word = stack.get(at..at + 8).ok_or(())?;
+        Ok(u64::from_le_bytes(word.try_into().unwrap()))
+    };
+    let found = leaf_without_cfi(
+        UnwindRegsX86_64::new(0x40_0100, SP, SP + 16),
+        &mut read,
+        &code,
+    )
+    .map(|(ra, regs)| (ra, regs.sp(), regs.bp()));
+    assert_eq!(found, Some((0x40_1005, SP + 32, SP + 64)));
+    // A frameless leaf: the return address at sp wins.
+    let found = leaf_without_cfi(
+        UnwindRegsX86_64::new(0x40_0100, SP + 24, 7),
+        &mut read,
+        &code,
+    )
+    .map(|(ra, regs)| (ra, regs.sp(), regs.bp()));
+    assert_eq!(found, Some((0x40_1005, SP + 32, 7)));
+    // Neither guess finds code: no caller, nothing made up.
+    let found = leaf_without_cfi(
+        UnwindRegsX86_64::new(0x40_0100, SP, 0x5ec0_ffee),
+        &mut read,
+        &code,
+    );
+    assert_eq!(found.map(|(ra, _)| ra), None);
+}

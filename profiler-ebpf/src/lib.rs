@@ -30,6 +30,10 @@ pub const RING_BUFFER_BYTES: u32 = 16 << 20;
 /// contended spinlock and a bouncing cache line per event: on two CPUs at
 /// 700,000 events/s each, that was half of `tprof_switch`'s time.
 pub const EVENT_SHARDS: u32 = 8;
+/// Stack copies have ring buffers of their own (`COPIES0`…, sharded as the
+/// events are), this many bytes in all: a burst of copies, up to 64 KiB
+/// each, must never crowd scheduler events out of theirs.
+pub const COPY_RING_BUFFER_BYTES: u32 = 32 << 20;
 /// Most block requests in flight at once, on every device of the machine
 /// (the `REQUESTS` map's size).
 pub const MAX_REQUESTS: u32 = 16_384;
@@ -113,6 +117,10 @@ pub mod names {
         pub const EVENTS: [&str; 8] = [
             "EVENTS0", "EVENTS1", "EVENTS2", "EVENTS3", "EVENTS4", "EVENTS5", "EVENTS6", "EVENTS7",
         ];
+        /// The stack copy shards, `COPIES0`…, sharded as the events are.
+        pub const COPIES: [&str; 8] = [
+            "COPIES0", "COPIES1", "COPIES2", "COPIES3", "COPIES4", "COPIES5", "COPIES6", "COPIES7",
+        ];
         pub const TRACKED_TGIDS: &str = "TRACKED_TGIDS";
         pub const TRACKED_TIDS: &str = "TRACKED_TIDS";
         pub const LOST: &str = "LOST";
@@ -121,8 +129,9 @@ pub mod names {
         pub const BIO_OWNERS: &str = "BIO_OWNERS";
         pub const CUDA_CALLS: &str = "CUDA_CALLS";
         pub const CUDA_LAUNCHES: &str = "CUDA_LAUNCHES";
-        /// Every map in the object but the event shards (and the sections
-        /// of program globals).
+        pub const STACK_SCRATCH: &str = "STACK_SCRATCH";
+        /// Every map in the object but the event and copy shards (and the
+        /// sections of program globals).
         pub const ALL_BUT_EVENTS: &[&str] = &[
             TRACKED_TGIDS,
             TRACKED_TIDS,
@@ -132,6 +141,7 @@ pub mod names {
             BIO_OWNERS,
             CUDA_CALLS,
             CUDA_LAUNCHES,
+            STACK_SCRATCH,
         ];
     }
 
@@ -139,9 +149,12 @@ pub mod names {
     pub mod global {
         pub const OFFSETS: &str = "OFFSETS";
         pub const SAMPLE_STACKS: &str = "SAMPLE_STACKS";
+        pub const STACK_MODE: &str = "STACK_MODE";
+        pub const STACK_COPY_BYTES: &str = "STACK_COPY_BYTES";
     }
 }
 const _: () = assert!(names::map::EVENTS.len() == EVENT_SHARDS as usize);
+const _: () = assert!(names::map::COPIES.len() == EVENT_SHARDS as usize);
 
 /// `kind` values of [`EventHeader`].
 pub mod kind {
@@ -156,9 +169,13 @@ pub mod kind {
     pub const CUDA: u16 = 9;
     /// An on-CPU stack sample ([`super::SampleEvent`]).
     pub const SAMPLE: u16 = 10;
+    /// A copy of a thread's user registers and stack
+    /// ([`super::StackCopyEvent`], variable length). Only in the ring
+    /// buffer: capture unwinds it and never writes it to a recording.
+    pub const STACK_COPY: u16 = 11;
     /// One past the largest kind: the size of the per-kind drop counters
     /// (it must stay below the `lost_stack` slots, 24).
-    pub const COUNT: u32 = 11;
+    pub const COUNT: u32 = 12;
 }
 
 /// Index into the `LOST` per-CPU array for "a fork could not be tracked
@@ -174,6 +191,12 @@ pub mod lost_stack {
     pub const FAILED: u32 = 25;
     // 26 and 27 counted the in-kernel stack aggregate's overflows until
     // recording format 4, which streams samples instead; left unused.
+    /// [`super::stack_mode::COPY`]: the task had no user registers to copy
+    /// from (`bpf_task_pt_regs` gave none, or they could not be read).
+    pub const NO_REGS: u32 = 32;
+    /// [`super::stack_mode::COPY`]: no scratch buffer for this CPU (more
+    /// CPUs than userspace sized `STACK_SCRATCH` for).
+    pub const NO_SCRATCH: u32 = 33;
 }
 /// `LOST` slots for maps of things in flight that refused an entry because
 /// they were full: the thing (a request's timing, a bio's owner, a CUDA
@@ -189,14 +212,16 @@ pub mod lost_map {
     pub const CUDA_LAUNCHES_FULL: u32 = 31;
 }
 /// Size of the `LOST` array.
-pub const LOST_SLOTS: u32 = 32;
+pub const LOST_SLOTS: u32 = 40;
 const _: () = assert!(
     kind::COUNT <= lost_stack::COLLISION
         && lost_stack::FAILED < lost_map::REQUESTS_FULL
-        && lost_map::CUDA_LAUNCHES_FULL < LOST_SLOTS
+        && lost_map::CUDA_LAUNCHES_FULL < lost_stack::NO_REGS
+        && lost_stack::NO_SCRATCH < LOST_SLOTS
 );
 
-/// Distinct stacks the `STACKS` map holds (user and kernel stacks share it).
+/// Distinct stacks the `STACKS` map holds: kernel stacks, and user stacks
+/// in [`stack_mode::FRAME_POINTERS`].
 pub const MAX_STACKS: u32 = 16_384;
 /// bpf_get_stackid flag: the user-space stack instead of the kernel's.
 pub const BPF_F_USER_STACK: u64 = 1 << 8;
@@ -260,19 +285,30 @@ const _: () = assert!((stack_kind::FUTEX as usize) < STACK_KINDS);
 /// task: the lookup that tells whether the task is tracked also finds its
 /// cached stack walks and whether it is in a futex wait (more lookups when
 /// these lived in maps of their own). Userspace seeds it with
-/// [`ThreadState::new`]. 160 bytes.
+/// [`ThreadState::new`]. 216 bytes.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadState {
     /// The futex wait in progress; `ts_ns` 0 when none.
     pub futex: FutexEnter,
-    /// The last walked off-CPU stacks, by off-CPU reason ([`stack_kind`]).
+    /// The last walked off-CPU stacks, by off-CPU reason ([`stack_kind`]):
+    /// kernel stacks, and user stacks in [`stack_mode::FRAME_POINTERS`].
     pub last_stacks: [LastStacks; STACK_KINDS],
+    /// [`stack_mode::COPY`]: the user stacks this thread's last switch-outs
+    /// copied, one per slot: each one's [`fingerprint`] (0: empty)…
+    pub fingerprints: [u64; STACK_SLOTS],
+    /// …and the copy's sequence number, which the events refer to.
+    pub slot_seqs: [u32; STACK_SLOTS],
+    /// Copies made of this thread's stack so far (the last one's sequence
+    /// number).
+    pub copies: u32,
+    /// The slot the next switch-out copy takes (round robin).
+    pub next_slot: u32,
     pub tgid: u32,
     pub _pad: u32,
 }
-const _: () = assert!(size_of::<ThreadState>() == 160);
+const _: () = assert!(size_of::<ThreadState>() == 216);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
 // derived bytemuck::Pod checks it): every bit pattern is a valid value.
 #[cfg(feature = "user")]
@@ -293,6 +329,10 @@ impl ThreadState {
                 user_stack_id: 0,
                 kernel_stack_id: 0,
             }; STACK_KINDS],
+            fingerprints: [0; STACK_SLOTS],
+            slot_seqs: [0; STACK_SLOTS],
+            copies: 0,
+            next_slot: 0,
             tgid,
             _pad: 0,
         }
@@ -409,8 +449,11 @@ pub struct SwitchEvent {
     /// From `TRACKED_TIDS`; 0 when next is not tracked.
     pub next_tgid: u32,
     /// Where a tracked prev left the CPU from: its user and kernel stacks.
-    /// In the kernel, ids in the `STACKS` stack map; in a recording, capture
-    /// has replaced them by the recording's own stack ids (its STACK_DEFS
+    /// In the ring buffer, the kernel stack is an id in the `STACKS` stack
+    /// map, and so is the user stack in [`stack_mode::FRAME_POINTERS`]; in
+    /// [`stack_mode::COPY`] the user stack is a [`copy_ref`] to a
+    /// [`StackCopyEvent`] of the thread before it. In a recording, capture
+    /// has replaced both by the recording's own stack ids (its STACK_DEFS
     /// records). -1: no such stack (not sampled, failed, or none).
     pub prev_user_stack: i32,
     pub prev_kernel_stack: i32,
@@ -432,8 +475,9 @@ pub struct SampleEvent {
     pub hdr: EventHeader,
     pub tid: u32,
     pub tgid: u32,
-    /// As in [`SwitchEvent::prev_user_stack`]: stack-map ids in the kernel,
-    /// the recording's stack ids in a recording, -1 for none.
+    /// As in [`SwitchEvent::prev_user_stack`]: stack-map ids (or a
+    /// [`copy_ref`] for the user stack) in the ring buffer, the recording's
+    /// stack ids in a recording, -1 for none.
     pub user_stack: i32,
     pub kernel_stack: i32,
 }
@@ -441,6 +485,152 @@ const _: () = assert!(size_of::<SampleEvent>() == 32);
 impl AbiEvent for SampleEvent {
     const KIND: u16 = kind::SAMPLE;
 }
+
+/// How user stacks are taken: the `STACK_MODE` global, which userspace
+/// sets at load time (a constant to the verifier, which then checks only
+/// the mode's own branch: a kernel without BTF never sees the copy mode's
+/// BTF helpers).
+pub mod stack_mode {
+    /// The kernel walks frame pointers (`bpf_get_stackid` into `STACKS`):
+    /// kernels without BTF or `bpf_task_pt_regs` (before 5.15). Wrong
+    /// wherever code keeps no frame pointer.
+    pub const FRAME_POINTERS: u32 = 0;
+    /// The user registers and the top of the user stack are copied into a
+    /// [`super::StackCopyEvent`] and unwound by capture with each file's
+    /// CFI.
+    pub const COPY: u32 = 1;
+}
+
+/// Size of the pages the stack is copied in: a copy reads the rest of sp's
+/// page, then whole pages, so a page it cannot read ends it exactly there.
+pub const STACK_PAGE: u32 = 4096;
+/// Default bytes of user stack copied from sp (`--stack-size`): on the real
+/// PyTorch job, 16 KiB rooted 64% of the on-CPU samples' stacks, 32 KiB 93%,
+/// 64 KiB 99% (`import torch` recurses hundreds of frames deep). A copy
+/// stops where the stack does, so a shallow stack costs no more.
+pub const DEFAULT_STACK_COPY_BYTES: u32 = 64 << 10;
+/// Most bytes of user stack a copy can hold (`--stack-size`'s limit, and
+/// perf's; the scratch buffer is this big per CPU, twice).
+pub const MAX_STACK_COPY_BYTES: u32 = 64 << 10;
+
+/// Switch-out copies a thread keeps a fingerprint of ([`ThreadState`]).
+pub const STACK_SLOTS: usize = 4;
+/// The slot of an on-CPU sample's copy: never reused by a fingerprint.
+pub const SAMPLE_SLOT: u32 = STACK_SLOTS as u32;
+/// Copy sequence numbers are kept modulo this (they share an i32 with the
+/// slot in [`copy_ref`]).
+pub const COPY_SEQ_MASK: u32 = (1 << 28) - 1;
+
+/// What a [`SampleEvent::user_stack`] or [`SwitchEvent::prev_user_stack`]
+/// holds in [`stack_mode::COPY`], in the ring buffer: the copy of the
+/// thread's stack it was taken from, by its sequence number (modulo
+/// [`COPY_SEQ_MASK`] + 1) and slot; never negative (-1 stays "none").
+/// Capture replaces it by a recording stack id before writing the event.
+pub const fn copy_ref(seq: u32, slot: u32) -> i32 {
+    (((seq & COPY_SEQ_MASK) << 3) | (slot & 7)) as i32
+}
+
+/// The (sequence number, slot) of a [`copy_ref`].
+pub const fn copy_ref_parts(reference: i32) -> (u32, u32) {
+    let r = reference as u32;
+    ((r >> 3) & COPY_SEQ_MASK, r & 7)
+}
+
+/// A thread's user stack site, for deciding whether a switch-out needs a
+/// new copy: threads that block again and again leave from the same few
+/// places, with the same registers. Never 0 (an empty slot).
+pub const fn fingerprint(ip: u64, sp: u64, bp: u64) -> u64 {
+    // Multiply-xorshift mixing: cheap in BPF, and the three values differ
+    // mostly in their low bits.
+    let mut h = ip.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^= sp.rotate_left(21).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    h ^= bp.rotate_left(42).wrapping_mul(0x1656_67b1_9e37_79f9);
+    h ^= h >> 29;
+    h | 1
+}
+
+/// Starts a [`kind::STACK_COPY`] record: whose stack was copied, and which
+/// copy it is (the events that use it name it by [`copy_ref`]). Sections
+/// follow ([`CopySection`]), up to `hdr.len`. 32 bytes.
+///
+/// The record is a list of sections so that other per-event snapshots of a
+/// thread (the Python frames of issue 20) can ride in the same record: a
+/// reader walks them by length and skips kinds it does not know. The user
+/// stack section comes last (its length varies); a fixed-size section
+/// goes before it.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackCopyEvent {
+    /// `len` is the whole record's, sections included.
+    pub hdr: EventHeader,
+    pub tid: u32,
+    pub tgid: u32,
+    /// The copy's sequence number (modulo [`COPY_SEQ_MASK`] + 1).
+    pub seq: u32,
+    /// [`SAMPLE_SLOT`] for an on-CPU sample, else the switch-out slot
+    /// (0..[`STACK_SLOTS`]) whose fingerprint it fills.
+    pub slot: u32,
+}
+const _: () = assert!(size_of::<StackCopyEvent>() == 32);
+impl AbiEvent for StackCopyEvent {
+    const KIND: u16 = kind::STACK_COPY;
+}
+
+/// Heads each section of a [`StackCopyEvent`]. `len` bytes of payload
+/// follow; the next section starts at the next multiple of 8. 8 bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopySection {
+    /// One of [`section`].
+    pub kind: u16,
+    /// Bits of the section's kind ([`user_stack_flags`] for the user stack).
+    pub flags: u16,
+    pub len: u32,
+}
+const _: () = assert!(size_of::<CopySection>() == 8);
+
+/// [`CopySection::kind`] values.
+pub mod section {
+    /// [`super::UserRegs`], then the bytes of the user stack from `sp` up.
+    pub const USER_STACK: u16 = 1;
+    /// Reserved for the Python frames of issue 20.
+    pub const PYTHON: u16 = 2;
+}
+
+/// [`CopySection::flags`] of a [`section::USER_STACK`].
+pub mod user_stack_flags {
+    /// A page of the stack could not be read before the cap was reached
+    /// (not resident, or the end of the stack's mapping): the copy is
+    /// shorter than `--stack-size`.
+    pub const SHORT: u16 = 1;
+    /// Not even the bytes at sp could be read: registers only.
+    pub const FAILED: u16 = 2;
+}
+
+/// A thread's user registers where it left user mode (at a sample that
+/// interrupted user code, where it was interrupted), from the `pt_regs`
+/// the kernel saved on entry. 24 bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserRegs {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+const _: () = assert!(size_of::<UserRegs>() == 24);
+
+/// Where the user stack bytes start in a copy record the kernel builds:
+/// the record head, the section head, the registers.
+pub const STACK_COPY_HEAD: usize =
+    size_of::<StackCopyEvent>() + size_of::<CopySection>() + size_of::<UserRegs>();
+/// The kernel's scratch buffer for one copy record: the head, the largest
+/// copy, and a page of slack the verifier needs to see every page read in
+/// bounds.
+pub const STACK_SCRATCH_BYTES: usize =
+    STACK_COPY_HEAD + MAX_STACK_COPY_BYTES as usize + STACK_PAGE as usize;
 
 /// sched_waking / sched_wakeup_new of a tracked task: the moment it becomes
 /// runnable, and who woke it. 40 bytes.

@@ -99,6 +99,13 @@ pub struct RecordArgs {
     /// Record no stacks: no sampling, no off-CPU stacks, no flamegraphs.
     #[arg(long)]
     pub no_stacks: bool,
+    /// Most bytes of each thread's user stack copied at a sample or a new
+    /// off-CPU site, then unwound with the binaries' CFI: 4k to 64k, in
+    /// steps of 4k. Deeper stacks are cut there, under a [truncated] frame
+    /// (the report counts them); a copy stops where the stack does.
+    #[arg(long, value_name = "SIZE", default_value = "64k", value_parser = parse_stack_size,
+          conflicts_with = "no_stacks")]
+    pub stack_size: u32,
     /// Do not write the cpu and wall flamegraphs next to the recording.
     #[arg(long)]
     pub no_flamegraphs: bool,
@@ -352,6 +359,7 @@ impl RecordArgs {
                 hz: self.gpu_hz,
             },
             sample_hz: (!self.no_stacks).then_some(self.hz),
+            stack_copy_bytes: self.stack_size,
             cuda: !self.no_cuda,
             limits: {
                 let defaults = MapLimits::default();
@@ -380,6 +388,34 @@ fn parse_ring_buffer_size(text: &str) -> Result<u32, String> {
     if !bytes.is_power_of_two() || bytes < page {
         return Err(format!(
             "ring buffer size {bytes} must be a power of two of at least {page} bytes"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A stack copy size: `16k`, `16KiB` or `16384`, a multiple of 4 KiB (the
+/// kernel copies pages) up to what its buffers hold.
+fn parse_stack_size(text: &str) -> Result<u32, String> {
+    let lower = text.trim().to_ascii_lowercase();
+    let (number, scale) = match lower
+        .strip_suffix("kib")
+        .or_else(|| lower.strip_suffix('k'))
+    {
+        Some(kib) => (kib, 1024),
+        None => (lower.as_str(), 1),
+    };
+    let page = profiler_ebpf::STACK_PAGE;
+    let max = profiler_ebpf::MAX_STACK_COPY_BYTES;
+    let bytes = number
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("`{text}` is not a size (try 16k or 16384)"))?;
+    if bytes < page || bytes > max || !bytes.is_multiple_of(page) {
+        return Err(format!(
+            "stack size {text} must be a multiple of 4k from 4k to {}k",
+            max / 1024
         ));
     }
     Ok(bytes)
@@ -455,6 +491,7 @@ mod tests {
             gpu_hz: 20.0,
             hz: 99,
             no_stacks: false,
+            stack_size: 64 << 10,
             no_flamegraphs: false,
             no_timeline: false,
             no_cuda: false,
@@ -469,6 +506,19 @@ mod tests {
         assert!(args(vec![1], vec!["ls".into()]).to_options().is_err());
         assert!(args(vec![1], vec![]).to_options().is_ok());
     }
+
+    #[test]
+    fn parses_stack_sizes() {
+        assert_eq!(parse_stack_size("16k"), Ok(16384));
+        assert_eq!(parse_stack_size("8KiB"), Ok(8192));
+        assert_eq!(parse_stack_size("32768"), Ok(32768));
+        assert_eq!(parse_stack_size("4K"), Ok(4096));
+        assert_eq!(parse_stack_size("64k"), Ok(65536));
+        for bad in ["0", "2k", "6000", "68k", "1m", "big", "-4k"] {
+            assert!(parse_stack_size(bad).is_err(), "{bad}");
+        }
+    }
+
 
     /// `--kill-after` is for a launched command: refused with `-p`, 5 s
     /// unless given.

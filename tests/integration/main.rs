@@ -33,6 +33,10 @@ mod gpu;
 // Stacks and flamegraphs: on-CPU shares, off-CPU time by reason, exited
 // workers symbolized, SVGs well-formed.
 mod stacks;
+// Whole user stacks of code built without frame pointers: copied by the
+// kernel, unwound with the binaries' CFI, against chains known by
+// construction.
+mod unwind;
 // Roles, steps and stall attribution on a synthetic data-loading pipeline.
 mod steps;
 // The ranked verdict on scenario pipelines, one cause each, and none on a

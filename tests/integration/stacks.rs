@@ -40,14 +40,19 @@ fn cpu_samples_split_3_to_1() {
             "burn_a's share {share_a:.3} is not {expected:.3} ± 0.05: {lines:#?}"
         );
     }
-    // Rooted in the process, then the thread. (gcc gives the leaf burn_a no
-    // frame of its own, so the frame-pointer walk skips its caller, main.)
+    // Rooted in the process, then the thread, and under main: gcc gives
+    // the leaf burn_a no frame of its own, so a frame-pointer walk skipped
+    // main; the unwound copies do not.
     assert!(
         lines
             .iter()
             .all(|(s, _)| s.starts_with("two_functions;two_functions;")),
         "{lines:#?}"
     );
+    let under_main = weight_where(&lines, |s| {
+        s.contains(";main;burn_a") || s.contains(";main;burn_b")
+    });
+    assert!(under_main * 100 >= total * 99, "{lines:#?}");
     for kind in ["cpu", "wall"] {
         assert_svg(&svg_beside(&traced, kind));
     }

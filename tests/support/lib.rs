@@ -28,7 +28,7 @@ pub use process::{Finished, Running, group_members, pgid, signal};
 pub use real_job::{JobConfig, JobTruth, RealJob, RealRun, Threads};
 pub use report::{
     Advice, Blame, Change, Cuda, CudaFinding, CudaTrainer, Device, Finding, Futex, Gpu, GpuProcess,
-    H2dCopies, Pipeline, Process, Report, Steps, Thread, Waker,
+    H2dCopies, Pipeline, Process, Report, Stacks, Steps, Thread, Waker,
 };
 pub use tprof::{
     Traced, assert_programs_unloaded, bpf_program_ids_held_by, bpf_programs, flamegraph_folded,

@@ -28,6 +28,8 @@ pub struct Report {
     pub job_on_cpu: f64,
     pub job_runnable: f64,
     pub machine: Option<Machine>,
+    /// How whole the on-CPU samples' user stacks are; None without stacks.
+    pub stacks: Option<Stacks>,
 }
 
 /// The machine around the job.
@@ -104,6 +106,18 @@ pub struct Change {
     /// Absent when the recording cannot tell.
     pub from: Option<Value>,
     pub to: Value,
+}
+
+/// `stacks` of the report: how user stacks were taken, and how many of the
+/// on-CPU samples' reach their thread's root.
+#[derive(Debug, Deserialize)]
+pub struct Stacks {
+    pub mode: Option<String>,
+    pub copy_bytes: Option<u32>,
+    pub samples: u64,
+    pub rooted: Option<u64>,
+    pub truncated: u64,
+    pub lost: u64,
 }
 
 /// One ranked cause, with its evidence and fix.

@@ -11,11 +11,12 @@ mod task;
 use aya_ebpf::{
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::map,
-    maps::{HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
 };
 use profiler_ebpf::{
-    AbiEvent, BPF_NOEXIST, EventHeader, LOST_SLOTS, MAX_STACKS, MAX_TRACKED_TGIDS,
-    MAX_TRACKED_TIDS, RING_BUFFER_BYTES, ThreadState, TracepointOffsets,
+    AbiEvent, BPF_NOEXIST, COPY_RING_BUFFER_BYTES, DEFAULT_STACK_COPY_BYTES, EventHeader,
+    LOST_SLOTS, MAX_STACKS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, RING_BUFFER_BYTES,
+    STACK_SCRATCH_BYTES, ThreadState, TracepointOffsets, stack_mode,
 };
 
 /// bpf_ringbuf_submit flag: do not wake the consumer.
@@ -43,26 +44,64 @@ static EVENTS6: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
 static EVENTS7: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
 const _: () = assert!(profiler_ebpf::EVENT_SHARDS == 8);
 
-/// This CPU's event shard. Branches, not a table: the verifier needs each
-/// map pointer from its own load instruction.
+/// Stack copies (`StackCopyEvent`), sharded as the events are, in ring
+/// buffers of their own: a burst of large copies cannot crowd scheduler
+/// events out. Userspace drains these after the event shards, so any event
+/// it reads has its copy (committed before it) in reach.
+#[map]
+static COPIES0: RingBuf = RingBuf::with_byte_size(COPY_RING_BUFFER_BYTES, 0);
+#[map]
+static COPIES1: RingBuf = RingBuf::with_byte_size(COPY_RING_BUFFER_BYTES, 0);
+#[map]
+static COPIES2: RingBuf = RingBuf::with_byte_size(COPY_RING_BUFFER_BYTES, 0);
+#[map]
+static COPIES3: RingBuf = RingBuf::with_byte_size(COPY_RING_BUFFER_BYTES, 0);
+#[map]
+static COPIES4: RingBuf = RingBuf::with_byte_size(COPY_RING_BUFFER_BYTES, 0);
+#[map]
+static COPIES5: RingBuf = RingBuf::with_byte_size(COPY_RING_BUFFER_BYTES, 0);
+#[map]
+static COPIES6: RingBuf = RingBuf::with_byte_size(COPY_RING_BUFFER_BYTES, 0);
+#[map]
+static COPIES7: RingBuf = RingBuf::with_byte_size(COPY_RING_BUFFER_BYTES, 0);
+
+/// This CPU's one of eight shards. Branches, not an index: the verifier
+/// needs each map pointer from its own load instruction.
+macro_rules! shard {
+    ($s0:ident, $s1:ident, $s2:ident, $s3:ident, $s4:ident, $s5:ident, $s6:ident, $s7:ident) => {{
+        let cpu = unsafe { bpf_get_smp_processor_id() };
+        if cpu & 4 == 0 {
+            if cpu & 2 == 0 {
+                if cpu & 1 == 0 { &$s0 } else { &$s1 }
+            } else if cpu & 1 == 0 {
+                &$s2
+            } else {
+                &$s3
+            }
+        } else if cpu & 2 == 0 {
+            if cpu & 1 == 0 { &$s4 } else { &$s5 }
+        } else if cpu & 1 == 0 {
+            &$s6
+        } else {
+            &$s7
+        }
+    }};
+}
+
+/// This CPU's event shard.
 #[inline(always)]
 fn events_shard() -> &'static RingBuf {
-    let cpu = unsafe { bpf_get_smp_processor_id() };
-    if cpu & 4 == 0 {
-        if cpu & 2 == 0 {
-            if cpu & 1 == 0 { &EVENTS0 } else { &EVENTS1 }
-        } else if cpu & 1 == 0 {
-            &EVENTS2
-        } else {
-            &EVENTS3
-        }
-    } else if cpu & 2 == 0 {
-        if cpu & 1 == 0 { &EVENTS4 } else { &EVENTS5 }
-    } else if cpu & 1 == 0 {
-        &EVENTS6
-    } else {
-        &EVENTS7
-    }
+    shard!(
+        EVENTS0, EVENTS1, EVENTS2, EVENTS3, EVENTS4, EVENTS5, EVENTS6, EVENTS7
+    )
+}
+
+/// This CPU's stack copy shard.
+#[inline(always)]
+fn copies_shard() -> &'static RingBuf {
+    shard!(
+        COPIES0, COPIES1, COPIES2, COPIES3, COPIES4, COPIES5, COPIES6, COPIES7
+    )
 }
 
 /// Tracked processes (tgid → 1). Programs that run in the context of the
@@ -86,11 +125,20 @@ static TRACKED_TIDS: HashMap<u32, ThreadState> = HashMap::with_max_entries(MAX_T
 #[map]
 static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_SLOTS, 0);
 
-/// User and kernel stacks by id (bpf_get_stackid), shared by on- and
-/// off-CPU sampling. Events carry the ids; userspace reads each new id's
-/// frames once, symbolizes them and records them as the recording's own.
+/// Kernel stacks by id (bpf_get_stackid), and user stacks in
+/// `stack_mode::FRAME_POINTERS`, shared by on- and off-CPU sampling. Events
+/// carry the ids; userspace reads each new id's frames once, symbolizes
+/// them and records them as the recording's own.
 #[map]
 static STACKS: StackTrace = StackTrace::with_max_entries(MAX_STACKS, 0);
+
+/// Where a stack copy record is built before it goes into the ring buffer
+/// (a reservation needs a size the verifier knows; a copy's is not known
+/// until its pages are read). Two per CPU, entry `2 * cpu + user`: the
+/// switch programs and the sampler, which an NMI-based sampler could run
+/// inside a switch program. Userspace sizes it for the machine's CPUs.
+#[map]
+static STACK_SCRATCH: Array<[u8; STACK_SCRATCH_BYTES]> = Array::with_max_entries(2, 0);
 
 /// Tracepoint field offsets, overridden by userspace at load time from the
 /// running kernel's tracefs format files. The defaults are 6.x's layout.
@@ -138,6 +186,26 @@ static SAMPLE_STACKS: u32 = 1;
 #[inline(always)]
 fn stacks_enabled() -> bool {
     unsafe { core::ptr::read_volatile(&SAMPLE_STACKS) != 0 }
+}
+
+/// How user stacks are taken (`stack_mode`). Userspace sets it at load
+/// time; the verifier reads it as a constant and checks only that mode's
+/// code, so a kernel without BTF never sees the copy mode's BTF helpers.
+#[unsafe(no_mangle)]
+static STACK_MODE: u32 = stack_mode::COPY;
+
+/// Bytes of user stack a copy takes from sp (`--stack-size`).
+#[unsafe(no_mangle)]
+static STACK_COPY_BYTES: u32 = DEFAULT_STACK_COPY_BYTES;
+
+#[inline(always)]
+fn copies_stacks() -> bool {
+    unsafe { core::ptr::read_volatile(&STACK_MODE) == stack_mode::COPY }
+}
+
+#[inline(always)]
+fn stack_copy_bytes() -> u32 {
+    unsafe { core::ptr::read_volatile(&STACK_COPY_BYTES) }
 }
 
 /// The offsets as userspace set them. Volatile so the compiler cannot fold
@@ -203,6 +271,19 @@ fn add_per_cpu<K>(map: &PerCpuHashMap<K, u64>, key: &K, n: u64) -> Result<(), i3
             Ok(())
         }
         Err(e) => Err(e),
+    }
+}
+
+/// Copies a stack copy record built in `STACK_SCRATCH` into this CPU's copy
+/// shard; false, counted as lost under `kind`, when full.
+#[inline(always)]
+fn emit_copy_record(record: &[u8], kind: u16) -> bool {
+    match copies_shard().output::<[u8]>(record, BPF_RB_NO_WAKEUP) {
+        Ok(()) => true,
+        Err(_) => {
+            count_lost(u32::from(kind));
+            false
+        }
     }
 }
 

@@ -4,8 +4,9 @@
 //! task is tracked. Those two lookups also return the tracked tasks' state
 //! (`ThreadState`), so a tracked switch adds no further per-thread lookup:
 //! off-CPU stack sampling (see `stacks`) updates that state in place, with
-//! at most one stack walk pair at switch-out; the switch-in does nothing
-//! but emit the event (userspace weighs the off-CPU interval).
+//! at most one kernel stack walk and one user stack copy at switch-out; the
+//! switch-in does nothing but emit the event (userspace weighs the off-CPU
+//! interval).
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
@@ -94,7 +95,7 @@ fn switch<C: StackIdContext>(
     // One clock read for the event and the switch-out's stack walk.
     let now = unsafe { bpf_ktime_get_ns() };
     let (prev_kind, prev_user_stack, prev_kernel_stack) = match prev {
-        Some(state) => stacks::switch_out(ctx, state, prev_state, now, stacks_enabled()),
+        Some(state) => stacks::switch_out(ctx, prev_tid, state, prev_state, now, stacks_enabled()),
         None => (NO_STACK_KIND, -1, -1),
     };
     emit(SwitchEvent {

@@ -1,24 +1,44 @@
 //! Stack sampling: on-CPU samples from the cpu-clock perf event, and the
-//! off-CPU half, which `sched::try_switch` drives. Both only take stack ids
-//! (bpf_get_stackid) and put them in an event: a [`SampleEvent`] per
-//! on-CPU sample, the switch-out's stacks in its [`SwitchEvent`].
-//! Userspace turns the ids into the recording's stacks and weighs each
-//! off-CPU interval from the switch-out to the thread's next switch-in, so
-//! the kernel keeps no aggregate and a switch-in does no stack work.
+//! off-CPU half, which `sched::switch` drives. A [`SampleEvent`] per
+//! on-CPU sample; the switch-out's stacks in its [`SwitchEvent`].
+//! Userspace turns what they carry into the recording's stacks and weighs
+//! each off-CPU interval from the switch-out to the thread's next switch-in,
+//! so the kernel keeps no aggregate and a switch-in does no stack work.
+//!
+//! Kernel stacks are walked (bpf_get_stackid). User stacks, in
+//! `stack_mode::COPY`, are copied: the thread's user registers and the top
+//! of its stack go into a [`StackCopyEvent`] just before the event, which
+//! refers to it by [`copy_ref`], and userspace unwinds the copy with each
+//! file's CFI. A switch-out copies only when the thread's registers are not
+//! those of one of its last [`STACK_SLOTS`] copies (a thread that blocks
+//! again and again leaves from the same few places): it then refers to that
+//! copy. In `stack_mode::FRAME_POINTERS` (kernels without BTF) the kernel
+//! walks user frame pointers too.
 //!
 //! [`SwitchEvent`]: profiler_ebpf::SwitchEvent
 
 use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid,
+    helpers::{
+        bpf_get_current_pid_tgid,
+        generated::{
+            bpf_get_current_task_btf, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+            bpf_probe_read_user, bpf_task_pt_regs,
+        },
+    },
     macros::perf_event,
     programs::{PerfEventContext, tracing::StackIdContext},
 };
 use profiler_ebpf::{
-    BPF_F_USER_STACK, LastStacks, NO_STACK_KIND, STACK_KINDS, STACK_REUSE_NS, SampleEvent,
-    ThreadState, errno, lost_stack, offcpu_reason, stack_kind,
+    AbiEvent, BPF_F_USER_STACK, COPY_SEQ_MASK, CopySection, LastStacks, MAX_STACK_COPY_BYTES,
+    NO_STACK_KIND, SAMPLE_SLOT, STACK_COPY_HEAD, STACK_KINDS, STACK_PAGE, STACK_REUSE_NS,
+    STACK_SCRATCH_BYTES, STACK_SLOTS, SampleEvent, StackCopyEvent, ThreadState, UserRegs, copy_ref,
+    errno, fingerprint, kind, lost_stack, offcpu_reason, section, stack_kind, user_stack_flags,
 };
 
-use super::{STACKS, count_lost, emit, header, tracked_tgid};
+use super::{
+    STACK_SCRATCH, STACKS, copies_stacks, count_lost, emit, emit_copy_record, header_at,
+    stack_copy_bytes, thread_state,
+};
 
 /// One cpu-clock tick on some CPU: a sample of the stacks of the thread it
 /// interrupted, if that thread is tracked.
@@ -26,21 +46,53 @@ use super::{STACKS, count_lost, emit, header, tracked_tgid};
 pub fn tprof_sample(ctx: PerfEventContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    // tid 0 is the idle task; tracked_tgid filters everything else untracked.
-    if tid != 0 && tracked_tgid(tid).is_some() {
-        let (user_stack, kernel_stack) = stack_ids(&ctx);
-        emit(SampleEvent {
-            hdr: header::<SampleEvent>(),
-            tid,
-            tgid: (pid_tgid >> 32) as u32,
-            user_stack,
-            kernel_stack,
-        });
+    // tid 0 is the idle task; thread_state filters everything else untracked.
+    if tid == 0 {
+        return 0;
     }
+    let Some(state) = thread_state(tid) else {
+        return 0;
+    };
+    let tgid = (pid_tgid >> 32) as u32;
+    let now = unsafe { bpf_ktime_get_ns() };
+    let (user_stack, kernel_stack) = if copies_stacks() {
+        // SAFETY: state points into a live TRACKED_TIDS entry; a sample
+        // interrupts user code or a system call, never this thread's
+        // switch-out (interrupts are off there), the other writer of
+        // `copies`.
+        let state = unsafe { &mut *state };
+        (sample_copy(state, tid, tgid, now), stack_id(&ctx, 0))
+    } else {
+        stack_ids(&ctx)
+    };
+    emit(SampleEvent {
+        hdr: header_at::<SampleEvent>(now),
+        tid,
+        tgid,
+        user_stack,
+        kernel_stack,
+    });
     0
 }
 
-/// (user, kernel) stack ids of the current task; -1 for a missing one.
+/// An on-CPU sample's copy of the user stack: always a new one (the
+/// registers of a running thread are never the same twice).
+#[inline(always)]
+fn sample_copy(state: &mut ThreadState, tid: u32, tgid: u32, now: u64) -> i32 {
+    let Some(regs) = user_regs() else {
+        count_lost(lost_stack::NO_REGS);
+        return -1;
+    };
+    let seq = next_copy(state);
+    if emit_copy(tid, tgid, seq, SAMPLE_SLOT, &regs, now, Scratch::Sampler) {
+        copy_ref(seq, SAMPLE_SLOT)
+    } else {
+        -1
+    }
+}
+
+/// (user, kernel) stack ids of the current task, frame-pointer walks; -1
+/// for a missing one.
 #[inline(always)]
 pub fn stack_ids<C: StackIdContext>(ctx: &C) -> (i32, i32) {
     (stack_id(ctx, BPF_F_USER_STACK), stack_id(ctx, 0))
@@ -51,7 +103,8 @@ fn stack_id<C: StackIdContext>(ctx: &C, flags: u64) -> i32 {
     match ctx.get_stackid(&STACKS, flags) {
         Ok(id) => id as i32,
         // No kernel frames: the sample interrupted user code. Not a loss.
-        Err(e) if e == -errno::EFAULT => -1,
+        // (For a user stack, -EFAULT is a failure, counted as one.)
+        Err(e) if e == -errno::EFAULT && flags & BPF_F_USER_STACK == 0 => -1,
         Err(e) => {
             count_lost(if e == -errno::EEXIST {
                 lost_stack::COLLISION
@@ -64,7 +117,7 @@ fn stack_id<C: StackIdContext>(ctx: &C, flags: u64) -> i32 {
 }
 
 /// What a switch-out records about where a tracked thread left the CPU:
-/// (kind, user stack id, kernel stack id).
+/// (kind, user stack, kernel stack id).
 pub type SwitchOutStacks = (u32, i32, i32);
 
 /// sched_switch, prev side: a tracked thread leaves the CPU. Runs in prev's
@@ -74,6 +127,7 @@ pub type SwitchOutStacks = (u32, i32, i32);
 #[inline(always)]
 pub fn switch_out<C: StackIdContext>(
     ctx: &C,
+    tid: u32,
     state: *mut ThreadState,
     prev_state: u64,
     now: u64,
@@ -83,7 +137,8 @@ pub fn switch_out<C: StackIdContext>(
         return (NO_STACK_KIND, -1, -1); // exiting: it will not come back
     };
     // SAFETY: state points into a live TRACKED_TIDS entry; only this
-    // thread's own switches and syscalls write it, and they cannot overlap.
+    // thread's own switches, samples and syscalls write it, and they cannot
+    // overlap (interrupts are off at a switch).
     let state = unsafe { &mut *state };
     let reason = if reason == stack_kind::SLEEP && state.futex.ts_ns != 0 {
         stack_kind::FUTEX
@@ -93,31 +148,231 @@ pub fn switch_out<C: StackIdContext>(
     if !walk {
         return (reason, -1, -1);
     }
-    let (user, kernel) = offcpu_stack_ids(ctx, state, reason, now);
-    (reason, user, kernel)
+    if copies_stacks() {
+        let kernel = offcpu_stack_ids(ctx, state, reason, now, false).1;
+        (reason, offcpu_copy(state, tid, now), kernel)
+    } else {
+        let (user, kernel) = offcpu_stack_ids(ctx, state, reason, now, true);
+        (reason, user, kernel)
+    }
 }
 
-/// The stacks a switch-out leaves from: walked, or the thread's last walk
-/// for the same reason when that is under STACK_REUSE_NS old (one slot per
-/// reason, so a page-fault wait (D) never lends its stack to the long sleep
-/// (S) that follows it). Walking is the costliest thing tprof does per
-/// event.
+/// The stacks a switch-out leaves from (the user stack only when `user`):
+/// walked, or the thread's last walk for the same reason when that is
+/// under STACK_REUSE_NS old (one slot per reason, so a page-fault wait (D)
+/// never lends its stack to the long sleep (S) that follows it). Walking
+/// is the costliest thing tprof does per event.
 #[inline(always)]
 fn offcpu_stack_ids<C: StackIdContext>(
     ctx: &C,
     state: &mut ThreadState,
     reason: u32,
     now: u64,
+    user: bool,
 ) -> (i32, i32) {
     let last = &mut state.last_stacks[reason as usize % STACK_KINDS];
     if now.saturating_sub(last.walked_ns) < STACK_REUSE_NS {
         return (last.user_stack_id, last.kernel_stack_id);
     }
-    let (user_stack_id, kernel_stack_id) = stack_ids(ctx);
+    let user_stack_id = if user {
+        stack_id(ctx, BPF_F_USER_STACK)
+    } else {
+        -1
+    };
+    let kernel_stack_id = stack_id(ctx, 0);
     *last = LastStacks {
         walked_ns: now,
         user_stack_id,
         kernel_stack_id,
     };
     (user_stack_id, kernel_stack_id)
+}
+
+/// The user stack a switch-out leaves from, as a reference to a copy: one
+/// of the thread's last copies when its registers are the same as then,
+/// else a new copy in the next slot.
+#[inline(always)]
+fn offcpu_copy(state: &mut ThreadState, tid: u32, now: u64) -> i32 {
+    let Some(regs) = user_regs() else {
+        count_lost(lost_stack::NO_REGS);
+        return -1;
+    };
+    let print = fingerprint(regs.ip, regs.sp, regs.bp);
+    for slot in 0..STACK_SLOTS {
+        if state.fingerprints[slot] == print {
+            return copy_ref(state.slot_seqs[slot], slot as u32);
+        }
+    }
+    let slot = state.next_slot as usize % STACK_SLOTS;
+    state.next_slot = state.next_slot.wrapping_add(1);
+    let seq = next_copy(state);
+    if emit_copy(
+        tid,
+        state.tgid,
+        seq,
+        slot as u32,
+        &regs,
+        now,
+        Scratch::Switch,
+    ) {
+        state.fingerprints[slot] = print;
+        state.slot_seqs[slot] = seq;
+        copy_ref(seq, slot as u32)
+    } else {
+        // Userspace never saw it: no later switch-out may refer to it.
+        state.fingerprints[slot] = 0;
+        -1
+    }
+}
+
+/// The next copy's sequence number.
+#[inline(always)]
+fn next_copy(state: &mut ThreadState) -> u32 {
+    state.copies = state.copies.wrapping_add(1) & COPY_SEQ_MASK;
+    state.copies
+}
+
+/// x86-64 `struct pt_regs`, as 8-byte words: where the user registers are.
+const PT_REGS_BP: usize = 4;
+const PT_REGS_IP: usize = 16;
+const PT_REGS_CS: usize = 17;
+const PT_REGS_SP: usize = 19;
+
+/// The current task's user registers, as the kernel saved them when it
+/// entered the kernel (a system call, or the interrupt that preempted or
+/// sampled it), from `bpf_task_pt_regs` (5.15+, with BTF). None when they
+/// are not user-mode registers (a kernel thread).
+#[inline(always)]
+fn user_regs() -> Option<UserRegs> {
+    // SAFETY: BTF helpers on the current task; the verifier checks every
+    // load from the pt_regs pointer against the kernel's BTF and turns it
+    // into a load that cannot fault.
+    unsafe {
+        let task = bpf_get_current_task_btf();
+        let regs = bpf_task_pt_regs(task) as *const u64;
+        if regs.is_null() {
+            return None;
+        }
+        let cs = core::ptr::read_volatile(regs.add(PT_REGS_CS));
+        if cs & 3 != 3 {
+            return None;
+        }
+        Some(UserRegs {
+            ip: core::ptr::read_volatile(regs.add(PT_REGS_IP)),
+            sp: core::ptr::read_volatile(regs.add(PT_REGS_SP)),
+            bp: core::ptr::read_volatile(regs.add(PT_REGS_BP)),
+        })
+    }
+}
+
+/// Which of this CPU's two scratch buffers a copy is built in.
+#[derive(Clone, Copy)]
+enum Scratch {
+    Switch = 0,
+    Sampler = 1,
+}
+
+/// Builds a [`StackCopyEvent`] of the current task (registers `regs`, the
+/// stack from `regs.sp`) in scratch and puts it into the ring buffer;
+/// false (counted) when it could not.
+#[inline(always)]
+fn emit_copy(
+    tid: u32,
+    tgid: u32,
+    seq: u32,
+    slot: u32,
+    regs: &UserRegs,
+    now: u64,
+    scratch: Scratch,
+) -> bool {
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let Some(buf) = STACK_SCRATCH.get_ptr_mut(cpu * 2 + scratch as u32) else {
+        count_lost(lost_stack::NO_SCRATCH);
+        return false;
+    };
+    let base = buf.cast::<u8>();
+    // SAFETY: `base` is a STACK_SCRATCH_BYTES map value, 8-aligned; the
+    // head's three parts fit before STACK_COPY_HEAD, the stack after it.
+    let (len, flags) = unsafe { copy_stack(base.add(STACK_COPY_HEAD), regs.sp) };
+    let total = (STACK_COPY_HEAD + len + 7) & !7;
+    if total > STACK_SCRATCH_BYTES {
+        return false; // cannot be; tells the verifier the bound
+    }
+    unsafe {
+        base.cast::<StackCopyEvent>().write(StackCopyEvent {
+            hdr: {
+                let mut hdr = StackCopyEvent::header(now, cpu as u16);
+                hdr.len = total as u32;
+                hdr
+            },
+            tid,
+            tgid,
+            seq,
+            slot,
+        });
+        base.add(size_of::<StackCopyEvent>())
+            .cast::<CopySection>()
+            .write(CopySection {
+                kind: section::USER_STACK,
+                flags,
+                len: (size_of::<UserRegs>() + len) as u32,
+            });
+        base.add(size_of::<StackCopyEvent>() + size_of::<CopySection>())
+            .cast::<UserRegs>()
+            .write(*regs);
+    }
+    // SAFETY: the first `total` bytes of the map value, just written.
+    let record = unsafe { core::slice::from_raw_parts(base, total) };
+    emit_copy_record(record, kind::STACK_COPY)
+}
+
+/// Pages a copy can hold.
+const MAX_PAGES: usize = (MAX_STACK_COPY_BYTES / STACK_PAGE) as usize;
+
+/// Copies up to `STACK_COPY_BYTES` of the user stack from `sp` to `dst`:
+/// the rest of sp's page, then whole pages, then what is left of the cap
+/// (within one more page), so the copy ends exactly at the first page that
+/// cannot be read. Returns the bytes copied and the section's flags.
+///
+/// # Safety
+/// `dst` has room for MAX_STACK_COPY_BYTES + STACK_PAGE bytes.
+#[inline(always)]
+unsafe fn copy_stack(dst: *mut u8, sp: u64) -> (usize, u16) {
+    const PAGE: usize = STACK_PAGE as usize;
+    const MAX: usize = MAX_STACK_COPY_BYTES as usize;
+    let cap = stack_copy_bytes() as usize;
+    let first = PAGE - (sp as usize & (PAGE - 1));
+    let first = if first > cap { cap } else { first };
+    // The checks against constants below repeat what the cap ensures, for
+    // a verifier that cannot relate two unknown values (before 6.8).
+    if first > PAGE {
+        return (0, user_stack_flags::FAILED);
+    }
+    if unsafe { read_user(dst, first, sp) } != 0 {
+        return (0, user_stack_flags::FAILED);
+    }
+    let mut len = first;
+    for _ in 0..MAX_PAGES {
+        if len + PAGE > cap || len > MAX - PAGE {
+            break;
+        }
+        if unsafe { read_user(dst.add(len), PAGE, sp + len as u64) } != 0 {
+            return (len, user_stack_flags::SHORT);
+        }
+        len += PAGE;
+    }
+    let rest = cap.saturating_sub(len) & (PAGE - 1);
+    if rest > 0 && len <= MAX {
+        if unsafe { read_user(dst.add(len), rest, sp + len as u64) } != 0 {
+            return (len, user_stack_flags::SHORT);
+        }
+        len += rest;
+    }
+    (len, 0)
+}
+
+/// bpf_probe_read_user: 0, or a negative errno (the destination is zeroed).
+#[inline(always)]
+unsafe fn read_user(dst: *mut u8, size: usize, src: u64) -> i64 {
+    unsafe { bpf_probe_read_user(dst.cast(), size as u32, src as *const _) }
 }

@@ -1,15 +1,20 @@
 //! One drain of the event shards: their records gathered and put in
 //! timestamp order.
 
+use profiler_ebpf::kind;
+
 /// The events of one drain, gathered from every ring-buffer shard and put
 /// in timestamp order, so the recording keeps the order one shared buffer
 /// gave: each shard is in order, and everything reserved before the drain
-/// began is read in it.
+/// began is read in it. A stack copy goes before the events of its
+/// timestamp: the sample or switch that uses it was stamped with the same
+/// clock reading.
 #[derive(Default)]
 pub(super) struct DrainBatch {
     bytes: Vec<u8>,
-    /// (timestamp, offset in `bytes`, length) of each event.
-    order: Vec<(u64, usize, usize)>,
+    /// ((timestamp, 0 for a stack copy else 1), offset in `bytes`, length)
+    /// of each event.
+    order: Vec<((u64, u8), usize, usize)>,
 }
 
 impl DrainBatch {
@@ -22,11 +27,13 @@ impl DrainBatch {
             let ts = bytes
                 .get(..8)
                 .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
-            self.order.push((ts, self.bytes.len(), bytes.len()));
+            let copy = bytes.get(8..10) == Some(&kind::STACK_COPY.to_le_bytes()[..]);
+            let key = (ts, u8::from(!copy));
+            self.order.push((key, self.bytes.len(), bytes.len()));
             self.bytes.extend_from_slice(bytes);
         });
         // Stable: events of one timestamp keep their shard's order.
-        self.order.sort_by_key(|&(ts, _, _)| ts);
+        self.order.sort_by_key(|&(key, _, _)| key);
     }
 
     pub(super) fn len(&self) -> usize {
@@ -70,5 +77,21 @@ mod tests {
             let tags: Vec<u8> = batch.in_order().map(|r| r[8]).collect();
             assert_eq!(tags, b"axbcy");
         }
+    }
+
+    /// A stack copy drained after the events goes before the event of its
+    /// timestamp that uses it.
+    #[test]
+    fn a_copy_goes_before_the_events_of_its_timestamp() {
+        let mut copy = record(20, b'c');
+        copy.splice(8..8, kind::STACK_COPY.to_le_bytes());
+        let mut batch = DrainBatch::default();
+        batch.gather(|push| {
+            for r in [record(10, b'a'), record(20, b'e'), record(30, b'z'), copy] {
+                push(&r);
+            }
+        });
+        let tags: Vec<u8> = batch.in_order().map(|r| *r.last().unwrap()).collect();
+        assert_eq!(tags, b"acez");
     }
 }

@@ -31,6 +31,7 @@ mod signals;
 mod stacks;
 mod symbols;
 pub mod tracefs;
+mod unwind;
 
 use std::{io::BufWriter, path::PathBuf, time::Duration};
 
@@ -59,6 +60,9 @@ pub struct RecordOptions {
     pub gpu: GpuOptions,
     /// On-CPU sampling frequency; None: no stacks at all (--no-stacks).
     pub sample_hz: Option<u64>,
+    /// Bytes of user stack copied at each sample and new switch-out site
+    /// (`--stack-size`).
+    pub stack_copy_bytes: u32,
     /// Trace CUDA runtime calls (off with --no-cuda).
     pub cuda: bool,
     /// Kernel map sizes (defaults unless a test shrinks them).
@@ -175,7 +179,8 @@ fn start(opts: &RecordOptions) -> Result<Session> {
     // Until recording starts, a failure leaves no empty file behind (it
     // would only make the next run's -o refuse the path).
     let unstarted = Unstarted(&opts.output);
-    let mut programs = KernelPrograms::load(&offsets, opts.sample_hz.is_some(), opts.limits)?;
+    let stacks = opts.sample_hz.map(|_| opts.stack_copy_bytes);
+    let mut programs = KernelPrograms::load(&offsets, stacks, opts.limits)?;
     let held = if opts.command.is_empty() {
         None
     } else {
@@ -193,7 +198,9 @@ fn start(opts: &RecordOptions) -> Result<Session> {
         .with_context(|| format!("writing the recording to {} failed", opts.output.display()))?;
     let out = RecordingFile::new(writer, opts.output.clone());
     let stacks = match opts.sample_hz {
-        Some(_) => programs.take_stack_source(),
+        Some(_) => programs
+            .take_stack_source()
+            .map(|source| (source, programs.stack_mode())),
         None => None,
     };
     let out = Pipeline::start(out, stacks)?;

@@ -1,10 +1,10 @@
 //! Capture in two stages: the drain (the session's thread) empties the
 //! ring buffers every tick and hands each batch on; a writer thread turns
-//! the batch's stack ids into the recording's ([`StackResolver`]: reading
-//! the stack map, naming new frames) and writes everything to the file.
-//! Naming frames can take seconds the first time a large library (libtorch)
-//! is seen; on the drain's thread that stalled the drains until the ring
-//! buffer overflowed.
+//! the batch's stacks into the recording's ([`StackResolver`]: unwinding
+//! the user stack copies, reading the stack map, naming new frames) and
+//! writes everything to the file. Naming frames can take seconds the first
+//! time a large library (libtorch) is seen; on the drain's thread that
+//! stalled the drains until the ring buffer overflowed.
 //!
 //! The queue between the stages is bounded by batches in flight: when the
 //! writer is [`MAX_IN_FLIGHT`] batches behind, the drain leaves the events
@@ -16,8 +16,8 @@
 use std::{
     path::{Path, PathBuf},
     sync::{
-        Arc,
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
         mpsc,
     },
     thread::JoinHandle,
@@ -30,7 +30,7 @@ use super::drain::DrainBatch;
 use super::file::RecordingFile;
 use super::procfs::{self, Mapping};
 use super::programs::StackSource;
-use super::stacks::StackResolver;
+use super::stacks::{Keep, StackCounts, StackResolver};
 
 /// Batches the writer may be behind before the drain waits (each is one
 /// 50 ms tick, so about two seconds of events held in memory).
@@ -53,22 +53,27 @@ pub(super) struct Pipeline {
     /// Batches the writer is done with, for the drain to fill again.
     recycled: mpsc::Receiver<DrainBatch>,
     in_flight: Arc<AtomicUsize>,
-    unreadable_stacks: Arc<AtomicU64>,
+    stack_counts: Arc<Mutex<StackCounts>>,
     writer: Option<JoinHandle<Result<RecordingFile>>>,
     path: PathBuf,
 }
 
 impl Pipeline {
     /// Starts the writer thread, which owns `out` (and the stack map, when
-    /// stacks are sampled) until [`Pipeline::finish`].
-    pub(super) fn start(out: RecordingFile, stacks: Option<StackSource>) -> Result<Pipeline> {
+    /// stacks are sampled, with the kernel's [`stack_mode`]) until
+    /// [`Pipeline::finish`].
+    ///
+    /// [`stack_mode`]: profiler_ebpf::stack_mode
+    pub(super) fn start(
+        out: RecordingFile,
+        stacks: Option<(StackSource, u32)>,
+    ) -> Result<Pipeline> {
         let (tx, rx) = mpsc::channel();
         let (recycle, recycled) = mpsc::channel();
         let in_flight = Arc::new(AtomicUsize::new(0));
-        let unreadable_stacks = Arc::new(AtomicU64::new(0));
+        let stack_counts = Arc::new(Mutex::new(StackCounts::default()));
         let path = out.path().to_path_buf();
-        let (in_flight_stage, unreadable_stage) =
-            (Arc::clone(&in_flight), Arc::clone(&unreadable_stacks));
+        let (in_flight_stage, counts_stage) = (Arc::clone(&in_flight), Arc::clone(&stack_counts));
         let writer = std::thread::Builder::new()
             .name("tprof-writer".into())
             // The resolver is made on the thread: blazesym's caches are
@@ -76,9 +81,9 @@ impl Pipeline {
             .spawn(move || {
                 let stage = Stage {
                     out,
-                    stacks: stacks.map(StackResolver::new),
+                    stacks: stacks
+                        .map(|(source, mode)| StackResolver::new(source, mode, counts_stage)),
                     in_flight: in_flight_stage,
-                    unreadable_stacks: unreadable_stage,
                     recycle,
                     scratch: Vec::new(),
                 };
@@ -89,7 +94,7 @@ impl Pipeline {
             tx: Some(tx),
             recycled,
             in_flight,
-            unreadable_stacks,
+            stack_counts,
             writer: Some(writer),
             path,
         })
@@ -104,9 +109,9 @@ impl Pipeline {
         self.in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT
     }
 
-    /// Stack ids the stack map no longer held when read.
-    pub(super) fn unreadable_stacks(&self) -> u64 {
-        self.unreadable_stacks.load(Ordering::Relaxed)
+    /// What the writer counted of the stacks it resolved so far.
+    pub(super) fn stack_counts(&self) -> StackCounts {
+        self.stack_counts.lock().map(|c| *c).unwrap_or_default()
     }
 
     /// An empty batch to drain into (one the writer is done with, if any).
@@ -141,12 +146,11 @@ impl Pipeline {
     }
 
     /// Waits for the writer to write everything sent, and takes the file
-    /// back for the last records, with the final count of unreadable
-    /// stacks.
-    pub(super) fn finish(mut self) -> Result<(RecordingFile, u64)> {
+    /// back for the last records, with the final stack counts.
+    pub(super) fn finish(mut self) -> Result<(RecordingFile, StackCounts)> {
         self.tx = None; // the writer stops when the queue is empty
         let file = self.join()?;
-        Ok((file, self.unreadable_stacks()))
+        Ok((file, self.stack_counts()))
     }
 
     fn send(&mut self, msg: Msg) -> Result<()> {
@@ -178,7 +182,6 @@ struct Stage {
     out: RecordingFile,
     stacks: Option<StackResolver>,
     in_flight: Arc<AtomicUsize>,
-    unreadable_stacks: Arc<AtomicU64>,
     recycle: mpsc::Sender<DrainBatch>,
     /// One batch's events with their stack ids rewritten, and each's end.
     scratch: Vec<u8>,
@@ -212,7 +215,8 @@ impl Stage {
     }
 
     /// One drain's events: their stacks interned and written first, then
-    /// the events with the recording's stack ids.
+    /// the events with the recording's stack ids (stack copies are used up
+    /// here, not written).
     fn events(&mut self, batch: &DrainBatch) -> Result<()> {
         let Some(stacks) = &mut self.stacks else {
             for event in batch.in_order() {
@@ -225,12 +229,12 @@ impl Stage {
         for event in batch.in_order() {
             let start = self.scratch.len();
             self.scratch.extend_from_slice(event);
-            stacks.rewrite(&mut self.scratch[start..]);
-            ends.push(self.scratch.len());
+            match stacks.rewrite(&mut self.scratch[start..]) {
+                Keep::Yes => ends.push(self.scratch.len()),
+                Keep::No => self.scratch.truncate(start),
+            }
         }
         stacks.write_new(&mut self.out)?;
-        self.unreadable_stacks
-            .store(stacks.unreadable(), Ordering::Relaxed);
         let mut start = 0;
         for end in ends {
             self.out.push_event(&self.scratch[start..end])?;

@@ -157,6 +157,7 @@ impl Session {
             cpu_limit: self.roots.first().map(|&pid| limits::cpu_limit(pid)),
             sample_hz: self.sample_hz,
             node: Some(super::node::identity(&self.roots)),
+            user_stacks: self.sample_hz.map(|_| self.programs.user_stacks()),
         };
         self.out.write_json(record::HEADER, &header)?;
         self.out.write_json(record::GPU_INFO, &self.gpu_info)?;
@@ -422,7 +423,9 @@ impl Session {
         let mut batch = self.out.empty_batch();
         batch.gather(|push| self.programs.drain_events(push));
         for bytes in batch.in_order() {
-            self.events += 1;
+            if !is_stack_copy(bytes) {
+                self.events += 1;
+            }
             if let Some((pid, parent)) = process_change(bytes) {
                 if let Some(parent) = parent {
                     self.out.set_parent(pid, parent)?;
@@ -462,7 +465,7 @@ impl Session {
     fn lost_counts(&self) -> Result<LostCounts> {
         let mut lost = self.programs.lost_counts()?;
         lost.tracking_full += self.untracked;
-        lost.stack_failed += self.out.unreadable_stacks();
+        self.out.stack_counts().add_to(&mut lost);
         self.expired.count_in(&mut lost);
         Ok(lost)
     }
@@ -600,11 +603,11 @@ impl Session {
         self.cuda.refresh_launches(&self.programs)?;
         self.expire_in_flight();
         let path = self.out.path().to_path_buf();
-        let (mut file, unreadable_stacks) = self.out.finish()?;
+        let (mut file, stack_counts) = self.out.finish()?;
         file.write_json(record::CUDA, self.cuda.info())?;
         let mut lost = self.programs.lost_counts()?;
         lost.tracking_full += self.untracked;
-        lost.stack_failed += unreadable_stacks;
+        stack_counts.add_to(&mut lost);
         self.expired.count_in(&mut lost);
         self.lost = lost;
         file.write_json(record::LOST, &self.lost)?;
@@ -630,6 +633,12 @@ impl Session {
 
 /// The pid of a process that a raw event says was created (with its parent)
 /// or exec'd.
+/// A stack copy: unwound by the writer, not written, so not an event of
+/// the recording.
+fn is_stack_copy(bytes: &[u8]) -> bool {
+    bytes.get(8..10) == Some(&kind::STACK_COPY.to_le_bytes()[..])
+}
+
 fn process_change(bytes: &[u8]) -> Option<(u32, Option<u32>)> {
     let kind = u16::from_le_bytes(bytes.get(8..10)?.try_into().ok()?);
     if kind != kind::FORK && kind != kind::EXEC {

@@ -1,32 +1,79 @@
-//! Turns the kernel's stack ids in each drained event into the recording's
-//! own: reads each new id's addresses from the stack map once, names its
-//! frames ([`Namer`]), interns frames and stacks, and has the new ones
-//! written (FRAMES, then STACK_DEFS) before the events that use them. The
-//! events keep their bytes but for the stack ids, which now index the
-//! recording's STACK_DEFS, so the file needs nothing from this machine.
+//! Turns the stacks each drained event refers to into the recording's own.
+//! User stacks come as copies ([`StackCopyEvent`]: registers and stack
+//! bytes, unwound here with each file's CFI, [`Unwinder`]) or, on kernels
+//! without BTF, as frame-pointer walks in the kernel's stack map; kernel
+//! stacks always come from the stack map. Each new stack is read or unwound
+//! once, its frames named ([`Namer`]), and frames and stacks are interned
+//! and written (FRAMES, then STACK_DEFS) before the events that use them.
+//! The events keep their bytes but for their stack fields, which now index
+//! the recording's STACK_DEFS, and the copies are dropped: raw stack bytes
+//! never reach the file, which needs nothing from this machine.
 
 use std::{
     collections::HashMap,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use anyhow::Result;
-use profiler_ebpf::{EventHeader, NO_STACK_KIND, SampleEvent, SwitchEvent, kind};
-use tprof_core::recording::{FrameBatch, StackBatch, record};
+use profiler_ebpf::{
+    CopySection, EventHeader, ExitEvent, NO_STACK_KIND, SAMPLE_SLOT, STACK_SLOTS, SampleEvent,
+    StackCopyEvent, SwitchEvent, UserRegs as AbiRegs, copy_ref_parts, kind, section, stack_mode,
+    user_stack_flags,
+};
+use tprof_core::recording::{
+    FrameBatch, LostCounts, StackBatch, record, stacks::markers::TRUNCATED,
+};
 
 use super::file::RecordingFile;
 use super::procfs::{self, Mapping};
 use super::programs::StackSource;
 use super::symbols::{AddressSpaces, Namer, Site, return_site, user_site};
+use super::unwind::{End, Unwinder, Unwound, UserRegs};
 
 /// A recording stack id: an index into its STACK_DEFS, or -1 for none.
 type StackId = i32;
 
-/// Everything needed to turn kernel stack ids into the recording's.
+/// What became of the user stacks the writer unwound, for the LOST record
+/// (the session reads it while the writer updates it).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StackCounts {
+    /// Stack ids the stack map no longer held when read.
+    pub unreadable: u64,
+    /// Unwinds that ran past a full copy (deeper than `--stack-size`) or
+    /// past [`super::unwind::MAX_DEPTH`] frames.
+    pub truncated: u64,
+    /// Unwinds that ran past a copy cut short by an unreadable page.
+    pub short: u64,
+    /// Unwinds cut at something that was not a frame.
+    pub cut: u64,
+    /// Copies with registers but not a byte of stack.
+    pub copy_failed: u64,
+    /// Events referring to a copy the writer never got (it came after the
+    /// event, or not at all).
+    pub unmatched: u64,
+}
+
+impl StackCounts {
+    /// Adds these counts to the kernel's.
+    pub fn add_to(&self, lost: &mut LostCounts) {
+        lost.stack_failed += self.unreadable;
+        lost.stack_truncated += self.truncated;
+        lost.stack_copy_short += self.short;
+        lost.stack_cut += self.cut;
+        lost.stack_copy_failed += self.copy_failed;
+        lost.stack_copy_lost += self.unmatched;
+    }
+}
+
+/// Everything needed to turn the events' stacks into the recording's.
 pub struct StackResolver {
     source: StackSource,
+    /// How the kernel takes user stacks ([`stack_mode`]).
+    mode: u32,
     namer: Namer,
     spaces: AddressSpaces,
+    unwinder: Unwinder,
     /// Site → frame id.
     frames: HashMap<Site, u32>,
     /// Sites interned since the last dictionary write, in id order.
@@ -35,35 +82,53 @@ pub struct StackResolver {
     stacks: HashMap<Vec<u32>, u32>,
     /// Stacks interned since the last dictionary write, in id order.
     new_stacks: Vec<Vec<u32>>,
-    /// (tgid, kernel user-stack id) → recording stack id. Keyed by process
-    /// too: the kernel shares one id between processes whose addresses are
-    /// equal, which name different code when their mappings differ.
+    /// Frame-pointer mode: (tgid, kernel user-stack id) → recording stack
+    /// id. Keyed by process too: the kernel shares one id between
+    /// processes whose addresses are equal, which name different code when
+    /// their mappings differ.
     user: HashMap<(u32, i32), StackId>,
+    /// Copy mode: per thread, each slot's last copy as (its sequence
+    /// number, its unwound stack).
+    copies: HashMap<u32, [(u32, StackId); STACK_SLOTS + 1]>,
     /// (kernel stack id, walked at a switch-out) → recording stack id.
     kernel: HashMap<(i32, bool), StackId>,
-    /// Stack ids the map no longer held when read (counted as failed).
-    unreadable: u64,
+    counts: StackCounts,
+    /// Where the session reads `counts`.
+    shared: Arc<Mutex<StackCounts>>,
     /// When each process's mappings were last re-read for an unknown
     /// address.
     reread: HashMap<u32, Instant>,
 }
 
 /// How often one process's mappings may be re-read for an unknown address.
-const REREAD_EVERY: Duration = Duration::from_millis(100);
+const REREAD_EVERY: Duration = Duration::from_millis(20);
+
+/// What to do with an event once its stacks are resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Write it.
+    Yes,
+    /// Drop it: a stack copy, now unwound.
+    No,
+}
 
 impl StackResolver {
-    pub fn new(source: StackSource) -> StackResolver {
+    pub fn new(source: StackSource, mode: u32, shared: Arc<Mutex<StackCounts>>) -> StackResolver {
         StackResolver {
             source,
+            mode,
             namer: Namer::default(),
             spaces: AddressSpaces::default(),
+            unwinder: Unwinder::default(),
             frames: HashMap::new(),
             new_frames: Vec::new(),
             stacks: HashMap::new(),
             new_stacks: Vec::new(),
             user: HashMap::new(),
+            copies: HashMap::new(),
             kernel: HashMap::new(),
-            unreadable: 0,
+            counts: StackCounts::default(),
+            shared,
             reread: HashMap::new(),
         }
     }
@@ -76,45 +141,60 @@ impl StackResolver {
         self.spaces.set_parent(child, parent);
     }
 
-    /// Stack ids that named nothing when read.
-    pub fn unreadable(&self) -> u64 {
-        self.unreadable
-    }
-
-    /// Rewrites the stack ids of one event (a ring-buffer record) from the
-    /// kernel's to the recording's, interning what is new. Other events
-    /// are left as they are.
-    pub fn rewrite(&mut self, event: &mut [u8]) {
+    /// Rewrites the stack fields of one event (a ring-buffer record) from
+    /// the kernel's to the recording's, interning what is new. A stack copy
+    /// is unwound and kept for the events that refer to it, and not
+    /// written. Other events are left as they are.
+    pub fn rewrite(&mut self, event: &mut [u8]) -> Keep {
         let Some(hdr) = read::<EventHeader>(event) else {
-            return;
+            return Keep::Yes;
         };
         match hdr.kind {
+            kind::STACK_COPY => {
+                self.copy(event);
+                return Keep::No;
+            }
             kind::SWITCH if event.len() >= size_of::<SwitchEvent>() => {
                 let mut e: SwitchEvent = read(event).expect("length checked");
                 if e.prev_kind == NO_STACK_KIND {
-                    return;
+                    return Keep::Yes;
                 }
-                e.prev_user_stack = self.user_stack(e.prev_tgid, e.prev_user_stack);
+                e.prev_user_stack = self.user_stack(e.prev_tgid, e.prev_tid, e.prev_user_stack);
                 e.prev_kernel_stack = self.kernel_stack(e.prev_kernel_stack, true);
                 write(event, &e);
             }
             kind::SAMPLE if event.len() >= size_of::<SampleEvent>() => {
                 let mut e: SampleEvent = read(event).expect("length checked");
-                e.user_stack = self.user_stack(e.tgid, e.user_stack);
+                e.user_stack = self.user_stack(e.tgid, e.tid, e.user_stack);
                 e.kernel_stack = self.kernel_stack(e.kernel_stack, false);
                 write(event, &e);
             }
+            kind::EXIT => {
+                if let Some(e) = read::<ExitEvent>(event) {
+                    self.copies.remove(&e.tid);
+                }
+            }
             _ => {}
         }
+        Keep::Yes
     }
 
     /// Writes the frames and stacks interned since the last call, named now
     /// (while the processes' files are surely there), before the events
-    /// that refer to them.
+    /// that refer to them. A native frame without a symbol is named by the
+    /// start of its function (from its file's CFI), so its samples add up
+    /// under one name.
     pub fn write_new(&mut self, out: &mut RecordingFile) -> Result<()> {
         if !self.new_frames.is_empty() {
             let first = (self.frames.len() - self.new_frames.len()) as u32;
-            let frames = self.namer.frames(&self.new_frames, &self.spaces);
+            let mut frames = self.namer.frames(&self.new_frames, &self.spaces);
+            for (frame, site) in frames.iter_mut().zip(&self.new_frames) {
+                if let (None, Site::File(path, offset)) = (&frame.symbol, site)
+                    && let Some(start) = self.unwinder.function_start(path, *offset)
+                {
+                    frame.offset = start;
+                }
+            }
             self.new_frames.clear();
             out.write_json(record::FRAMES, &FrameBatch { first, frames })?;
         }
@@ -123,13 +203,89 @@ impl StackResolver {
             let stacks = std::mem::take(&mut self.new_stacks);
             out.write_json(record::STACK_DEFS, &StackBatch { first, stacks })?;
         }
+        if let Ok(mut shared) = self.shared.lock() {
+            *shared = self.counts;
+        }
         Ok(())
     }
 
-    fn user_stack(&mut self, tgid: u32, id: i32) -> StackId {
-        if id < 0 {
+    /// The recording's id of the user stack an event refers to: a copy of
+    /// the thread's stack, or a frame-pointer walk in the stack map.
+    fn user_stack(&mut self, tgid: u32, tid: u32, reference: i32) -> StackId {
+        if reference < 0 {
             return -1;
         }
+        if self.mode == stack_mode::FRAME_POINTERS {
+            return self.walked_user_stack(tgid, reference);
+        }
+        let (seq, slot) = copy_ref_parts(reference);
+        match self.copies.get(&tid).and_then(|s| s.get(slot as usize)) {
+            Some(&(known, stack)) if known == seq => stack,
+            _ => {
+                self.counts.unmatched += 1;
+                -1
+            }
+        }
+    }
+
+    /// Unwinds a [`StackCopyEvent`] and files its stack under its thread
+    /// and slot.
+    fn copy(&mut self, record: &[u8]) {
+        let Some(head) = read::<StackCopyEvent>(record) else {
+            return;
+        };
+        let end = (head.hdr.len as usize).min(record.len());
+        let Some((flags, regs, stack)) = user_stack_section(&record[..end]) else {
+            return;
+        };
+        let regs = UserRegs {
+            ip: regs.ip,
+            sp: regs.sp,
+            bp: regs.bp,
+        };
+        let mut unwound = self.unwinder.unwind(&self.spaces, head.tgid, regs, stack);
+        // An address in no mapping we know: the process mapped something
+        // since its last snapshot (dlopen, a JIT's code).
+        if unwound.unknown_address && self.reread_maps(head.tgid) {
+            unwound = self.unwinder.unwind(&self.spaces, head.tgid, regs, stack);
+        }
+        self.count(&unwound, flags);
+        let stack = self.intern_unwound(head.tgid, &unwound);
+        let slots = self
+            .copies
+            .entry(head.tid)
+            .or_insert([(u32::MAX, -1); STACK_SLOTS + 1]);
+        if let Some(entry) = slots.get_mut(head.slot.min(SAMPLE_SLOT) as usize) {
+            *entry = (head.seq, stack);
+        }
+    }
+
+    fn count(&mut self, unwound: &Unwound, flags: u16) {
+        let counts = &mut self.counts;
+        if flags & user_stack_flags::FAILED != 0 {
+            counts.copy_failed += 1;
+            return;
+        }
+        match unwound.end {
+            End::Root => {}
+            End::PastCopy if flags & user_stack_flags::SHORT != 0 => counts.short += 1,
+            End::PastCopy | End::TooDeep => counts.truncated += 1,
+            End::Cut => counts.cut += 1,
+        }
+    }
+
+    /// The stack of an unwind, outermost first, under a [`TRUNCATED`]
+    /// marker when it did not reach the thread's root.
+    fn intern_unwound(&mut self, tgid: u32, unwound: &Unwound) -> StackId {
+        let mut sites = Vec::with_capacity(unwound.addrs.len() + 1);
+        if unwound.end != End::Root {
+            sites.push(Site::Marker(TRUNCATED));
+        }
+        sites.extend(self.user_sites(tgid, &unwound.addrs));
+        self.intern_stack(sites)
+    }
+
+    fn walked_user_stack(&mut self, tgid: u32, id: i32) -> StackId {
         if let Some(&known) = self.user.get(&(tgid, id)) {
             return known;
         }
@@ -158,9 +314,8 @@ impl StackResolver {
             .collect()
     }
 
-    /// Reads `tgid`'s mappings again, at most once per [`REREAD_EVERY`]
-    /// (garbage frame-pointer chains are full of unmapped addresses); true
-    /// when it did.
+    /// Reads `tgid`'s mappings again, at most once per [`REREAD_EVERY`];
+    /// true when it did.
     fn reread_maps(&mut self, tgid: u32) -> bool {
         let now = Instant::now();
         if self
@@ -209,7 +364,7 @@ impl StackResolver {
     }
 
     fn count_unreadable(&mut self) -> StackId {
-        self.unreadable += 1;
+        self.counts.unreadable += 1;
         -1
     }
 
@@ -230,6 +385,23 @@ impl StackResolver {
             next
         })
     }
+}
+
+/// The user stack section of a copy record: its flags, the registers and
+/// the stack bytes. Sections are walked by length, so a section of a kind
+/// this tprof does not know (or a later one) is skipped.
+fn user_stack_section(record: &[u8]) -> Option<(u16, AbiRegs, &[u8])> {
+    let mut at = size_of::<StackCopyEvent>();
+    while let Some(head) = record.get(at..).and_then(read::<CopySection>) {
+        let start = at + size_of::<CopySection>();
+        let payload = record.get(start..start.checked_add(head.len as usize)?)?;
+        if head.kind == section::USER_STACK {
+            let regs = read::<AbiRegs>(payload)?;
+            return Some((head.flags, regs, &payload[size_of::<AbiRegs>()..]));
+        }
+        at = (start + head.len as usize).next_multiple_of(8);
+    }
+    None
 }
 
 fn read<T: bytemuck::Pod>(bytes: &[u8]) -> Option<T> {

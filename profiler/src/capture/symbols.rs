@@ -27,6 +27,10 @@ use tprof_core::recording::{Frame, FrameKind};
 #[derive(Debug, Default)]
 pub struct AddressSpaces {
     maps: HashMap<u32, Vec<Mapping>>,
+    /// Per process, bumped whenever its mappings change, so the unwinder
+    /// built from them knows to rebuild.
+    generations: HashMap<u32, u64>,
+    next_generation: u64,
     /// child → parent, for children that exited before their first snapshot
     /// (a forked child maps what its parent mapped).
     parents: HashMap<u32, u32>,
@@ -39,12 +43,35 @@ impl AddressSpaces {
     pub fn add_snapshot(&mut self, pid: u32, fresh: Vec<Mapping>) {
         let old = self.maps.remove(&pid).unwrap_or_default();
         let kept: Vec<Mapping> = old
-            .into_iter()
+            .iter()
             .filter(|m| !fresh.iter().any(|f| f.start < m.end && m.start < f.end))
+            .cloned()
             .collect();
         let mut merged = fresh;
         merged.extend(kept);
+        if merged != old || !self.generations.contains_key(&pid) {
+            self.next_generation += 1;
+            self.generations.insert(pid, self.next_generation);
+        }
         self.maps.insert(pid, merged);
+    }
+
+    /// The mappings that hold `pid`'s code: its own snapshot, else its
+    /// nearest ancestor's (a forked child maps what its parent mapped), as
+    /// (whose, generation, mappings).
+    pub fn mappings(&self, pid: u32) -> Option<(u32, u64, &[Mapping])> {
+        let owner = self
+            .lineage(pid)
+            .into_iter()
+            .find(|p| self.maps.contains_key(p))?;
+        let generation = self.generations.get(&owner).copied().unwrap_or_default();
+        Some((owner, generation, &self.maps[&owner]))
+    }
+
+    /// True when `addr` lies in an executable mapping of `pid` (or of the
+    /// ancestor whose mappings stand for it).
+    pub fn is_code(&self, pid: u32, addr: u64) -> bool {
+        self.lookup(pid, addr).is_some()
     }
 
     pub fn set_parent(&mut self, child: u32, parent: u32) {
@@ -92,6 +119,8 @@ pub enum Site {
     Kernel(u64),
     /// An address in no mapping tprof saw.
     Unmapped(u64),
+    /// Not code: a note in a stack (`[truncated]`).
+    Marker(&'static str),
 }
 
 /// Frames below the leaf hold return addresses, which point just past the
@@ -161,6 +190,7 @@ impl Namer {
                         ..Frame::default()
                     }
                 }
+                Site::Marker(text) => frames[index] = Frame::marker(text),
             }
         }
         for (path, offsets) in by_file {

@@ -10,6 +10,7 @@ mod futexes;
 pub mod gpu;
 pub mod pipeline;
 pub mod roles;
+pub mod stacks;
 pub mod steps;
 pub mod timeline;
 
@@ -167,6 +168,8 @@ pub struct Summary {
     pub pipeline: pipeline::Pipeline,
     /// CUDA runtime calls: copies, syncs, and their findings.
     pub cuda: cuda::CudaStats,
+    /// How whole the on-CPU samples' user stacks are; None without stacks.
+    pub stacks: Option<stacks::StackQuality>,
 }
 
 pub fn summarize(model: &Model) -> Summary {
@@ -230,6 +233,7 @@ pub fn summarize(model: &Model) -> Summary {
         gpus,
         gpu_status: model.gpus.status.clone(),
         cuda: cuda::stats(model),
+        stacks: stacks::quality(model),
     };
     summary.findings = diagnosis::diagnose(&summary);
     summary

@@ -111,6 +111,8 @@ pub struct Model {
     /// Sampled stacks (frames already symbolized), as recorded or, since
     /// format 4, weighed from the recording's samples and switch-outs.
     pub stacks: Option<StackTable>,
+    /// How user stacks were taken, when the recording says.
+    pub user_stacks: Option<crate::recording::UserStacks>,
     /// The CPUs the job could use (cpuset, cgroup quota), when recorded.
     pub cpu_limit: Option<crate::recording::CpuLimit>,
     /// CUDA runtime calls and the libraries they were seen in.
@@ -179,6 +181,7 @@ impl<'a> Assembly<'a> {
             command_exit: rec.footer.as_ref().and_then(|f| f.command_exit.clone()),
             targets: rec.header.targets.clone(),
             cpu_limit: rec.header.cpu_limit,
+            user_stacks: rec.header.user_stacks,
             devices: rec.header.block_devices.clone(),
             gpus: gpu::build(rec),
             stacks: rec.stacks.clone(),

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::recording::{
     Event, Frame, StackDictionary, StackKind, StackSample, StackTable, events::OffCpuStacks,
+    stacks::markers,
 };
 
 /// (pid, tid, kind, user stack, kernel stack): what one weight is summed by.
@@ -132,7 +133,7 @@ fn joined(
         Some(ids) if !ids.is_empty() => ids.to_vec(),
         _ => {
             let marker = *lost_user.get_or_insert_with(|| {
-                frames.push(Frame::marker("[user stack lost]"));
+                frames.push(Frame::marker(markers::USER_STACK_LOST));
                 frames.len() as u32 - 1
             });
             vec![marker]

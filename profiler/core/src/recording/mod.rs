@@ -197,6 +197,22 @@ pub struct Header {
     /// The machine and rank (since v4, optional).
     #[serde(default)]
     pub node: Option<NodeIdentity>,
+    /// How user stacks were taken, when they were (since v4; None in
+    /// earlier recordings, which walked frame pointers).
+    #[serde(default)]
+    pub user_stacks: Option<UserStacks>,
+}
+
+/// How a recording's user stacks were taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "mode")]
+pub enum UserStacks {
+    /// The kernel copied each stack's top `copy_bytes` and capture unwound
+    /// it with each file's CFI (`.eh_frame`).
+    Dwarf { copy_bytes: u32 },
+    /// The kernel walked frame pointers: wrong wherever code keeps none
+    /// (kernels without BTF or `bpf_task_pt_regs`, before 5.15).
+    FramePointers,
 }
 
 /// The CPUs a job may use: the machine's, its cpuset's, its cgroup quota's.
@@ -335,6 +351,29 @@ pub struct LostCounts {
     /// was full.
     #[serde(default)]
     pub cuda_launches_full: u64,
+    /// User stacks copied by the kernel that never reached their sample or
+    /// switch-out: the ring buffer had no room for the copy, the thread had
+    /// no user registers, or the copy came after the event that used it
+    /// (since v4, stack copy mode). Such a stack reads `[user stack lost]`.
+    #[serde(default)]
+    pub stack_copy_lost: u64,
+    /// Copies with the registers but not a byte of the stack (the page at
+    /// sp could not be read): the stack is its leaf, under `[truncated]`.
+    #[serde(default)]
+    pub stack_copy_failed: u64,
+    /// Stacks deeper than the bytes copied (`--stack-size`) or than 512
+    /// frames: unwound as far as that, under a `[truncated]` frame.
+    #[serde(default)]
+    pub stack_truncated: u64,
+    /// Stacks whose copy stopped at a page that could not be read before
+    /// `--stack-size`, and that went on past it: `[truncated]` there.
+    #[serde(default)]
+    pub stack_copy_short: u64,
+    /// Stacks whose unwinding met something that is not a frame (a return
+    /// address outside every executable mapping, a stack pointer that did
+    /// not grow): cut there under a `[truncated]` frame.
+    #[serde(default)]
+    pub stack_cut: u64,
 }
 
 impl LostCounts {
@@ -358,6 +397,18 @@ impl LostCounts {
             self.stack_failed,
             self.stack_aggregate_full,
             self.offcpu_full,
+            self.stack_copy_lost,
+        ])
+    }
+
+    /// User stacks kept only in part, under a `[truncated]` frame: not
+    /// lost, but short of their thread's root.
+    pub fn stack_partial(&self) -> u64 {
+        saturating_sum([
+            self.stack_copy_failed,
+            self.stack_truncated,
+            self.stack_copy_short,
+            self.stack_cut,
         ])
     }
 

@@ -12,6 +12,16 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The texts of the marker frames tprof writes.
+pub mod markers {
+    /// In place of a user stack the kernel could not take or deliver.
+    pub const USER_STACK_LOST: &str = "[user stack lost]";
+    /// The outermost frame of a user stack that stops short of its
+    /// thread's root: the copy ended, or unwinding met something that is
+    /// not a frame.
+    pub const TRUNCATED: &str = "[truncated]";
+}
+
 /// What a frame is. Python, JIT and marker frames have no module offset to
 /// symbolize later; their name is all there is.
 #[derive(

@@ -13,8 +13,10 @@ use crate::analysis::{
     diagnosis::Finding as Verdict,
     gpu::GpuStats,
     pipeline::{Advice, Helper, PoolGroup, Workers},
+    stacks::StackQuality,
     steps::{Blame, GpuIdleAlignment},
 };
+use crate::recording::UserStacks;
 
 /// Version of the JSON contract (not of the recording format).
 pub const JSON_VERSION: u32 = 2;
@@ -55,6 +57,23 @@ struct Report<'a> {
     /// Why there is no GPU data; null when there is.
     gpu_status: Option<&'a str>,
     cuda: Cuda<'a>,
+    /// How whole the on-CPU samples' user stacks are; null without stacks.
+    stacks: Option<Stacks>,
+}
+
+/// The on-CPU samples' user stacks (docs/json.md, "stacks").
+#[derive(Serialize)]
+struct Stacks {
+    /// "dwarf" (copied and unwound with CFI) or "frame_pointers"; null for
+    /// recordings that do not say (frame pointers).
+    mode: Option<&'static str>,
+    /// Bytes of stack copied, in dwarf mode.
+    copy_bytes: Option<u32>,
+    samples: u64,
+    /// Samples whose user stack reaches its thread's root (dwarf mode only).
+    rooted: Option<u64>,
+    truncated: u64,
+    lost: u64,
 }
 
 /// docs/json.md, "command_exit".
@@ -242,6 +261,22 @@ struct Thread<'a> {
     exited: bool,
 }
 
+fn stacks(q: &StackQuality) -> Stacks {
+    let (mode, copy_bytes) = match q.mode {
+        Some(UserStacks::Dwarf { copy_bytes }) => (Some("dwarf"), Some(copy_bytes)),
+        Some(UserStacks::FramePointers) => (Some("frame_pointers"), None),
+        None => (None, None),
+    };
+    Stacks {
+        mode,
+        copy_bytes,
+        samples: q.samples,
+        rooted: q.rooted,
+        truncated: q.truncated,
+        lost: q.lost,
+    }
+}
+
 /// The JSON document for `summary`, pretty-printed.
 pub fn render(summary: &Summary) -> String {
     let ppids: BTreeMap<u32, u32> = summary.processes.iter().map(|p| (p.pid, p.ppid)).collect();
@@ -344,6 +379,7 @@ pub fn render(summary: &Summary) -> String {
         gpus: summary.gpus.iter().map(gpu).collect(),
         gpu_status: summary.gpu_status.as_deref(),
         cuda: cuda(&summary.cuda),
+        stacks: summary.stacks.as_ref().map(stacks),
     };
     let mut out = serde_json::to_string_pretty(&report).expect("plain data serializes");
     out.push('\n');

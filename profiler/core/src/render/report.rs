@@ -9,7 +9,9 @@ use crate::analysis::{
     diagnosis::{Change, SettingValue},
     gpu::{GpuStats, IDLE_UTIL_PCT},
     roles::{PoolLibrary, Role},
+    stacks::StackQuality,
 };
+use crate::recording::{LostCounts, UserStacks};
 
 /// Threads shown in the table; the rest are summed in one line.
 const MAX_THREAD_ROWS: usize = 40;
@@ -31,6 +33,9 @@ pub fn render(s: &Summary) -> String {
     futexes(&mut out, s);
     gpus(&mut out, s);
     cuda(&mut out, &s.cuda);
+    if let Some(q) = &s.stacks {
+        stacks(&mut out, q, &s.lost);
+    }
     out
 }
 
@@ -67,10 +72,11 @@ fn header(out: &mut String, s: &Summary) {
         let _ = writeln!(
             out,
             "warning: stack sampling lost {} stack(s) to stack-map collisions, {} to other \
-             stack errors, {} sample(s) to a full aggregate and {} off-CPU interval(s); \
-             flamegraphs are thinner there",
+             stack errors, {} user stack copies, {} sample(s) to a full aggregate and {} \
+             off-CPU interval(s); flamegraphs show [user stack lost] there",
             s.lost.stack_collisions,
             s.lost.stack_failed,
+            s.lost.stack_copy_lost,
             s.lost.stack_aggregate_full,
             s.lost.offcpu_full
         );
@@ -718,6 +724,63 @@ fn gpu_extras(out: &mut String, g: &GpuStats) {
     }
     if !parts.is_empty() {
         let _ = writeln!(out, "    {} (means)", parts.join(", "));
+    }
+}
+
+/// How whole the flamegraphs' user stacks are, and how they were taken.
+fn stacks(out: &mut String, q: &StackQuality, lost: &LostCounts) {
+    let _ = writeln!(out, "\nStacks");
+    match q.mode {
+        Some(UserStacks::Dwarf { copy_bytes }) => {
+            let _ = writeln!(
+                out,
+                "  user stacks: {} KiB copied at each sample and new off-CPU site, \
+                 unwound with the binaries' CFI",
+                copy_bytes / 1024
+            );
+        }
+        Some(UserStacks::FramePointers) | None => {
+            let why = match q.mode {
+                Some(_) => "this kernel cannot copy them: no BTF, or before Linux 5.15",
+                None => "recorded by a tprof that did not copy them",
+            };
+            let _ = writeln!(
+                out,
+                "  user stacks: walked by frame pointers in the kernel ({why}); frames \
+                 of code built without frame pointers (most of libc, libpython, wheels) \
+                 are missing or wrong"
+            );
+        }
+    }
+    let pct = |n: u64| 100.0 * n as f64 / q.samples.max(1) as f64;
+    if let Some(rooted) = q.rooted {
+        let _ = writeln!(
+            out,
+            "  on-CPU samples: {} of {} ({:.1}%) reach their thread's root, {} stop \
+             short under [truncated], {} lost",
+            rooted,
+            q.samples,
+            pct(rooted),
+            q.truncated,
+            q.lost
+        );
+    }
+    if lost.stack_truncated + lost.stack_copy_short > 0 {
+        let _ = writeln!(
+            out,
+            "  {} unwound stack(s) went deeper than the bytes copied or 512 frames ({} \
+             where a page could not be read): --stack-size raises the first limit",
+            lost.stack_truncated + lost.stack_copy_short,
+            lost.stack_copy_short
+        );
+    }
+    if lost.stack_cut + lost.stack_copy_failed > 0 {
+        let _ = writeln!(
+            out,
+            "  {} unwound stack(s) stopped at an address that is not code or a stack \
+             that did not unwind (code without CFI), {} had no readable stack",
+            lost.stack_cut, lost.stack_copy_failed
+        );
     }
 }
 

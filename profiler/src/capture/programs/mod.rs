@@ -20,13 +20,14 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
     programs::Program,
-    util::online_cpus,
+    util::{nr_cpus, online_cpus},
 };
 use profiler_ebpf::{
-    BPF_NOEXIST, EVENT_SHARDS, LOST_TRACK_FULL, MAX_BIO_OWNERS, MAX_CUDA_CALLS, MAX_REQUESTS,
-    MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, RING_BUFFER_BYTES, ThreadState, TracepointOffsets, kind,
-    lost_map, lost_stack,
+    BPF_NOEXIST, COPY_RING_BUFFER_BYTES, EVENT_SHARDS, LOST_TRACK_FULL, MAX_BIO_OWNERS,
+    MAX_CUDA_CALLS, MAX_REQUESTS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, RING_BUFFER_BYTES,
+    ThreadState, TracepointOffsets, kind, lost_map, lost_stack,
     names::{global, map},
+    stack_mode,
 };
 
 use super::{btf, procfs};
@@ -34,7 +35,7 @@ use attach::SCHED;
 pub use in_flight::Expired;
 use in_flight::InFlight;
 pub use stacks::StackSource;
-use tprof_core::recording::{LostCounts, events::kind_name};
+use tprof_core::recording::{LostCounts, UserStacks, events::kind_name};
 
 /// The object built by build.rs from profiler-ebpf.
 #[cfg(not(tprof_no_ebpf))]
@@ -46,6 +47,11 @@ static OBJECT: &[u8] = &[];
 /// Set to 1 to use the classic scheduler tracepoints even where the raw
 /// ones work (to compare the two, and to test the fallback).
 pub const CLASSIC_SCHED_ENV: &str = "TPROF_CLASSIC_SCHED";
+
+/// Set to 1 to take user stacks by frame-pointer walks in the kernel even
+/// where copying them works (to compare the two, and to test the mode
+/// kernels without BTF get).
+pub const FRAME_POINTER_STACKS_ENV: &str = "TPROF_FRAME_POINTER_STACKS";
 
 /// Set to a raw scheduler program's name to have it treated as refused by
 /// the verifier: the tests' way to exercise the fallback a kernel with BTF
@@ -95,6 +101,8 @@ pub struct KernelPrograms {
     // Field order is drop order: maps first, then the programs and links.
     /// The event shards, `EVENTS0`… (CPU c writes to shard c % EVENT_SHARDS).
     events: Vec<RingBuf<MapData>>,
+    /// The stack copy shards, `COPIES0`…, likewise.
+    copies: Vec<RingBuf<MapData>>,
     tracked_tgids: HashMap<MapData, u32, u8>,
     /// tid → the thread's state in the kernel.
     tracked_tids: HashMap<MapData, u32, ThreadState>,
@@ -106,6 +114,10 @@ pub struct KernelPrograms {
     in_flight: InFlight,
     /// The raw scheduler programs are loaded (else the classic ones).
     raw_sched: bool,
+    /// How user stacks are taken ([`stack_mode`]), and how much a copy
+    /// takes.
+    stack_mode: u32,
+    stack_copy_bytes: u32,
     /// The loaded object: its programs and their links (the maps above
     /// were taken out of it).
     ebpf: Ebpf,
@@ -113,11 +125,16 @@ pub struct KernelPrograms {
 
 impl KernelPrograms {
     /// Loads the programs with this kernel's tracepoint offsets, without
-    /// attaching them.
-    /// `sample_stacks` false turns off-CPU stack walks off in the kernel.
+    /// attaching them. `stacks` None turns off-CPU stack walks off in the
+    /// kernel; else it is how many bytes of user stack a copy takes.
+    ///
+    /// User stacks are copied where the kernel has BTF (the copy needs
+    /// `bpf_task_pt_regs`, 5.15+); where it has none, or its verifier
+    /// refuses the copying programs, the kernel walks frame pointers
+    /// instead, with a note.
     pub fn load(
         offsets: &TracepointOffsets,
-        sample_stacks: bool,
+        stacks: Option<u32>,
         limits: MapLimits,
     ) -> Result<KernelPrograms> {
         if OBJECT.is_empty() {
@@ -126,16 +143,52 @@ impl KernelPrograms {
                  run `cargo xtask setup` and build it again to record"
             );
         }
+        let copy_bytes = stacks.unwrap_or(profiler_ebpf::DEFAULT_STACK_COPY_BYTES);
+        let mode = wanted_stack_mode();
+        match Self::load_in(offsets, stacks.is_some(), mode, copy_bytes, limits) {
+            Err(e) if mode == stack_mode::COPY && stacks.is_some() => {
+                let why = format!("{e:#}");
+                let programs = Self::load_in(
+                    offsets,
+                    true,
+                    stack_mode::FRAME_POINTERS,
+                    copy_bytes,
+                    limits,
+                )
+                // Not the stack copy then: the first error says what is.
+                .map_err(|_| e)?;
+                eprintln!(
+                    "tprof: note: this kernel cannot copy user stacks ({why}); \
+                     walking frame pointers instead, which misses frames of code \
+                     built without them"
+                );
+                Ok(programs)
+            }
+            loaded => loaded,
+        }
+    }
+
+    fn load_in(
+        offsets: &TracepointOffsets,
+        sample_stacks: bool,
+        stack_mode: u32,
+        stack_copy_bytes: u32,
+        limits: MapLimits,
+    ) -> Result<KernelPrograms> {
         let (offsets, raw_sched) = sched_offsets(*offsets);
-        let mut ebpf = open_object(&offsets, sample_stacks, limits)?;
+        let globals = Globals {
+            offsets: &offsets,
+            sample_stacks,
+            stack_mode,
+            stack_copy_bytes,
+        };
+        let mut ebpf = open_object(&globals, limits)?;
         load_programs(&mut ebpf)?;
         let raw_sched = load_sched_programs(&mut ebpf, raw_sched)?;
         find_program(&mut ebpf, profiler_ebpf::names::program::SAMPLE)?;
         Ok(KernelPrograms {
-            events: map::EVENTS
-                .iter()
-                .map(|name| Ok(RingBuf::try_from(take_map(&mut ebpf, name)?)?))
-                .collect::<Result<_>>()?,
+            events: take_ring_buffers(&mut ebpf, &map::EVENTS)?,
+            copies: take_ring_buffers(&mut ebpf, &map::COPIES)?,
             tracked_tgids: HashMap::try_from(take_map(&mut ebpf, map::TRACKED_TGIDS)?)?,
             tracked_tids: HashMap::try_from(take_map(&mut ebpf, map::TRACKED_TIDS)?)?,
             lost: PerCpuArray::try_from(take_map(&mut ebpf, map::LOST)?)?,
@@ -146,14 +199,35 @@ impl KernelPrograms {
             cuda_launches: PerCpuHashMap::try_from(take_map(&mut ebpf, map::CUDA_LAUNCHES)?)?,
             in_flight: InFlight::take(&mut ebpf)?,
             raw_sched,
+            stack_mode,
+            stack_copy_bytes,
             ebpf,
         })
     }
 
-    /// Hands every record waiting in the event shards to `each`, shard by
-    /// shard (each shard's records in their order), emptying them.
+    /// How user stacks are taken ([`stack_mode`]).
+    pub fn stack_mode(&self) -> u32 {
+        self.stack_mode
+    }
+
+    /// How user stacks are taken, for the recording's header.
+    pub fn user_stacks(&self) -> UserStacks {
+        if self.stack_mode == stack_mode::COPY {
+            UserStacks::Dwarf {
+                copy_bytes: self.stack_copy_bytes,
+            }
+        } else {
+            UserStacks::FramePointers
+        }
+    }
+
+    /// Hands every record waiting in the event shards, then in the stack
+    /// copy shards, to `each`, shard by shard (each shard's records in
+    /// their order), emptying them. Copies after events: an event's copy
+    /// was committed before it, so every event handed over has its copy
+    /// handed over too (this drain or the one before).
     pub fn drain_events(&mut self, each: &mut dyn FnMut(&[u8])) {
-        for shard in &mut self.events {
+        for shard in self.events.iter_mut().chain(&mut self.copies) {
             while let Some(item) = shard.next() {
                 each(&item);
             }
@@ -217,6 +291,9 @@ impl KernelPrograms {
         for slot in 0..kind::COUNT {
             if slot == LOST_TRACK_FULL {
                 lost.tracking_full = total(slot)?;
+            } else if slot == u32::from(kind::STACK_COPY) {
+                // Only a stack is lost: its event says `[user stack lost]`.
+                lost.stack_copy_lost += total(slot)?;
             } else {
                 lost.ring_buffer_full
                     .insert(kind_name(slot as u16).to_string(), total(slot)?);
@@ -228,6 +305,7 @@ impl KernelPrograms {
         lost.bio_owners_full = total(lost_map::BIO_OWNERS_FULL)?;
         lost.cuda_calls_full = total(lost_map::CUDA_CALLS_FULL)?;
         lost.cuda_launches_full = total(lost_map::CUDA_LAUNCHES_FULL)?;
+        lost.stack_copy_lost += total(lost_stack::NO_REGS)? + total(lost_stack::NO_SCRATCH)?;
         Ok(lost)
     }
 
@@ -260,24 +338,54 @@ fn sched_offsets(mut offsets: TracepointOffsets) -> (TracepointOffsets, bool) {
     }
 }
 
+/// How user stacks will be taken: copied, unless the kernel has no BTF
+/// (the copy's helpers need it) or [`FRAME_POINTER_STACKS_ENV`] asks for
+/// frame pointers.
+fn wanted_stack_mode() -> u32 {
+    let forced = std::env::var_os(FRAME_POINTER_STACKS_ENV).is_some_and(|v| v == "1");
+    if forced || !std::path::Path::new(btf::VMLINUX_BTF).exists() {
+        stack_mode::FRAME_POINTERS
+    } else {
+        stack_mode::COPY
+    }
+}
+
+/// The program globals userspace sets at load time.
+struct Globals<'a> {
+    offsets: &'a TracepointOffsets,
+    sample_stacks: bool,
+    stack_mode: u32,
+    stack_copy_bytes: u32,
+}
+
 /// Opens the object with the globals and map sizes set, its maps created
 /// and no program loaded yet.
-fn open_object(
-    offsets: &TracepointOffsets,
-    sample_stacks: bool,
-    limits: MapLimits,
-) -> Result<Ebpf> {
-    let sample_stacks = u32::from(sample_stacks);
+fn open_object(globals: &Globals, limits: MapLimits) -> Result<Ebpf> {
+    let sample_stacks = u32::from(globals.sample_stacks);
+    // Two stack copy buffers per possible CPU (the switch programs', the
+    // sampler's); only copy mode uses them.
+    let scratch = match globals.stack_mode {
+        stack_mode::COPY => nr_cpus().map_or(1, |n| n as u32) * 2,
+        _ => 1,
+    };
+    let copy_bytes = match globals.stack_mode {
+        stack_mode::COPY if globals.sample_stacks => COPY_RING_BUFFER_BYTES,
+        _ => 0, // a page each
+    };
     let mut loader = EbpfLoader::new();
-    for (name, bytes) in map::EVENTS
+    let shards = map::EVENTS
         .iter()
         .zip(shard_sizes(limits.ring_buffer_bytes))
-    {
+        .chain(map::COPIES.iter().zip(shard_sizes(copy_bytes)));
+    for (name, bytes) in shards {
         loader.map_max_entries(name, bytes);
     }
     loader
-        .override_global(global::OFFSETS, offsets, true)
+        .override_global(global::OFFSETS, globals.offsets, true)
         .override_global(global::SAMPLE_STACKS, &sample_stacks, true)
+        .override_global(global::STACK_MODE, &globals.stack_mode, true)
+        .override_global(global::STACK_COPY_BYTES, &globals.stack_copy_bytes, true)
+        .map_max_entries(map::STACK_SCRATCH, scratch)
         .map_max_entries(map::TRACKED_TIDS, limits.tracked_threads)
         .map_max_entries(map::REQUESTS, limits.in_flight.min(MAX_REQUESTS))
         .map_max_entries(map::BIO_OWNERS, limits.in_flight.min(MAX_BIO_OWNERS))
@@ -380,6 +488,13 @@ fn load_raw_sched(ebpf: &mut Ebpf, raw: &str) -> Result<()> {
     load_program(raw, find_program(ebpf, raw)?)
 }
 
+fn take_ring_buffers(ebpf: &mut Ebpf, names: &[&str]) -> Result<Vec<RingBuf<MapData>>> {
+    names
+        .iter()
+        .map(|name| Ok(RingBuf::try_from(take_map(ebpf, name)?)?))
+        .collect()
+}
+
 fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map> {
     ebpf.take_map(name)
         .with_context(|| format!("map {name} missing from the eBPF object"))
@@ -418,6 +533,7 @@ mod tests {
         let listed: BTreeSet<&str> = map::ALL_BUT_EVENTS
             .iter()
             .chain(&map::EVENTS)
+            .chain(&map::COPIES)
             .copied()
             .collect();
         assert_eq!(in_object, listed, "maps");

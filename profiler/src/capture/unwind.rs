@@ -1,0 +1,506 @@
+//! Unwinds the user stacks the kernel copied: a thread's registers (ip, sp,
+//! bp) and the top of its stack, walked with framehop over the CFI
+//! (`.eh_frame`) of the files the process maps, as perf's `--call-graph
+//! dwarf` and samply do. Frame pointers serve only where a file has no CFI
+//! for an address (framehop's fallback), and everything such a walk finds
+//! is checked: a return address outside every executable mapping or a stack
+//! pointer that does not grow ends the unwind as cut rather than adding
+//! garbage frames, and so does a stack deeper than [`MAX_DEPTH`].
+//!
+//! One framehop unwinder per process, built from the `/proc/<pid>/maps`
+//! snapshots capture keeps ([`AddressSpaces`]); each file's unwind sections
+//! are read once ([`ElfFile`]) and shared by every process mapping it. The
+//! same sections give the function start of an address ([`Unwinder::
+//! function_start`]), which names frames that have no symbol.
+
+use std::{collections::HashMap, fs::File, ops::Range, os::unix::fs::FileExt, sync::Arc};
+
+use framehop::{
+    Error as WalkError, ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _,
+    UnwinderWithDetails as _,
+    x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
+};
+use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
+use object::{Object, ObjectSection, ObjectSegment, SegmentFlags, read::ReadCache};
+
+use super::procfs::{self, Mapping};
+use super::symbols::{AddressSpaces, Site, user_site};
+
+/// Frames past this depth are cut: few real stacks are this deep (a deep
+/// recursion), and a loop in a garbage chain would never end.
+pub const MAX_DEPTH: usize = 512;
+
+/// Unwinders kept at once, one per process; the least recently used goes
+/// first (a job that forks thousands of short-lived processes).
+const MAX_PROCESSES: usize = 256;
+
+/// A thread's user registers where it was stopped: what unwinding starts
+/// from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserRegs {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+
+/// How an unwind ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// At a thread's root: a frame whose CFI says it has no caller
+    /// (`_start`, `clone3`).
+    Root,
+    /// The copy ended before the stack did: the stack is deeper than the
+    /// bytes copied (`--stack-size`), or a page of it could not be read.
+    PastCopy,
+    /// After [`MAX_DEPTH`] frames.
+    TooDeep,
+    /// At something that is not a frame: a return address in no executable
+    /// mapping, a stack pointer that did not grow, or a read below the
+    /// stack.
+    Cut,
+}
+
+/// An unwound stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unwound {
+    /// The leaf's instruction pointer, then each caller's return address.
+    pub addrs: Vec<u64>,
+    pub end: End,
+    /// An address (the leaf, or where the walk was cut) lies in no mapping
+    /// tprof knows: the process may have mapped something since its last
+    /// snapshot (dlopen), so it is worth re-reading its mappings and
+    /// unwinding again.
+    pub unknown_address: bool,
+}
+
+/// Unwinds copied stacks of any tracked process.
+#[derive(Default)]
+pub struct Unwinder {
+    files: ElfFiles,
+    processes: HashMap<u32, ProcessUnwinder>,
+    /// Bumped on every unwind, to find the least recently used process.
+    clock: u64,
+}
+
+/// The framehop unwinder of one process's mappings.
+struct ProcessUnwinder {
+    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    cache: CacheX86_64,
+    /// The [`AddressSpaces::generation`] of the mappings it was built from.
+    generation: u64,
+    last_used: u64,
+}
+
+impl Unwinder {
+    /// Unwinds the stack of a thread of `pid` stopped at `regs`, from
+    /// `stack`, the bytes copied from `regs.sp` upward.
+    pub fn unwind(
+        &mut self,
+        spaces: &AddressSpaces,
+        pid: u32,
+        regs: UserRegs,
+        stack: &[u8],
+    ) -> Unwound {
+        self.clock += 1;
+        let clock = self.clock;
+        let Some(owner) = self.process(spaces, pid) else {
+            return Unwound {
+                addrs: vec![regs.ip],
+                end: End::Cut,
+                unknown_address: true,
+            };
+        };
+        self.processes.get_mut(&owner).expect("just made").last_used = clock;
+        let leaf_has_cfi = self.has_cfi(spaces, pid, regs.ip);
+        let process = self.processes.get_mut(&owner).expect("just made");
+        walk(process, spaces, pid, (regs, leaf_has_cfi), stack)
+    }
+
+    /// True when the file mapped at `addr` in `pid` has a CFI entry for
+    /// it (false for JIT code, and for addresses in no mapping).
+    fn has_cfi(&mut self, spaces: &AddressSpaces, pid: u32, addr: u64) -> bool {
+        match user_site(spaces, pid, addr) {
+            Site::File(path, offset) => self.function_start(&path, offset).is_some(),
+            _ => false,
+        }
+    }
+
+    /// The start of the function holding `offset` in the file at `path`, as
+    /// a file offset, from the file's CFI; None when it has none there.
+    pub fn function_start(&mut self, path: &str, offset: u64) -> Option<u64> {
+        self.files.get(path, None)?.function_start(offset)
+    }
+
+    /// The pid whose unwinder unwinds `pid`'s stacks (its own, or an
+    /// ancestor's), (re)built when its mappings changed.
+    fn process(&mut self, spaces: &AddressSpaces, pid: u32) -> Option<u32> {
+        let (owner, generation, maps) = spaces.mappings(pid)?;
+        let fresh = self
+            .processes
+            .get(&owner)
+            .is_some_and(|p| p.generation == generation);
+        if !fresh {
+            if self.processes.len() >= MAX_PROCESSES && !self.processes.contains_key(&owner) {
+                self.evict_least_recent();
+            }
+            let mut unwinder = UnwinderX86_64::new();
+            for mapping in maps {
+                if let Some(module) = self.files.module(owner, mapping) {
+                    unwinder.add_module(module);
+                }
+            }
+            self.processes.insert(
+                owner,
+                ProcessUnwinder {
+                    unwinder,
+                    cache: CacheX86_64::new(),
+                    generation,
+                    last_used: 0,
+                },
+            );
+        }
+        Some(owner)
+    }
+
+    fn evict_least_recent(&mut self) {
+        if let Some(&pid) = self
+            .processes
+            .iter()
+            .min_by_key(|(_, p)| p.last_used)
+            .map(|(pid, _)| pid)
+        {
+            self.processes.remove(&pid);
+        }
+    }
+}
+
+/// Walks one stack, frame by frame, checking each step.
+/// `leaf_has_cfi`: the file holding the leaf has a CFI entry for it.
+fn walk(
+    process: &mut ProcessUnwinder,
+    spaces: &AddressSpaces,
+    pid: u32,
+    (regs, leaf_has_cfi): (UserRegs, bool),
+    stack: &[u8],
+) -> Unwound {
+    let copy_end = regs.sp.saturating_add(stack.len() as u64);
+    let mut read = |addr: u64| -> Result<u64, ()> {
+        let at = usize::try_from(addr.checked_sub(regs.sp).ok_or(())?).map_err(|_| ())?;
+        let word = stack.get(at..at.checked_add(8).ok_or(())?).ok_or(())?;
+        Ok(u64::from_le_bytes(word.try_into().map_err(|_| ())?))
+    };
+    let is_code = |addr: u64| spaces.is_code(pid, addr);
+    let mut walk_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+    let mut address = FrameAddress::from_instruction_pointer(regs.ip);
+    let mut addrs = vec![regs.ip];
+    let mut unknown_address = !is_code(regs.ip);
+    let end = loop {
+        if addrs.len() >= MAX_DEPTH {
+            break End::TooDeep;
+        }
+        let before = walk_regs;
+        let step = process.unwinder.unwind_frame_with_details(
+            address,
+            &mut walk_regs,
+            &mut process.cache,
+            &mut read,
+        );
+        let next = match step {
+            Ok(outcome) => match outcome.return_address() {
+                None => break End::Root,
+                Some(ra) => Ok(ra),
+            },
+            Err(e) => Err(e),
+        };
+        let caller = match next {
+            Ok(ra) if is_caller(ra, before.sp(), walk_regs.sp(), &is_code) => ra,
+            // The leaf is in code without CFI (hand-written assembly, such
+            // as libjpeg-turbo's SIMD routines in OpenCV's wheel, or JIT
+            // code), where framehop guessed: a frameless function's return
+            // address at sp, or a frame pointer's chain. Try both.
+            _ if addrs.len() == 1 && !leaf_has_cfi => {
+                match leaf_without_cfi(before, &mut read, &is_code) {
+                    Some((ra, regs)) => {
+                        walk_regs = regs;
+                        ra
+                    }
+                    None => break ended(next.map(|_| ()), copy_end, &mut unknown_address),
+                }
+            }
+            _ => break ended(next.map(|_| ()), copy_end, &mut unknown_address),
+        };
+        addrs.push(caller);
+        address = FrameAddress::from_return_address(caller).expect("checked not null");
+    };
+    Unwound {
+        addrs,
+        end,
+        unknown_address,
+    }
+}
+
+/// A step's return address is a caller's: not null, in code (looked up one
+/// byte back: the call, not what follows it, since a call may be a
+/// function's last instruction), and the stack pointer grew.
+fn is_caller(ra: u64, sp_before: u64, sp_after: u64, is_code: &impl Fn(u64) -> bool) -> bool {
+    ra != 0 && sp_after > sp_before && is_code(ra - 1)
+}
+
+/// How a walk that could not take its next step ended.
+fn ended(step: Result<(), WalkError>, copy_end: u64, unknown_address: &mut bool) -> End {
+    match step {
+        Err(WalkError::CouldNotReadStack(at)) if at >= copy_end => End::PastCopy,
+        Err(_) => End::Cut,
+        Ok(()) => {
+            // A return address that is not a caller's: garbage, or code
+            // mapped since the last snapshot.
+            *unknown_address = true;
+            End::Cut
+        }
+    }
+}
+
+/// The caller of a leaf in code without CFI, by whichever of the two rules
+/// such code follows finds one: a frameless function (the return address
+/// at sp), or one with a frame pointer (bp within the stack, the return
+/// address above the saved bp).
+fn leaf_without_cfi(
+    regs: UnwindRegsX86_64,
+    read: &mut impl FnMut(u64) -> Result<u64, ()>,
+    is_code: &impl Fn(u64) -> bool,
+) -> Option<(u64, UnwindRegsX86_64)> {
+    let (sp, bp) = (regs.sp(), regs.bp());
+    let frameless = read(sp)
+        .ok()
+        .map(|ra| (ra, UnwindRegsX86_64::new(ra, sp + 8, bp)));
+    let frame_pointer = (bp >= sp && bp % 8 == 0)
+        .then(|| Some((read(bp.checked_add(8)?).ok()?, read(bp).ok()?)))
+        .flatten()
+        .map(|(ra, saved_bp)| (ra, UnwindRegsX86_64::new(ra, bp + 16, saved_bp)));
+    [frameless, frame_pointer]
+        .into_iter()
+        .flatten()
+        .find(|&(ra, next)| is_caller(ra, sp, next.sp(), is_code))
+}
+
+/// Every file's unwind sections, read once (by path; the vDSO from tprof's
+/// own, since it is one image per kernel).
+#[derive(Default)]
+struct ElfFiles {
+    /// None: the file could not be read or is not an ELF file.
+    by_path: HashMap<String, Option<Arc<ElfFile>>>,
+}
+
+impl ElfFiles {
+    /// The framehop module of one executable mapping of process `pid`.
+    fn module(&mut self, pid: u32, mapping: &Mapping) -> Option<Module<Arc<[u8]>>> {
+        if mapping.path.is_empty() || mapping.path.starts_with("[anon") {
+            return None; // JIT code: no CFI; framehop falls back to frame pointers
+        }
+        let file = self.get(&mapping.path, Some((pid, mapping)))?;
+        let base = file.bias(mapping)?;
+        Some(Module::new(
+            mapping.path.clone(),
+            mapping.start..mapping.end,
+            base,
+            file.section_info(),
+        ))
+    }
+
+    /// The file at `path`, read the first time through `/proc/<pid>/
+    /// map_files` when a mapping of a live process is at hand (a deleted or
+    /// replaced file, a file in a container's mount namespace), else by path.
+    fn get(&mut self, path: &str, seen_in: Option<(u32, &Mapping)>) -> Option<Arc<ElfFile>> {
+        if let Some(known) = self.by_path.get(path) {
+            return known.clone();
+        }
+        let read = if path == "[vdso]" {
+            ElfFile::own_vdso()
+        } else if path.starts_with('[') {
+            None
+        } else {
+            let via_map_files = seen_in.and_then(|(pid, m)| {
+                File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)).ok()
+            });
+            via_map_files
+                .or_else(|| File::open(path.trim_end_matches(" (deleted)")).ok())
+                .and_then(|f| ElfFile::read(&ReadCache::new(f)))
+        };
+        let read = read.map(Arc::new);
+        self.by_path.insert(path.to_string(), read.clone());
+        read
+    }
+}
+
+/// What unwinding needs of one ELF file: its loadable segments (to place
+/// it in a process) and its CFI sections, as stated addresses (SVMAs) and
+/// bytes.
+#[derive(Debug, Default)]
+struct ElfFile {
+    segments: Vec<Segment>,
+    text: Option<Range<u64>>,
+    got: Option<Range<u64>>,
+    eh_frame: Option<Section>,
+    eh_frame_hdr: Option<Section>,
+    /// Only when there is no `.eh_frame` (framehop reads one or the other).
+    debug_frame: Option<Arc<[u8]>>,
+}
+
+/// A PT_LOAD segment.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    file_offset: u64,
+    file_size: u64,
+    svma: u64,
+    executable: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Section {
+    svma: Range<u64>,
+    data: Arc<[u8]>,
+}
+
+/// ELF `p_flags` bit of an executable segment.
+const PF_X: u32 = 1;
+
+impl ElfFile {
+    /// Reads the segments and unwind sections, and only those (a libtorch
+    /// is gigabytes; its `.eh_frame` is a small part).
+    fn read<'data, R: object::ReadRef<'data>>(data: R) -> Option<ElfFile> {
+        let elf = object::File::parse(data).ok()?;
+        let segments = elf
+            .segments()
+            .map(|s| {
+                let (file_offset, file_size) = s.file_range();
+                Segment {
+                    file_offset,
+                    file_size,
+                    svma: s.address(),
+                    executable: matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & PF_X != 0),
+                }
+            })
+            .collect();
+        let range = |name: &str| {
+            elf.section_by_name(name)
+                .map(|s| s.address()..s.address() + s.size())
+        };
+        let section = |name: &str| {
+            let s = elf.section_by_name(name)?;
+            Some(Section {
+                svma: s.address()..s.address() + s.size(),
+                data: Arc::from(s.data().ok()?),
+            })
+        };
+        let eh_frame = section(".eh_frame");
+        let debug_frame = if eh_frame.is_none() {
+            section(".debug_frame").map(|s| s.data)
+        } else {
+            None
+        };
+        Some(ElfFile {
+            segments,
+            text: range(".text"),
+            got: range(".got"),
+            eh_frame_hdr: section(".eh_frame_hdr"),
+            eh_frame,
+            debug_frame,
+        })
+    }
+
+    /// tprof's own vDSO image, read from its memory: every process on this
+    /// kernel maps the same one.
+    fn own_vdso() -> Option<ElfFile> {
+        let maps = procfs::exec_maps(std::process::id())?;
+        let vdso = maps.iter().find(|m| m.path == "[vdso]")?;
+        let mut image = vec![0; (vdso.end - vdso.start) as usize];
+        File::open("/proc/self/mem")
+            .ok()?
+            .read_exact_at(&mut image, vdso.start)
+            .ok()?;
+        ElfFile::read(image.as_slice())
+    }
+
+    /// The module's load bias in a process (framehop's base AVMA, as ELF
+    /// files state addresses from 0): where `mapping` puts its file offset,
+    /// minus the address the file states for that offset.
+    fn bias(&self, mapping: &Mapping) -> Option<u64> {
+        const PAGE: u64 = 4096;
+        let segment = self
+            .segments
+            .iter()
+            .filter(|s| {
+                let start = s.file_offset & !(PAGE - 1);
+                start <= mapping.offset && mapping.offset < s.file_offset + s.file_size.max(1)
+            })
+            .max_by_key(|s| s.executable)?;
+        // The mapping may start up to a page before the segment's offset;
+        // the difference is the same in the file and in memory.
+        let svma = segment
+            .svma
+            .wrapping_add(mapping.offset)
+            .wrapping_sub(segment.file_offset);
+        Some(mapping.start.wrapping_sub(svma))
+    }
+
+    fn section_info(&self) -> ExplicitModuleSectionInfo<Arc<[u8]>> {
+        ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: self.text.clone(),
+            got_svma: self.got.clone(),
+            eh_frame_svma: self.eh_frame.as_ref().map(|s| s.svma.clone()),
+            eh_frame: self.eh_frame.as_ref().map(|s| s.data.clone()),
+            eh_frame_hdr_svma: self.eh_frame_hdr.as_ref().map(|s| s.svma.clone()),
+            eh_frame_hdr: self.eh_frame_hdr.as_ref().map(|s| s.data.clone()),
+            debug_frame: self.debug_frame.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// The function start of file offset `offset`, as a file offset: the
+    /// initial address of the CFI entry (FDE) covering it, found through
+    /// `.eh_frame_hdr`'s search table.
+    fn function_start(&self, offset: u64) -> Option<u64> {
+        let svma = self.offset_to_svma(offset)?;
+        let (hdr, eh_frame) = (self.eh_frame_hdr.as_ref()?, self.eh_frame.as_ref()?);
+        let mut bases = BaseAddresses::default()
+            .set_eh_frame_hdr(hdr.svma.start)
+            .set_eh_frame(eh_frame.svma.start);
+        if let Some(text) = &self.text {
+            bases = bases.set_text(text.start);
+        }
+        if let Some(got) = &self.got {
+            bases = bases.set_got(got.start);
+        }
+        let parsed = EhFrameHdr::new(&hdr.data, LittleEndian)
+            .parse(&bases, 8)
+            .ok()?;
+        let fde = parsed
+            .table()?
+            .fde_for_address(
+                &EhFrame::new(&eh_frame.data, LittleEndian),
+                &bases,
+                svma,
+                EhFrame::cie_from_offset,
+            )
+            .ok()?;
+        self.svma_to_offset(fde.initial_address())
+    }
+
+    fn offset_to_svma(&self, offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|s| s.file_offset <= offset && offset < s.file_offset + s.file_size)
+            .map(|s| s.svma + (offset - s.file_offset))
+    }
+
+    fn svma_to_offset(&self, svma: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|s| s.svma <= svma && svma < s.svma + s.file_size)
+            .map(|s| s.file_offset + (svma - s.svma))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -14,6 +14,10 @@
 //! stored as these bytes): bump `recording::FORMAT_VERSION` in `tprof-core`.
 #![no_std]
 
+pub mod python;
+
+pub use python::{PyProcInfo, PyStackEvent, PyThreadCache};
+
 /// Length of a task's `comm` (TASK_COMM_LEN).
 pub const COMM_LEN: usize = 16;
 
@@ -117,6 +121,10 @@ pub mod names {
         pub const BIO_OWNERS: &str = "BIO_OWNERS";
         pub const CUDA_CALLS: &str = "CUDA_CALLS";
         pub const CUDA_LAUNCHES: &str = "CUDA_LAUNCHES";
+        /// Python processes' interpreter layouts (tgid → `PyProcInfo`).
+        pub const PY_PROCS: &str = "PY_PROCS";
+        /// The per-CPU scratch record of the Python walk.
+        pub const PY_SCRATCH: &str = "PY_SCRATCH";
         /// Every map in the object but the event shards (and the sections
         /// of program globals).
         pub const ALL_BUT_EVENTS: &[&str] = &[
@@ -128,6 +136,8 @@ pub mod names {
             BIO_OWNERS,
             CUDA_CALLS,
             CUDA_LAUNCHES,
+            PY_PROCS,
+            PY_SCRATCH,
         ];
     }
 
@@ -152,9 +162,13 @@ pub mod kind {
     pub const CUDA: u16 = 9;
     /// An on-CPU stack sample ([`super::SampleEvent`]).
     pub const SAMPLE: u16 = 10;
+    /// The Python frames of the sample or switch-out that follows
+    /// ([`super::PyStackEvent`]); capture folds them into that event's
+    /// stack and never writes them to a recording.
+    pub const PY_STACK: u16 = 11;
     /// One past the largest kind: the size of the per-kind drop counters
     /// (it must stay below the `lost_stack` slots, 24).
-    pub const COUNT: u32 = 11;
+    pub const COUNT: u32 = 12;
 }
 
 /// Index into the `LOST` per-CPU array for "a fork could not be tracked
@@ -239,7 +253,7 @@ const _: () = assert!((stack_kind::FUTEX as usize) < STACK_KINDS);
 /// task: the lookup that tells whether the task is tracked also finds its
 /// cached stack walks and whether it is in a futex wait (more lookups when
 /// these lived in maps of their own). Userspace seeds it with
-/// [`ThreadState::new`]. 160 bytes.
+/// [`ThreadState::new`]. 176 bytes.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -248,10 +262,12 @@ pub struct ThreadState {
     pub futex: FutexEnter,
     /// The last walked off-CPU stacks, by off-CPU reason ([`stack_kind`]).
     pub last_stacks: [LastStacks; STACK_KINDS],
+    /// Its Python thread state, when its process runs CPython.
+    pub py: PyThreadCache,
     pub tgid: u32,
     pub _pad: u32,
 }
-const _: () = assert!(size_of::<ThreadState>() == 160);
+const _: () = assert!(size_of::<ThreadState>() == 176);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
 // derived bytemuck::Pod checks it): every bit pattern is a valid value.
 #[cfg(feature = "user")]
@@ -272,6 +288,10 @@ impl ThreadState {
                 user_stack_id: 0,
                 kernel_stack_id: 0,
             }; STACK_KINDS],
+            py: PyThreadCache {
+                tstate: 0,
+                missed_ns: 0,
+            },
             tgid,
             _pad: 0,
         }
@@ -539,6 +559,8 @@ pub const fn event_size(kind: u16) -> Option<usize> {
         kind::BLOCK_IO => Some(size_of::<BlockIoEvent>()),
         kind::FUTEX => Some(size_of::<FutexEvent>()),
         kind::CUDA => Some(size_of::<CudaCallEvent>()),
+        // Its fixed part; the frames follow. Never in a recording.
+        kind::PY_STACK => Some(size_of::<PyStackEvent>()),
         _ => None,
     }
 }
@@ -598,7 +620,10 @@ pub struct TracepointOffsets {
     pub task_exit_state: u16,
     /// `thread_info.cpu` (or `cpu`) within task_struct.
     pub task_cpu: u16,
-    pub _pad: [u16; 3],
+    /// `thread.fsbase` within task_struct: a thread's `pthread_self()`,
+    /// which is how CPython 3.10 names its threads (0 when unknown).
+    pub task_fsbase: u16,
+    pub _pad: [u16; 2],
 }
 const _: () = assert!(size_of::<TracepointOffsets>() == 64);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the

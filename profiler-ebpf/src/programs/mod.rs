@@ -4,6 +4,7 @@
 mod block;
 mod cuda;
 mod futex;
+mod python;
 mod sched;
 mod stacks;
 mod task;
@@ -125,7 +126,8 @@ static OFFSETS: TracepointOffsets = TracepointOffsets {
     task_pid: 0,
     task_exit_state: 0,
     task_cpu: 0,
-    _pad: [0; 3],
+    task_fsbase: 0,
+    _pad: [0; 2],
 };
 
 /// Non-zero when stacks are sampled (`tprof record --no-stacks` clears it,

@@ -4,12 +4,14 @@
 //! on-CPU sample, the switch-out's stacks in its [`SwitchEvent`].
 //! Userspace turns the ids into the recording's stacks and weighs each
 //! off-CPU interval from the switch-out to the thread's next switch-in, so
-//! the kernel keeps no aggregate and a switch-in does no stack work.
+//! the kernel keeps no aggregate and a switch-in does no stack work. Where
+//! the thread runs CPython, its Python frames go out just before the event
+//! (`python::record`), walked whenever the native stacks are.
 //!
 //! [`SwitchEvent`]: profiler_ebpf::SwitchEvent
 
 use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid,
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::perf_event,
     programs::{PerfEventContext, tracing::StackIdContext},
 };
@@ -18,7 +20,7 @@ use profiler_ebpf::{
     ThreadState, errno, lost_stack, offcpu_reason, stack_kind,
 };
 
-use super::{STACKS, count_lost, emit, header, tracked_tgid};
+use super::{STACKS, count_lost, emit, header_at, python, thread_state};
 
 /// One cpu-clock tick on some CPU: a sample of the stacks of the thread it
 /// interrupted, if that thread is tracked.
@@ -26,17 +28,29 @@ use super::{STACKS, count_lost, emit, header, tracked_tgid};
 pub fn tprof_sample(ctx: PerfEventContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    // tid 0 is the idle task; tracked_tgid filters everything else untracked.
-    if tid != 0 && tracked_tgid(tid).is_some() {
-        let (user_stack, kernel_stack) = stack_ids(&ctx);
-        emit(SampleEvent {
-            hdr: header::<SampleEvent>(),
-            tid,
-            tgid: (pid_tgid >> 32) as u32,
-            user_stack,
-            kernel_stack,
-        });
+    let tgid = (pid_tgid >> 32) as u32;
+    // tid 0 is the idle task; thread_state filters everything else untracked.
+    if tid == 0 {
+        return 0;
     }
+    let Some(state) = thread_state(tid) else {
+        return 0;
+    };
+    // One clock read: the Python frames carry the sample's time.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let (mut user_stack, kernel_stack) = stack_ids(&ctx);
+    // SAFETY: state points into a live TRACKED_TIDS entry that only this
+    // thread's own programs write, and they cannot overlap.
+    if !python::record(unsafe { &mut (*state).py }, tid, tgid, now) {
+        user_stack = -1;
+    }
+    emit(SampleEvent {
+        hdr: header_at::<SampleEvent>(now),
+        tid,
+        tgid,
+        user_stack,
+        kernel_stack,
+    });
     0
 }
 
@@ -109,13 +123,22 @@ fn offcpu_stack_ids<C: StackIdContext>(
     reason: u32,
     now: u64,
 ) -> (i32, i32) {
-    let last = &mut state.last_stacks[reason as usize % STACK_KINDS];
+    let slot = reason as usize % STACK_KINDS;
+    let last = state.last_stacks[slot];
     if now.saturating_sub(last.walked_ns) < STACK_REUSE_NS {
         return (last.user_stack_id, last.kernel_stack_id);
     }
-    let (user_stack_id, kernel_stack_id) = stack_ids(ctx);
-    *last = LastStacks {
-        walked_ns: now,
+    let (mut user_stack_id, kernel_stack_id) = stack_ids(ctx);
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let mut walked_ns = now;
+    if !python::record(&mut state.py, pid_tgid as u32, (pid_tgid >> 32) as u32, now) {
+        // Its Python frames were lost: lose the user stack with them, and
+        // walk again next time rather than lend this one out.
+        user_stack_id = -1;
+        walked_ns = 0;
+    }
+    state.last_stacks[slot] = LastStacks {
+        walked_ns,
         user_stack_id,
         kernel_stack_id,
     };

@@ -25,6 +25,7 @@ mod pipeline;
 mod privileges;
 pub mod procfs;
 mod programs;
+mod python;
 mod session;
 mod signals;
 mod stacks;

@@ -456,3 +456,144 @@ pub fn walk<M: ReadMem>(mem: &M, info: &PyProcInfo, tstate: u64, out: &mut PySta
     out.head.frames = st.frames as u16;
     st.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// Memory of 8-byte words; anything else faults.
+    #[derive(Default)]
+    struct Words(BTreeMap<u64, u64>);
+
+    impl ReadMem for Words {
+        fn read_u64(&self, addr: u64) -> Option<u64> {
+            self.0.get(&addr).copied()
+        }
+
+        fn read_frame(&self, addr: u64, out: &mut [u64; FRAME_WORDS]) -> bool {
+            for (i, w) in out.iter_mut().enumerate() {
+                match self.0.get(&(addr + 8 * i as u64)) {
+                    Some(v) => *w = *v,
+                    None => return false,
+                }
+            }
+            true
+        }
+    }
+
+    /// A 3.12-like layout: `current_frame` straight in the thread state,
+    /// code at 0, previous at 8, instruction at 56, owner at 70.
+    fn info() -> PyProcInfo {
+        PyProcInfo {
+            runtime: 0x1000,
+            code_mask: !0,
+            layout: layout::CURRENT_FRAME,
+            flags: info_flags::OWNER,
+            interp_head: 0,
+            threads_head: 16,
+            ts_next: 8,
+            ts_match: 24,
+            ts_frame: 32,
+            fr_code: 0,
+            fr_back: 8,
+            fr_instr: 56,
+            fr_owner: 70,
+            co_adaptive: 64,
+            co_fingerprint: 8,
+            ..PyProcInfo::default()
+        }
+    }
+
+    /// Frame `i` at 0x10000 + 0x100 i, calling frame i+1; `owners` says
+    /// each frame's owner byte; code objects at 0x90000 + 0x100 i.
+    fn chain(mem: &mut Words, owners: &[u8]) {
+        for (i, &owner) in owners.iter().enumerate() {
+            let frame = 0x10000 + 0x100 * i as u64;
+            let code = 0x90000 + 0x100 * i as u64;
+            let back = if i + 1 < owners.len() {
+                frame + 0x100
+            } else {
+                0
+            };
+            for w in 0..FRAME_WORDS as u64 {
+                mem.0.insert(frame + 8 * w, 0);
+            }
+            mem.0.insert(frame, code);
+            mem.0.insert(frame + 8, back);
+            // Instruction 5: code + co_adaptive + 10 bytes.
+            mem.0.insert(frame + 56, code + 64 + 10);
+            mem.0.insert(frame + 64, u64::from(owner) << 48);
+            mem.0.insert(code + 8, 1000 + i as u64);
+        }
+    }
+
+    /// One interpreter whose list holds threads 7 (state at 0x2000) and 9
+    /// (0x3000), thread 9 at frame 0x10000.
+    fn threads(mem: &mut Words) {
+        mem.0.insert(0x1000, 0x5000); // interpreters.head
+        mem.0.insert(0x5000 + 16, 0x2000); // threads.head
+        mem.0.insert(0x5000, 0); // no next interpreter
+        mem.0.insert(0x2000 + 8, 0x3000);
+        mem.0.insert(0x2000 + 24, 7);
+        mem.0.insert(0x3000 + 8, 0);
+        mem.0.insert(0x3000 + 24, 9);
+        mem.0.insert(0x3000 + 32, 0x10000);
+    }
+
+    fn walked(mem: &Words) -> (u16, std::vec::Vec<PyFrame>) {
+        let mut rec = std::boxed::Box::new(PyStackRecord {
+            head: PyStackEvent::default(),
+            frames: [PyFrame::default(); MAX_PY_FRAMES],
+        });
+        let tstate = find_thread_state(mem, &info(), 9).expect("thread 9 listed");
+        let flags = walk(mem, &info(), tstate, &mut rec);
+        (flags, rec.frames[..rec.head.frames as usize].to_vec())
+    }
+
+    #[test]
+    fn finds_threads_and_marks_evaluation_boundaries() {
+        let mut mem = Words::default();
+        threads(&mut mem);
+        assert_eq!(find_thread_state(&mem, &info(), 8), None);
+        // leaf, shim, mid, root, shim.
+        chain(&mut mem, &[0, 3, 0, 0, 3]);
+        let (flags, frames) = walked(&mem);
+        assert_eq!(flags, 0);
+        let codes: std::vec::Vec<(u64, bool, i32)> = frames
+            .iter()
+            .map(|f| (f.code_object(), f.is_boundary(), f.lasti))
+            .collect();
+        assert_eq!(
+            codes,
+            [(0x90000, true, 5), (0x90200, false, 5), (0x90300, true, 5)]
+        );
+        assert_eq!(frames[0].fingerprint, fingerprint(1000));
+    }
+
+    #[test]
+    fn a_fault_keeps_the_frames_before_it() {
+        let mut mem = Words::default();
+        threads(&mut mem);
+        chain(&mut mem, &[0, 0, 0]);
+        // The third frame's code object is unmapped.
+        mem.0.remove(&(0x90200 + 8));
+        let (flags, frames) = walked(&mem);
+        assert_eq!(flags, PY_FAULT);
+        assert_eq!(frames.len(), 2);
+    }
+
+    #[test]
+    fn a_cycle_or_a_deep_chain_is_cut_short() {
+        let mut mem = Words::default();
+        threads(&mut mem);
+        chain(&mut mem, &[0]);
+        // The frame calls itself, forever.
+        mem.0.insert(0x10000 + 8, 0x10000);
+        let (flags, frames) = walked(&mem);
+        assert_eq!(flags, PY_TRUNCATED);
+        assert_eq!(frames.len(), MAX_PY_FRAMES);
+    }
+}

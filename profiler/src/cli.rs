@@ -150,6 +150,10 @@ pub struct FlamegraphArgs {
     /// Only these threads (repeatable).
     #[arg(long = "tid", value_name = "TID")]
     pub tids: Vec<u32>,
+    /// Split Python frames by line: `function (file.py:42)` rather than
+    /// `function (file.py)`.
+    #[arg(long)]
+    pub lines: bool,
     /// Overwrite the SVG if it exists.
     #[arg(long)]
     pub force: bool,
@@ -216,6 +220,7 @@ impl FlamegraphArgs {
         flame::Filter {
             pids: self.pids.clone(),
             tids: self.tids.clone(),
+            lines: self.lines,
         }
     }
 }

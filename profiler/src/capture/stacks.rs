@@ -4,19 +4,26 @@
 //! written (FRAMES, then STACK_DEFS) before the events that use them. The
 //! events keep their bytes but for the stack ids, which now index the
 //! recording's STACK_DEFS, so the file needs nothing from this machine.
+//! The Python frames the kernel walked for an event arrive as a record
+//! just before it: [`PythonFrames`] pairs them, names them and splices them
+//! into the event's user stack; the record itself is not written.
 
 use std::{
     collections::HashMap,
+    rc::Rc,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use anyhow::Result;
-use profiler_ebpf::{EventHeader, NO_STACK_KIND, SampleEvent, SwitchEvent, kind};
+use profiler_ebpf::{EventHeader, ExitEvent, NO_STACK_KIND, SampleEvent, SwitchEvent, kind};
 use tprof_core::recording::{FrameBatch, StackBatch, record};
 
 use super::file::RecordingFile;
 use super::procfs::{self, Mapping};
 use super::programs::StackSource;
+use super::python::Interpreter;
+use super::python::frames::{PyStack, PythonFrames};
 use super::symbols::{AddressSpaces, Namer, Site, return_site, user_site};
 
 /// A recording stack id: an index into its STACK_DEFS, or -1 for none.
@@ -39,6 +46,12 @@ pub struct StackResolver {
     /// too: the kernel shares one id between processes whose addresses are
     /// equal, which name different code when their mappings differ.
     user: HashMap<(u32, i32), StackId>,
+    /// (tgid, kernel user-stack id) → its sites, outermost first (None
+    /// when the stack map no longer held it), for splicing.
+    native: HashMap<(u32, i32), Option<Rc<Vec<Site>>>>,
+    /// (tgid, kernel user-stack id, Python frames) → recording stack id.
+    spliced: HashMap<(u32, i32, Option<Rc<PyStack>>), StackId>,
+    python: PythonFrames,
     /// (kernel stack id, walked at a switch-out) → recording stack id.
     kernel: HashMap<(i32, bool), StackId>,
     /// Stack ids the map no longer held when read (counted as failed).
@@ -62,6 +75,9 @@ impl StackResolver {
             stacks: HashMap::new(),
             new_stacks: Vec::new(),
             user: HashMap::new(),
+            native: HashMap::new(),
+            spliced: HashMap::new(),
+            python: PythonFrames::default(),
             kernel: HashMap::new(),
             unreadable: 0,
             reread: HashMap::new(),
@@ -74,6 +90,12 @@ impl StackResolver {
 
     pub fn set_parent(&mut self, child: u32, parent: u32) {
         self.spaces.set_parent(child, parent);
+        self.python.set_parent(child, parent);
+    }
+
+    /// A process's CPython, whose frames it names and splices in.
+    pub fn add_interpreter(&mut self, interp: Arc<Interpreter>) {
+        self.python.add_interpreter(interp);
     }
 
     /// Stack ids that named nothing when read.
@@ -83,29 +105,53 @@ impl StackResolver {
 
     /// Rewrites the stack ids of one event (a ring-buffer record) from the
     /// kernel's to the recording's, interning what is new. Other events
-    /// are left as they are.
-    pub fn rewrite(&mut self, event: &mut [u8]) {
+    /// are left as they are. False for a record that is not to be written
+    /// (Python frames, now part of the stack of the event they came for).
+    pub fn rewrite(&mut self, event: &mut [u8]) -> bool {
         let Some(hdr) = read::<EventHeader>(event) else {
-            return;
+            return true;
         };
         match hdr.kind {
+            kind::PY_STACK => {
+                self.python.take_record(event);
+                return false;
+            }
             kind::SWITCH if event.len() >= size_of::<SwitchEvent>() => {
                 let mut e: SwitchEvent = read(event).expect("length checked");
                 if e.prev_kind == NO_STACK_KIND {
-                    return;
+                    return true;
                 }
-                e.prev_user_stack = self.user_stack(e.prev_tgid, e.prev_user_stack);
+                let python = self.python.for_switch(
+                    e.prev_tid,
+                    hdr.ts_ns,
+                    e.prev_kind,
+                    e.prev_user_stack,
+                    e.prev_kernel_stack,
+                );
+                e.prev_user_stack = self.user_stack(e.prev_tgid, e.prev_user_stack, python);
                 e.prev_kernel_stack = self.kernel_stack(e.prev_kernel_stack, true);
                 write(event, &e);
             }
             kind::SAMPLE if event.len() >= size_of::<SampleEvent>() => {
                 let mut e: SampleEvent = read(event).expect("length checked");
-                e.user_stack = self.user_stack(e.tgid, e.user_stack);
+                let python = self.python.for_sample(e.tid, hdr.ts_ns);
+                e.user_stack = self.user_stack(e.tgid, e.user_stack, python);
                 e.kernel_stack = self.kernel_stack(e.kernel_stack, false);
                 write(event, &e);
             }
+            kind::EXEC => {
+                if let Some(e) = read::<profiler_ebpf::ExecEvent>(event) {
+                    self.python.exec(e.tgid);
+                }
+            }
+            kind::EXIT => {
+                if let Some(e) = read::<ExitEvent>(event) {
+                    self.python.exit(e.tid);
+                }
+            }
             _ => {}
         }
+        true
     }
 
     /// Writes the frames and stacks interned since the last call, named now
@@ -126,14 +172,55 @@ impl StackResolver {
         Ok(())
     }
 
-    fn user_stack(&mut self, tgid: u32, id: i32) -> StackId {
+    /// The recording's id of process `tgid`'s user stack `id` (a kernel
+    /// stack-map id, -1 for none) with `python`'s frames spliced in.
+    fn user_stack(&mut self, tgid: u32, id: i32, python: Option<Rc<PyStack>>) -> StackId {
+        if python.is_none() && !self.python.marks(tgid) {
+            return self.native_stack(tgid, id);
+        }
+        let key = (tgid, id, python);
+        if let Some(&known) = self.spliced.get(&key) {
+            return known;
+        }
+        let native = self.native_sites(tgid, id);
+        let resolved = match self.python.user_sites(
+            tgid,
+            native.as_deref().map(Vec::as_slice),
+            key.2.as_deref(),
+        ) {
+            Some(sites) => self.intern_stack(sites),
+            None => -1,
+        };
+        self.spliced.insert(key, resolved);
+        resolved
+    }
+
+    /// A user stack without Python frames.
+    fn native_stack(&mut self, tgid: u32, id: i32) -> StackId {
         if id < 0 {
             return -1;
         }
         if let Some(&known) = self.user.get(&(tgid, id)) {
             return known;
         }
-        let resolved = match self.source.frames(id as u32) {
+        let resolved = match self.native_sites(tgid, id) {
+            Some(sites) => self.intern_stack(sites.to_vec()),
+            None => -1,
+        };
+        self.user.insert((tgid, id), resolved);
+        resolved
+    }
+
+    /// The sites of process `tgid`'s user stack `id`, read from the stack
+    /// map once; None when it holds none (counted as unreadable).
+    fn native_sites(&mut self, tgid: u32, id: i32) -> Option<Rc<Vec<Site>>> {
+        if id < 0 {
+            return None;
+        }
+        if let Some(known) = self.native.get(&(tgid, id)) {
+            return known.clone();
+        }
+        let sites = match self.source.frames(id as u32) {
             Some(ips) if !ips.is_empty() => {
                 let mut sites = self.user_sites(tgid, &ips);
                 // An address in no mapping we know: the process mapped
@@ -141,12 +228,15 @@ impl StackResolver {
                 if sites.iter().any(|s| matches!(s, Site::Unmapped(_))) && self.reread_maps(tgid) {
                     sites = self.user_sites(tgid, &ips);
                 }
-                self.intern_stack(sites)
+                Some(Rc::new(sites))
             }
-            _ => self.count_unreadable(),
+            _ => {
+                self.count_unreadable();
+                None
+            }
         };
-        self.user.insert((tgid, id), resolved);
-        resolved
+        self.native.insert((tgid, id), sites.clone());
+        sites
     }
 
     /// The sites of a user stack's addresses (leaf first), outermost first.

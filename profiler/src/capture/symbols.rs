@@ -12,6 +12,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     fs,
+    sync::Arc,
 };
 
 use blazesym::symbolize::{
@@ -92,6 +93,11 @@ pub enum Site {
     Kernel(u64),
     /// An address in no mapping tprof saw.
     Unmapped(u64),
+    /// A Python function, named by its code object: (qualified name, file,
+    /// line; 0 when the line is unknown).
+    Python(Arc<str>, Arc<str>, u32),
+    /// Not code: a note in the stack, such as `[python: truncated]`.
+    Marker(&'static str),
 }
 
 /// Frames below the leaf hold return addresses, which point just past the
@@ -161,6 +167,17 @@ impl Namer {
                         ..Frame::default()
                     }
                 }
+                // Named already: the code object was read when its frame
+                // was first seen.
+                Site::Python(name, file, line) => {
+                    frames[index] = Frame {
+                        module: file.to_string(),
+                        offset: u64::from(*line),
+                        symbol: Some(name.to_string()),
+                        kind: FrameKind::Python,
+                    }
+                }
+                Site::Marker(text) => frames[index] = Frame::marker(text),
             }
         }
         for (path, offsets) in by_file {

@@ -443,6 +443,7 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::FUTEX => "futex",
         kind::CUDA => "cuda",
         kind::SAMPLE => "sample",
+        kind::PY_STACK => "py_stack",
         _ => "unknown",
     }
 }

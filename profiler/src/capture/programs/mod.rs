@@ -22,7 +22,7 @@ use aya::{
     util::online_cpus,
 };
 use profiler_ebpf::{
-    BPF_NOEXIST, EVENT_SHARDS, LOST_TRACK_FULL, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS,
+    BPF_NOEXIST, EVENT_SHARDS, LOST_TRACK_FULL, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, PyProcInfo,
     RING_BUFFER_BYTES, ThreadState, TracepointOffsets, kind, lost_stack,
     names::{global, map},
 };
@@ -81,6 +81,11 @@ pub struct KernelPrograms {
     /// Until [`KernelPrograms::take_stack_source`] hands it on.
     stacks: Option<StackSource>,
     cuda_launches: PerCpuHashMap<MapData, u32, u64>,
+    /// Python processes: where their interpreters keep their frames.
+    py_procs: HashMap<MapData, u32, PyProcInfo>,
+    /// The kernel can tell CPython 3.10's threads apart (its BTF gave
+    /// `thread.fsbase`).
+    python_threads_by_fsbase: bool,
     /// The raw scheduler programs are loaded (else the classic ones).
     raw_sched: bool,
     /// The loaded object: its programs and their links (the maps above
@@ -103,7 +108,10 @@ impl KernelPrograms {
                  run `cargo xtask setup` and build it again to record"
             );
         }
-        let (offsets, raw_sched) = sched_offsets(*offsets);
+        let (mut offsets, raw_sched) = sched_offsets(*offsets);
+        // Without it CPython 3.10's threads cannot be told apart: its
+        // processes get no Python frames (say so when one is found).
+        offsets.task_fsbase = btf::fsbase_offset().unwrap_or(0);
         let mut ebpf = open_object(&offsets, sample_stacks, limits)?;
         load_programs(&mut ebpf)?;
         let raw_sched = load_sched_programs(&mut ebpf, raw_sched)?;
@@ -121,6 +129,8 @@ impl KernelPrograms {
                 raw_sched,
             )),
             cuda_launches: PerCpuHashMap::try_from(take_map(&mut ebpf, map::CUDA_LAUNCHES)?)?,
+            py_procs: HashMap::try_from(take_map(&mut ebpf, map::PY_PROCS)?)?,
+            python_threads_by_fsbase: offsets.task_fsbase != 0,
             raw_sched,
             ebpf,
         })
@@ -176,6 +186,18 @@ impl KernelPrograms {
             Err(e) => Err(e)
                 .with_context(|| format!("cannot track thread {tid}: tracked-thread map full")),
         }
+    }
+
+    /// Has the kernel walk the Python frames of process `tgid`'s threads.
+    pub fn set_python(&mut self, tgid: u32, info: PyProcInfo) -> Result<()> {
+        self.py_procs
+            .insert(tgid, info, 0)
+            .with_context(|| format!("cannot walk process {tgid}'s Python frames: map full"))
+    }
+
+    /// Whether the kernel can tell CPython 3.10's threads apart.
+    pub fn python_threads_by_fsbase(&self) -> bool {
+        self.python_threads_by_fsbase
     }
 
     /// Stops tracking a thread that turned out to be gone.
@@ -251,7 +273,7 @@ fn open_object(
         .load(OBJECT)
         .map_err(|e| anyhow!("loading the eBPF programs failed: {e}"))
         .context(
-            "the kernel refused tprof's programs; tprof needs Linux 5.15+ with \
+            "the kernel refused tprof's programs; tprof needs Linux 5.17+ with \
              CONFIG_BPF_SYSCALL, run as root (kernel BTF is not needed)",
         )
 }

@@ -8,10 +8,12 @@
 
 pub mod code;
 pub mod elf;
+pub mod frames;
 pub mod layout;
 pub mod lines;
 pub mod memory;
 pub mod splice;
+pub mod tracker;
 
 use std::{collections::HashMap, fs, os::unix::fs::MetadataExt as _, sync::Arc};
 

@@ -253,7 +253,7 @@ const _: () = assert!((stack_kind::FUTEX as usize) < STACK_KINDS);
 /// task: the lookup that tells whether the task is tracked also finds its
 /// cached stack walks and whether it is in a futex wait (more lookups when
 /// these lived in maps of their own). Userspace seeds it with
-/// [`ThreadState::new`]. 176 bytes.
+/// [`ThreadState::new`]. 184 bytes.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -267,7 +267,7 @@ pub struct ThreadState {
     pub tgid: u32,
     pub _pad: u32,
 }
-const _: () = assert!(size_of::<ThreadState>() == 176);
+const _: () = assert!(size_of::<ThreadState>() == 184);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
 // derived bytemuck::Pod checks it): every bit pattern is a valid value.
 #[cfg(feature = "user")]
@@ -291,6 +291,7 @@ impl ThreadState {
             py: PyThreadCache {
                 tstate: 0,
                 missed_ns: 0,
+                position: 0,
             },
             tgid,
             _pad: 0,

@@ -209,7 +209,7 @@ impl PyStackRecord {
 }
 
 /// A thread's cached Python thread state, part of its `ThreadState`.
-/// 16 bytes.
+/// 24 bytes.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -219,8 +219,11 @@ pub struct PyThreadCache {
     /// When the thread list last had no state for it: not looked up again
     /// before [`PY_RETRY_NS`] later.
     pub missed_ns: u64,
+    /// Its [`position`] at its last walk: a switch-out reuses an earlier
+    /// walk's stacks only if the thread's Python code has not moved since.
+    pub position: u64,
 }
-const _: () = assert!(size_of::<PyThreadCache>() == 16);
+const _: () = assert!(size_of::<PyThreadCache>() == 24);
 
 /// Reads the walked process's memory: `bpf_probe_read_user` in the kernel,
 /// `process_vm_readv` in capture's tests.
@@ -255,6 +258,43 @@ pub fn fingerprint(word: u64) -> u32 {
 #[inline(always)]
 pub fn owns<M: ReadMem>(mem: &M, info: &PyProcInfo, tstate: u64, key: u64) -> bool {
     tstate != 0 && mem.read_u64(tstate + info.ts_match as u64) == Some(key)
+}
+
+/// Frames [`position`] folds in.
+pub const POSITION_FRAMES: usize = 3;
+
+/// Where a thread's Python code is: its innermost frames and their
+/// instructions, folded into one word (0 when they cannot be read). Two
+/// waits from different Python code differ here even when their native
+/// stacks are the same (both in the interpreter's lock code, say). Several
+/// frames, not one: 3.10 reuses a code object's frame object from call to
+/// call, so the same function waiting for two callers has one address.
+/// `buf` is scratch space.
+#[inline(always)]
+pub fn position<M: ReadMem>(
+    mem: &M,
+    info: &PyProcInfo,
+    tstate: u64,
+    buf: &mut [u64; FRAME_WORDS],
+) -> u64 {
+    let Some(mut frame) = mem.read_u64(tstate + info.ts_frame as u64) else {
+        return 0;
+    };
+    if info.layout == layout::CFRAME && frame != 0 {
+        frame = mem
+            .read_u64(frame + info.cframe_current as u64)
+            .unwrap_or(0);
+    }
+    let mut folded = 0u64;
+    for _ in 0..POSITION_FRAMES {
+        if frame == 0 || !mem.read_frame(frame, buf) {
+            break;
+        }
+        folded = (folded ^ frame ^ word(buf, info.fr_instr).rotate_left(32))
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        frame = word(buf, info.fr_back);
+    }
+    folded
 }
 
 /// Where a search of the thread lists is. The search runs one
@@ -395,10 +435,10 @@ pub fn walk_step<M: ReadMem>(
         return false;
     }
     let buf = &*buf;
-    let back = word(&buf, info.fr_back);
+    let back = word(buf, info.fr_back);
     let n = st.frames as usize;
     if info.flags & info_flags::OWNER != 0 {
-        let owner = byte(&buf, info.fr_owner);
+        let owner = byte(buf, info.fr_owner);
         if owner >= OWNER_SHIM {
             // An entry shim: the frames leafward of it ran in a later
             // C-level evaluation than those rootward.
@@ -409,7 +449,7 @@ pub fn walk_step<M: ReadMem>(
             return true;
         }
     }
-    let code = word(&buf, info.fr_code) & info.code_mask & !PY_BOUNDARY;
+    let code = word(buf, info.fr_code) & info.code_mask & !PY_BOUNDARY;
     if code == 0 {
         st.flags |= PY_FAULT;
         return false;
@@ -418,7 +458,7 @@ pub fn walk_step<M: ReadMem>(
         st.flags |= PY_FAULT;
         return false;
     };
-    let instr = word(&buf, info.fr_instr);
+    let instr = word(buf, info.fr_instr);
     let (lasti, boundary) = if info.layout == layout::FRAME_OBJECT {
         // One C-level evaluation per frame.
         (instr as u32 as i32, true)
@@ -430,7 +470,7 @@ pub fn walk_step<M: ReadMem>(
         } else {
             units as i32
         };
-        let entry = info.flags & info_flags::ENTRY_FLAG != 0 && byte(&buf, info.fr_owner) != 0;
+        let entry = info.flags & info_flags::ENTRY_FLAG != 0 && byte(buf, info.fr_owner) != 0;
         (lasti, entry)
     };
     out[n & (MAX_PY_FRAMES - 1)] = PyFrame {

@@ -41,3 +41,6 @@ mod cuda;
 // Timelines: trace event JSON valid and true to the report, the HTML page
 // drawn by headless Chromium.
 mod timeline;
+// Python frames on every installed CPython: shares, sleeps, native code
+// under Python, threads and workers, marker frames.
+mod python;

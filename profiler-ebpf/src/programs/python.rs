@@ -24,7 +24,7 @@ use profiler_ebpf::{
     EventHeader, MAX_TRACKED_TGIDS, PyProcInfo, PyStackEvent, PyThreadCache, kind,
     python::{
         FRAME_WORDS, FindState, MAX_PY_STEPS, MAX_THREAD_NODES, PY_NO_THREAD, PY_RETRY_NS,
-        PyStackRecord, ReadMem, WalkState, find_step, info_flags, owns, walk_step,
+        PyStackRecord, ReadMem, WalkState, find_step, info_flags, owns, position, walk_step,
     },
 };
 
@@ -162,6 +162,7 @@ fn walk_thread(s: &mut PyScratch, cache: &mut PyThreadCache, tid: u32, now: u64)
     let Some(s) = scratch() else {
         return PY_NO_THREAD;
     };
+    cache.position = position(&mem, &s.info, tstate, &mut s.frame);
     s.walk = WalkState::start(&mem, &s.info, tstate);
     run(MAX_PY_STEPS, walk_callback);
     let Some(s) = scratch() else {
@@ -217,6 +218,23 @@ extern "C" fn walk_callback(_index: u64, _ctx: *mut c_void) -> i64 {
     } else {
         1
     }
+}
+
+/// Whether the current thread's Python code moved since its last walk
+/// (false for a thread without a known Python thread state, whose walks
+/// are reused on the native stacks' terms alone).
+#[inline(always)]
+pub fn moved(cache: &PyThreadCache, tgid: u32) -> bool {
+    if cache.tstate == 0 {
+        return false;
+    }
+    let Some(info) = (unsafe { PY_PROCS.get(&tgid) }) else {
+        return false;
+    };
+    let Some(s) = scratch() else {
+        return false;
+    };
+    position(&UserMemory, info, cache.tstate, &mut s.frame) != cache.position
 }
 
 /// The current thread's fsbase (its `pthread_self()` on x86-64), 0 when

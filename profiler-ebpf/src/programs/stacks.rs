@@ -125,11 +125,16 @@ fn offcpu_stack_ids<C: StackIdContext>(
 ) -> (i32, i32) {
     let slot = reason as usize % STACK_KINDS;
     let last = state.last_stacks[slot];
-    if now.saturating_sub(last.walked_ns) < STACK_REUSE_NS {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // A Python thread that waits again within the window, but from another
+    // line, is walked again: its native stacks (the interpreter's lock or
+    // sleep code) may well be the same.
+    if now.saturating_sub(last.walked_ns) < STACK_REUSE_NS
+        && !python::moved(&state.py, (pid_tgid >> 32) as u32)
+    {
         return (last.user_stack_id, last.kernel_stack_id);
     }
     let (mut user_stack_id, kernel_stack_id) = stack_ids(ctx);
-    let pid_tgid = bpf_get_current_pid_tgid();
     let mut walked_ns = now;
     if !python::record(&mut state.py, pid_tgid as u32, (pid_tgid >> 32) as u32, now) {
         // Its Python frames were lost: lose the user stack with them, and

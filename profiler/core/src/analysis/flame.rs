@@ -385,7 +385,7 @@ mod tests {
     fn wall_converts_samples_to_time_and_filters() {
         let filter = Filter {
             pids: vec![1],
-            tids: Vec::new(),
+            ..Filter::default()
         };
         let lines = fold(&model(), FlameKind::Wall, &filter);
         // 3 samples at 100 Hz = 30 ms.

@@ -89,6 +89,10 @@ pub struct RecordArgs {
     /// Record no stacks: no sampling, no off-CPU stacks, no flamegraphs.
     #[arg(long)]
     pub no_stacks: bool,
+    /// Leave Python frames out of the stacks (no walk of CPython's frame
+    /// chain; native frames only).
+    #[arg(long, conflicts_with = "no_stacks")]
+    pub no_python_frames: bool,
     /// Do not write the cpu and wall flamegraphs next to the recording.
     #[arg(long)]
     pub no_flamegraphs: bool,
@@ -250,6 +254,7 @@ impl RecordArgs {
                 hz: self.gpu_hz,
             },
             sample_hz: (!self.no_stacks).then_some(self.hz),
+            python_frames: !self.no_python_frames,
             cuda: !self.no_cuda,
             limits: {
                 let defaults = MapLimits::default();
@@ -348,6 +353,7 @@ mod tests {
             gpu_hz: 20.0,
             hz: 99,
             no_stacks: false,
+            no_python_frames: false,
             no_flamegraphs: false,
             no_timeline: false,
             no_cuda: false,

@@ -3,6 +3,7 @@
 //! [`Task`] and a module to add a task.
 
 mod bench;
+mod bench_python;
 mod cmd;
 mod demo;
 mod fixtures;
@@ -16,7 +17,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     about = "tprof's developer tasks",
-    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo\n  sudo cargo xtask demo --healthy\n  sudo cargo xtask bench\n  sudo cargo xtask fixtures\n  cargo xtask fuzz --seconds 300"
+    after_help = "Examples:\n  sudo cargo xtask setup\n  sudo cargo xtask test\n  sudo cargo xtask demo\n  sudo cargo xtask demo --healthy\n  sudo cargo xtask bench\n  sudo cargo xtask bench-python\n  sudo cargo xtask fixtures\n  cargo xtask fuzz --seconds 300"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -39,6 +40,10 @@ enum Task {
     /// libbpf-tools and perf sched, its capacity, recording size and report
     /// speed; writes target/bench/results.md.
     Bench(bench::Args),
+    /// Compare tprof's Python frames with py-spy --native on a job with
+    /// known shares, on every installed CPython, and measure what the
+    /// Python walk costs; writes target/bench/python.md.
+    BenchPython(bench_python::Args),
     /// Record the committed fixture recordings of the current format
     /// version (profiler/core/tests/fixtures/) from the test workloads; then
     /// re-bless their goldens with TPROF_BLESS=1.
@@ -55,6 +60,7 @@ fn main() {
         Task::Test(args) => test::run(&args),
         Task::Demo(args) => demo::run(&args),
         Task::Bench(args) => bench::run(&args),
+        Task::BenchPython(args) => bench_python::run(&args),
         Task::Fixtures(args) => fixtures::run(&args),
         Task::Fuzz(args) => fuzz::run(&args),
     };

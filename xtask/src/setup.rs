@@ -36,12 +36,51 @@ const CUDA_RUNTIME_WHEEL: &str = "nvidia-cuda-runtime-cu12==12.9.79";
 const CUDA_RUNTIME_DIR: &str = "target/cuda-runtime/site";
 const CUDA_RUNTIME_LIB: &str = "nvidia/cuda_runtime/lib/libcudart.so.12";
 
+/// py-spy, which `cargo xtask bench-python` compares Python stacks with
+/// (its wheel ships the binary), pinned; installed with pip --target
+/// outside the clone, shared by every worktree.
+const PY_SPY_WHEEL: &str = "py-spy==0.4.3";
+pub const PY_SPY_DIR: &str = "/var/cache/tprof/py-spy-0.4.3";
+
 pub fn run() -> Result<()> {
     apt_packages()?;
     rust_src()?;
     bpf_linker()?;
     cuda_runtime()?;
+    py_spy()?;
     tracefs()
+}
+
+/// The py-spy binary.
+pub fn py_spy_bin() -> std::path::PathBuf {
+    Path::new(PY_SPY_DIR).join("bin/py-spy")
+}
+
+fn py_spy() -> Result<()> {
+    if py_spy_bin().is_file() {
+        println!("py-spy: ok");
+        return Ok(());
+    }
+    run_cmd(command("python3").args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--root-user-action=ignore",
+        "--no-deps",
+        "--target",
+        PY_SPY_DIR,
+        PY_SPY_WHEEL,
+    ]))
+    .context(
+        "installing py-spy failed; the Python bench needs PyPI (pip install py-spy) reachable",
+    )?;
+    if !py_spy_bin().is_file() {
+        bail!("the {PY_SPY_WHEEL} wheel installed no bin/py-spy under {PY_SPY_DIR}");
+    }
+    println!("py-spy: installed {PY_SPY_WHEEL}");
+    Ok(())
 }
 
 fn apt_packages() -> Result<()> {

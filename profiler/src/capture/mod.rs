@@ -63,6 +63,8 @@ pub struct RecordOptions {
     pub gpu: GpuOptions,
     /// On-CPU sampling frequency; None: no stacks at all (--no-stacks).
     pub sample_hz: Option<u64>,
+    /// Walk CPython's frames into the stacks (off with --no-python-frames).
+    pub python_frames: bool,
     /// Trace CUDA runtime calls (off with --no-cuda).
     pub cuda: bool,
     /// Kernel map sizes (defaults unless a test shrinks them).

@@ -90,8 +90,9 @@ pub(super) struct Session {
     gpu_info: GpuInfo,
     gpu: Option<GpuSampler>,
     cuda: CudaTracer,
-    /// Which processes run CPython (when stacks are sampled).
+    /// Which processes run CPython (when Python frames are wanted).
     python: PythonTracker,
+    python_frames: bool,
     /// Ticks on which the writer was too far behind to take a drain.
     lagged_ticks: u64,
 }
@@ -122,6 +123,7 @@ impl Session {
             gpu,
             cuda: CudaTracer::new(opts.cuda),
             python: PythonTracker::default(),
+            python_frames: opts.python_frames && opts.sample_hz.is_some(),
             lagged_ticks: 0,
         }
     }
@@ -414,7 +416,7 @@ impl Session {
     /// Looks for the CPython `pid` runs, if not known yet, and has the
     /// kernel walk its threads' Python frames and the writer name them.
     fn scan_python(&mut self, pid: u32) -> Result<()> {
-        if self.sample_hz.is_none() {
+        if !self.python_frames {
             return Ok(());
         }
         let Some(interp) = self.python.scan(pid) else {

@@ -7,6 +7,7 @@ pub mod diagnosis;
 pub mod flame;
 mod futexes;
 pub mod gpu;
+pub mod python;
 pub mod roles;
 pub mod steps;
 pub mod timeline;
@@ -153,6 +154,8 @@ pub struct Summary {
     pub steps: steps::StepStats,
     /// CUDA runtime calls: copies, syncs, and their findings.
     pub cuda: cuda::CudaStats,
+    /// How much the Python frames cover; None without any.
+    pub python: Option<python::PythonStats>,
 }
 
 pub fn summarize(model: &Model) -> Summary {
@@ -213,6 +216,7 @@ pub fn summarize(model: &Model) -> Summary {
         gpus,
         gpu_status: model.gpus.status.clone(),
         cuda: cuda::stats(model),
+        python: python::stats(model),
     };
     summary.findings = diagnosis::diagnose(&summary);
     summary

@@ -51,6 +51,9 @@ struct Report<'a> {
     /// Why there is no GPU data; null when there is.
     gpu_status: Option<&'a str>,
     cuda: Cuda<'a>,
+    /// Python coverage (docs/json.md, "python"); absent without Python.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    python: Option<&'a crate::analysis::python::PythonStats>,
 }
 
 /// CUDA runtime calls (docs/json.md, "cuda").
@@ -308,6 +311,7 @@ pub fn render(summary: &Summary) -> String {
         gpus: summary.gpus.iter().map(gpu).collect(),
         gpu_status: summary.gpu_status.as_deref(),
         cuda: cuda(&summary.cuda),
+        python: summary.python.as_ref(),
     };
     let mut out = serde_json::to_string_pretty(&report).expect("plain data serializes");
     out.push('\n');

@@ -24,19 +24,7 @@ use super::memory::ProcessMemory;
 use super::splice::{PyEntry, splice};
 use crate::capture::symbols::Site;
 
-/// Marker frames, outermost in the stack, for a walk that could not be
-/// completed. Never a wrong name in their place.
-pub mod marker {
-    /// Deeper than the walk goes, or a read failed partway: the frames
-    /// found are kept, the rest is this.
-    pub const TRUNCATED: &str = "[python: truncated]";
-    /// A CPython tprof cannot walk (a version it has no layout for, a
-    /// free-threaded build): no Python frames at all.
-    pub const UNKNOWN_VERSION: &str = "[python: unknown version]";
-    /// A frame whose code object could not be read back (freed, or its
-    /// process gone with no parent to read instead).
-    pub const UNREADABLE: &str = "[python: unreadable]";
-}
+use tprof_core::recording::stacks::python_marker as marker;
 
 /// One walk's Python frames, innermost first.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

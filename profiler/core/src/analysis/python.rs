@@ -22,7 +22,7 @@ pub struct PythonStats {
     /// …and those of them with at least one Python frame.
     pub samples_with_python: u64,
     /// Each marker that occurs: on-CPU samples and off-CPU time whose
-    /// stack carries it.
+    /// stack carries it (a stack may carry two).
     pub markers: Vec<MarkerCount>,
 }
 
@@ -38,8 +38,8 @@ pub struct MarkerCount {
 struct Kinds {
     user: bool,
     python: bool,
-    /// Index into `python_marker::ALL`.
-    marker: Option<usize>,
+    /// Bit i: `python_marker::ALL[i]` occurs.
+    markers: u8,
 }
 
 /// None when no stack has a Python frame or marker.
@@ -52,7 +52,7 @@ pub fn stats(model: &Model) -> Option<PythonStats> {
         .iter()
         .filter(|s| {
             let k = of(s.stack);
-            k.python || k.marker.is_some()
+            k.python || k.markers != 0
         })
         .map(|s| s.pid)
         .collect();
@@ -72,11 +72,14 @@ pub fn stats(model: &Model) -> Option<PythonStats> {
                 out.samples_with_python = out.samples_with_python.saturating_add(s.weight);
             }
         }
-        if let Some(m) = k.marker {
+        for (m, counts) in markers.iter_mut().enumerate() {
+            if k.markers & (1 << m) == 0 {
+                continue;
+            }
             let slot = if s.kind.is_on_cpu() {
-                &mut markers[m].0
+                &mut counts.0
             } else {
-                &mut markers[m].1
+                &mut counts.1
             };
             *slot = slot.saturating_add(s.weight);
         }
@@ -106,7 +109,7 @@ fn kinds(table: &StackTable, stack: &[u32]) -> Kinds {
             FrameKind::Marker => {
                 let text = frame.symbol.as_deref().unwrap_or_default();
                 if let Some(m) = python_marker::ALL.iter().position(|&p| p == text) {
-                    k.marker.get_or_insert(m);
+                    k.markers |= 1 << m;
                     k.user = true;
                 }
             }

@@ -449,81 +449,81 @@ pub fn layout(version: Version, debug_offsets: Option<&[u8]>) -> Result<Layout, 
 mod tests {
     use super::*;
 
-    /// A `_Py_DebugOffsets` image with `fields` set, the rest zero.
-    fn debug_offsets(version: u64, words: &[(usize, u64)]) -> Vec<u8> {
-        let mut bytes = vec![0u8; DEBUG_OFFSETS_LEN];
-        bytes[..8].copy_from_slice(DEBUG_COOKIE);
-        bytes[8..16].copy_from_slice(&version.to_le_bytes());
-        for &(i, v) in words {
-            bytes[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
-        }
-        bytes
-    }
-
-    /// Debian sid's 3.14.10, as the research notes read it out of its
-    /// `.PyRuntime` section: threads.head 7344, current_frame 72, owner 74,
-    /// co_code_adaptive 208.
-    fn sid_3_14() -> Vec<u8> {
-        let f = &FIELDS_3_14;
-        debug_offsets(
-            0x030e_0af0,
-            &[
-                (f.interpreters_head, 808),
-                (f.interp_next, 16),
-                (f.threads_head, 7344),
-                (f.ts_next, 8),
-                (f.ts_interp, 16),
-                (f.ts_current_frame, 72),
-                (f.ts_native_thread_id, 160),
-                (f.frame_size, 88),
-                (f.frame_previous, 8),
-                (f.frame_executable, 0),
-                (f.frame_instr_ptr, 56),
-                (f.frame_owner, 74),
-                (f.code_filename, 112),
-                (f.code_name, 120),
-                (f.code_qualname, 128),
-                (f.code_linetable, 136),
-                (f.code_firstlineno, 68),
-                (f.code_adaptive, 208),
-                (f.pyobject_ob_type, 8),
-                (f.bytes_ob_size, 16),
-                (f.bytes_ob_sval, 32),
-                (f.unicode_state, 32),
-                (f.unicode_length, 16),
-                (f.unicode_ascii_size, 40),
-            ],
-        )
-    }
+    /// The first KiB of `_PyRuntime` (its `_Py_DebugOffsets`) out of
+    /// Debian sid's libpython3.14.so.1.0 (3.14.10-1) and
+    /// libpython3.13.so.1.0 (3.13.18-1): `fixtures/README.md` says how they
+    /// were cut. No 3.14 runs on these machines; this is its layout as the
+    /// interpreter states it.
+    const SID_3_14: &[u8] = include_bytes!("fixtures/debian-3.14-debug-offsets.bin");
+    const SID_3_13: &[u8] = include_bytes!("fixtures/debian-3.13-debug-offsets.bin");
 
     #[test]
-    fn reads_a_3_14_layout() {
-        let layout = from_debug_offsets(&sid_3_14()).unwrap();
-        assert_eq!(layout.version, Version::new(3, 14));
-        assert_eq!(layout.info.threads_head, 7344);
-        assert_eq!(layout.info.ts_frame, 72);
-        assert_eq!(layout.info.fr_owner, 74);
-        assert_eq!(layout.info.co_adaptive, 208);
-        assert_eq!(layout.info.code_mask, !7);
-        assert_eq!(layout.code.compact_data, 56);
+    fn reads_debian_3_14_and_3_13() {
+        let l = from_debug_offsets(SID_3_14).unwrap();
+        assert_eq!(l.version, Version::new(3, 14));
+        let i = l.info;
+        assert_eq!(
+            (
+                i.interp_head,
+                i.interp_next,
+                i.threads_head,
+                i.ts_match,
+                i.ts_frame
+            ),
+            (808, 7272, 7344, 160, 72)
+        );
+        assert_eq!(
+            (i.fr_code, i.fr_back, i.fr_instr, i.fr_owner),
+            (0, 8, 56, 74)
+        );
+        assert_eq!(
+            (i.co_adaptive, i.co_fingerprint, i.code_mask),
+            (208, 64, !7)
+        );
+        let c = l.code;
+        assert_eq!(
+            (c.filename, c.name, c.qualname, c.linetable, c.firstlineno),
+            (112, 120, Some(128), 136, 68)
+        );
+        assert_eq!((c.str_state, c.ascii_data, c.compact_data), (32, 40, 56));
+        assert_eq!((c.bytes_size, c.bytes_data), (16, 32));
+
+        let l = from_debug_offsets(SID_3_13).unwrap();
+        assert_eq!(l.version, Version::new(3, 13));
+        let i = l.info;
+        assert_eq!(
+            (
+                i.interp_head,
+                i.interp_next,
+                i.threads_head,
+                i.ts_match,
+                i.ts_frame
+            ),
+            (632, 7264, 7344, 160, 72)
+        );
+        assert_eq!(
+            (i.fr_instr, i.fr_owner, i.co_adaptive, i.code_mask),
+            (56, 70, 200, !0)
+        );
+        assert_eq!((l.code.ascii_data, l.code.compact_data), (40, 56));
     }
 
     #[test]
     fn refuses_what_it_cannot_read() {
         // Read as 3.13, the 3.14 image puts PyThreadState.next elsewhere.
-        let mut bytes = sid_3_14();
+        let mut bytes = SID_3_14.to_vec();
         bytes[8..16].copy_from_slice(&0x030d_00f0u64.to_le_bytes());
         assert!(matches!(
             from_debug_offsets(&bytes),
             Err(Unsupported::DebugOffsets(_))
         ));
-        let mut free = sid_3_14();
+        let mut free = SID_3_14.to_vec();
         free[16..24].copy_from_slice(&1u64.to_le_bytes());
         assert_eq!(
             from_debug_offsets(&free),
             Err(Unsupported::FreeThreaded(Version::new(3, 14)))
         );
-        let mut future = sid_3_14();
+        let mut future = SID_3_14.to_vec();
         future[8..16].copy_from_slice(&0x030f_00a1u64.to_le_bytes());
         assert_eq!(
             from_debug_offsets(&future),

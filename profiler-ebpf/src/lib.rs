@@ -145,6 +145,7 @@ pub mod names {
     pub mod global {
         pub const OFFSETS: &str = "OFFSETS";
         pub const SAMPLE_STACKS: &str = "SAMPLE_STACKS";
+        pub const PYTHON_FRAMES: &str = "PYTHON_FRAMES";
     }
 }
 const _: () = assert!(names::map::EVENTS.len() == EVENT_SHARDS as usize);

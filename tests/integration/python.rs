@@ -280,3 +280,43 @@ fn unknown_versions_are_marked() {
     assert!(total > 100 && marked * 10 >= total * 9, "{lines:#?}");
     assert_eq!(named, 0, "{lines:#?}");
 }
+
+/// `--no-python-frames`, and a kernel whose verifier refuses the walk
+/// (before 5.17: no bpf_loop; played by TPROF_REFUSE_PYTHON_WALK), record
+/// native stacks only, the latter with a note.
+#[test]
+fn without_the_walk_stacks_are_native_only() {
+    require_root();
+    let Some(python) = pythons().into_iter().next() else {
+        return;
+    };
+    for (args, env) in [
+        (&["--no-python-frames"][..], None),
+        (&[][..], Some(("TPROF_REFUSE_PYTHON_WALK", "1"))),
+    ] {
+        let dir = tempfile::tempdir().expect("create temp dir");
+        let recording = dir.path().join("recording.tprof");
+        let script = script("shares.py");
+        let mut command = record_command(
+            &recording,
+            &[&["--hz", "499"][..], args].concat(),
+            &[python, script.to_str().unwrap(), "1"],
+        );
+        if let Some((k, v)) = env {
+            command.env(k, v);
+        }
+        let record = Running::spawn(&mut command).wait(std::time::Duration::from_secs(120));
+        assert!(record.status.success(), "tprof record failed: {record:#?}");
+        assert_eq!(
+            env.is_some(),
+            record.stderr.contains("recording without Python frames"),
+            "{args:?} {env:?}: {}",
+            record.stderr
+        );
+        let lines = flamegraph_folded(&recording, &["--kind", "cpu"]);
+        let total: u64 = lines.iter().map(|(_, c)| c).sum();
+        let python = weight_where(&lines, |s| s.contains(".py)") || s.contains("[python:"));
+        eprintln!("{args:?} {env:?}: {python} of {total} samples with Python frames");
+        assert!(total > 50 && python == 0, "{lines:#?}");
+    }
+}

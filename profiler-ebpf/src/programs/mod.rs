@@ -140,6 +140,18 @@ fn stacks_enabled() -> bool {
     unsafe { core::ptr::read_volatile(&SAMPLE_STACKS) != 0 }
 }
 
+/// Non-zero when Python frames are walked (`--no-python-frames` clears
+/// it). A constant to the verifier, which then never looks at the walk's
+/// code when it is 0: a kernel without `bpf_loop` (before 5.17) loads the
+/// programs that way.
+#[unsafe(no_mangle)]
+static PYTHON_FRAMES: u32 = 1;
+
+#[inline(always)]
+fn python_enabled() -> bool {
+    unsafe { core::ptr::read_volatile(&PYTHON_FRAMES) != 0 }
+}
+
 /// The offsets as userspace set them. Volatile so the compiler cannot fold
 /// the defaults into the code.
 #[inline(always)]

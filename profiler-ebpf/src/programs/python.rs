@@ -28,7 +28,7 @@ use profiler_ebpf::{
     },
 };
 
-use super::{BPF_RB_NO_WAKEUP, count_lost, events_shard, offsets};
+use super::{BPF_RB_NO_WAKEUP, count_lost, events_shard, offsets, python_enabled};
 
 /// Python processes (tgid → where their interpreter keeps its frames),
 /// filled by userspace and copied to forked children here.
@@ -86,6 +86,9 @@ fn scratch() -> Option<&'static mut PyScratch> {
 /// or taken from another walk.
 #[inline(always)]
 pub fn record(cache: &mut PyThreadCache, tid: u32, tgid: u32, now: u64) -> bool {
+    if !python_enabled() {
+        return true;
+    }
     let Some(info) = (unsafe { PY_PROCS.get(&tgid) }) else {
         return true;
     };
@@ -225,7 +228,7 @@ extern "C" fn walk_callback(_index: u64, _ctx: *mut c_void) -> i64 {
 /// are reused on the native stacks' terms alone).
 #[inline(always)]
 pub fn moved(cache: &PyThreadCache, tgid: u32) -> bool {
-    if cache.tstate == 0 {
+    if !python_enabled() || cache.tstate == 0 {
         return false;
     }
     let Some(info) = (unsafe { PY_PROCS.get(&tgid) }) else {

@@ -139,7 +139,12 @@ fn start(opts: &RecordOptions) -> Result<Session> {
     // Until recording starts, a failure leaves no empty file behind (it
     // would only make the next run's -o refuse the path).
     let unstarted = Unstarted(&opts.output);
-    let mut programs = KernelPrograms::load(&offsets, opts.sample_hz.is_some(), opts.limits)?;
+    let mut programs = KernelPrograms::load(
+        &offsets,
+        opts.sample_hz.is_some(),
+        opts.python_frames,
+        opts.limits,
+    )?;
     let held = if opts.command.is_empty() {
         None
     } else {

@@ -104,6 +104,7 @@ impl Session {
         opts: &RecordOptions,
         (gpu_info, gpu): (GpuInfo, Option<GpuSampler>),
     ) -> Session {
+        let python_frames = programs.python_frames();
         Session {
             programs,
             out,
@@ -123,7 +124,7 @@ impl Session {
             gpu,
             cuda: CudaTracer::new(opts.cuda),
             python: PythonTracker::default(),
-            python_frames: opts.python_frames && opts.sample_hz.is_some(),
+            python_frames,
             lagged_ticks: 0,
         }
     }

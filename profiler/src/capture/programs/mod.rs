@@ -43,6 +43,11 @@ static OBJECT: &[u8] = &[];
 /// ones work (to compare the two, and to test the fallback).
 pub const CLASSIC_SCHED_ENV: &str = "TPROF_CLASSIC_SCHED";
 
+/// Set to 1 to have the Python walk treated as refused by the verifier (as
+/// a kernel before 5.17, without `bpf_loop`, refuses it): the tests' way
+/// to exercise recording without Python frames.
+const REFUSE_PYTHON_ENV: &str = "TPROF_REFUSE_PYTHON_WALK";
+
 /// Set to a raw scheduler program's name to have it treated as refused by
 /// the verifier: the tests' way to exercise the fallback a kernel with BTF
 /// but a stricter verifier takes, on a kernel that accepts every program.
@@ -86,6 +91,8 @@ pub struct KernelPrograms {
     /// The kernel can tell CPython 3.10's threads apart (its BTF gave
     /// `thread.fsbase`).
     python_threads_by_fsbase: bool,
+    /// The programs walk Python frames.
+    python_frames: bool,
     /// The raw scheduler programs are loaded (else the classic ones).
     raw_sched: bool,
     /// The loaded object: its programs and their links (the maps above
@@ -96,10 +103,40 @@ pub struct KernelPrograms {
 impl KernelPrograms {
     /// Loads the programs with this kernel's tracepoint offsets, without
     /// attaching them.
-    /// `sample_stacks` false turns off-CPU stack walks off in the kernel.
+    /// `sample_stacks` false turns off-CPU stack walks off in the kernel,
+    /// `python_frames` false the Python walk. A kernel whose verifier
+    /// refuses the Python walk (before 5.17: no `bpf_loop`) gets the
+    /// programs without it, with a note.
     pub fn load(
         offsets: &TracepointOffsets,
         sample_stacks: bool,
+        python_frames: bool,
+        limits: MapLimits,
+    ) -> Result<KernelPrograms> {
+        let python_frames = python_frames && sample_stacks;
+        if !python_frames {
+            return Self::load_with(offsets, sample_stacks, false, limits);
+        }
+        let refused = if std::env::var_os(REFUSE_PYTHON_ENV).is_some_and(|v| v == "1") {
+            anyhow!("the kernel's verifier rejected the Python walk ({REFUSE_PYTHON_ENV} is set)")
+        } else {
+            match Self::load_with(offsets, sample_stacks, true, limits) {
+                Ok(programs) => return Ok(programs),
+                Err(e) => e,
+            }
+        };
+        let programs = Self::load_with(offsets, sample_stacks, false, limits)?;
+        eprintln!(
+            "tprof: note: {refused:#}; recording without Python frames (the walk needs \
+             Linux 5.17+ for bpf_loop)"
+        );
+        Ok(programs)
+    }
+
+    fn load_with(
+        offsets: &TracepointOffsets,
+        sample_stacks: bool,
+        python_frames: bool,
         limits: MapLimits,
     ) -> Result<KernelPrograms> {
         if OBJECT.is_empty() {
@@ -112,7 +149,7 @@ impl KernelPrograms {
         // Without it CPython 3.10's threads cannot be told apart: its
         // processes get no Python frames (say so when one is found).
         offsets.task_fsbase = btf::fsbase_offset().unwrap_or(0);
-        let mut ebpf = open_object(&offsets, sample_stacks, limits)?;
+        let mut ebpf = open_object(&offsets, sample_stacks, python_frames, limits)?;
         load_programs(&mut ebpf)?;
         let raw_sched = load_sched_programs(&mut ebpf, raw_sched)?;
         find_program(&mut ebpf, profiler_ebpf::names::program::SAMPLE)?;
@@ -131,6 +168,7 @@ impl KernelPrograms {
             cuda_launches: PerCpuHashMap::try_from(take_map(&mut ebpf, map::CUDA_LAUNCHES)?)?,
             py_procs: HashMap::try_from(take_map(&mut ebpf, map::PY_PROCS)?)?,
             python_threads_by_fsbase: offsets.task_fsbase != 0,
+            python_frames,
             raw_sched,
             ebpf,
         })
@@ -195,6 +233,11 @@ impl KernelPrograms {
             .with_context(|| format!("cannot walk process {tgid}'s Python frames: map full"))
     }
 
+    /// Whether the programs walk Python frames.
+    pub fn python_frames(&self) -> bool {
+        self.python_frames
+    }
+
     /// Whether the kernel can tell CPython 3.10's threads apart.
     pub fn python_threads_by_fsbase(&self) -> bool {
         self.python_threads_by_fsbase
@@ -252,9 +295,11 @@ fn sched_offsets(mut offsets: TracepointOffsets) -> (TracepointOffsets, bool) {
 fn open_object(
     offsets: &TracepointOffsets,
     sample_stacks: bool,
+    python_frames: bool,
     limits: MapLimits,
 ) -> Result<Ebpf> {
     let sample_stacks = u32::from(sample_stacks);
+    let python_frames = u32::from(python_frames);
     let mut loader = EbpfLoader::new();
     for (name, bytes) in map::EVENTS
         .iter()
@@ -265,6 +310,7 @@ fn open_object(
     loader
         .override_global(global::OFFSETS, offsets, true)
         .override_global(global::SAMPLE_STACKS, &sample_stacks, true)
+        .override_global(global::PYTHON_FRAMES, &python_frames, true)
         .map_max_entries(map::TRACKED_TIDS, limits.tracked_threads)
         .map_max_entries(
             map::TRACKED_TGIDS,
@@ -273,7 +319,7 @@ fn open_object(
         .load(OBJECT)
         .map_err(|e| anyhow!("loading the eBPF programs failed: {e}"))
         .context(
-            "the kernel refused tprof's programs; tprof needs Linux 5.17+ with \
+            "the kernel refused tprof's programs; tprof needs Linux 5.15+ with \
              CONFIG_BPF_SYSCALL, run as root (kernel BTF is not needed)",
         )
 }

@@ -245,15 +245,7 @@ fn shares(dir: &Path, python: &str, seconds: u64, md: &mut String) -> Result<()>
     let _ = std::fs::remove_file(&truth_spy);
     run_quiet(
         command(setup::py_spy_bin().to_str().unwrap())
-            .args([
-                "record",
-                "--native",
-                "--format",
-                "raw",
-                "--rate",
-                "99",
-                "--nonblocking",
-            ])
+            .args(["record", "--native", "--format", "raw", "--rate", "99"])
             .arg("-o")
             .arg(&raw)
             .args(["--", python])
@@ -451,12 +443,23 @@ fn cost_run(dir: &Path, python: &str, config: Config, depth: u32, seconds: u64) 
     let mut child = c
         .spawn()
         .with_context(|| format!("start {}", cmd::describe(&c)))?;
-    let mut last = None;
+    // The counters only grow; the last polls may catch tprof closing its
+    // programs, so each program keeps its largest reading.
+    let mut last: Option<BTreeMap<String, (u64, u64)>> = None;
     let start = Instant::now();
     while child.try_wait()?.is_none() {
         std::thread::sleep(Duration::from_millis(200));
-        if config != Config::Untraced && start.elapsed() > Duration::from_secs(1) {
-            last = program_stats(child.id()).or(last);
+        if config != Config::Untraced
+            && start.elapsed() > Duration::from_secs(1)
+            && let Some(now) = program_stats(child.id())
+        {
+            let merged = last.get_or_insert_with(BTreeMap::new);
+            for (name, reading) in now {
+                let kept = merged.entry(name).or_insert(reading);
+                if reading.0 > kept.0 {
+                    *kept = reading;
+                }
+            }
         }
     }
     let done = job_truth(&truth)?;

@@ -14,6 +14,10 @@
 //! stored as these bytes): bump `recording::FORMAT_VERSION` in `tprof-core`.
 #![no_std]
 
+pub mod python;
+
+pub use python::{PyProcInfo, PyStackEvent, PyThreadCache};
+
 /// Length of a task's `comm` (TASK_COMM_LEN).
 pub const COMM_LEN: usize = 16;
 
@@ -130,8 +134,12 @@ pub mod names {
         pub const CUDA_CALLS: &str = "CUDA_CALLS";
         pub const CUDA_LAUNCHES: &str = "CUDA_LAUNCHES";
         pub const STACK_SCRATCH: &str = "STACK_SCRATCH";
-        /// Every map in the object but the event and copy shards (and the
-        /// sections of program globals).
+        /// Python processes' interpreter layouts (tgid → `PyProcInfo`).
+        pub const PY_PROCS: &str = "PY_PROCS";
+        /// The per-CPU scratch record of the Python walk.
+        pub const PY_SCRATCH: &str = "PY_SCRATCH";
+        /// Every map in the object but the event and copy shards (and the sections
+        /// of program globals).
         pub const ALL_BUT_EVENTS: &[&str] = &[
             TRACKED_TGIDS,
             TRACKED_TIDS,
@@ -142,6 +150,8 @@ pub mod names {
             CUDA_CALLS,
             CUDA_LAUNCHES,
             STACK_SCRATCH,
+            PY_PROCS,
+            PY_SCRATCH,
         ];
     }
 
@@ -151,6 +161,7 @@ pub mod names {
         pub const SAMPLE_STACKS: &str = "SAMPLE_STACKS";
         pub const STACK_MODE: &str = "STACK_MODE";
         pub const STACK_COPY_BYTES: &str = "STACK_COPY_BYTES";
+        pub const PYTHON_FRAMES: &str = "PYTHON_FRAMES";
     }
 }
 const _: () = assert!(names::map::EVENTS.len() == EVENT_SHARDS as usize);
@@ -173,9 +184,13 @@ pub mod kind {
     /// ([`super::StackCopyEvent`], variable length). Only in the ring
     /// buffer: capture unwinds it and never writes it to a recording.
     pub const STACK_COPY: u16 = 11;
+    /// The Python frames of the sample or switch-out that follows
+    /// ([`super::PyStackEvent`]); capture folds them into that event's
+    /// stack and never writes them to a recording.
+    pub const PY_STACK: u16 = 12;
     /// One past the largest kind: the size of the per-kind drop counters
     /// (it must stay below the `lost_stack` slots, 24).
-    pub const COUNT: u32 = 12;
+    pub const COUNT: u32 = 13;
 }
 
 /// Index into the `LOST` per-CPU array for "a fork could not be tracked
@@ -285,7 +300,7 @@ const _: () = assert!((stack_kind::FUTEX as usize) < STACK_KINDS);
 /// task: the lookup that tells whether the task is tracked also finds its
 /// cached stack walks and whether it is in a futex wait (more lookups when
 /// these lived in maps of their own). Userspace seeds it with
-/// [`ThreadState::new`]. 216 bytes.
+/// [`ThreadState::new`]. 240 bytes.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -305,10 +320,12 @@ pub struct ThreadState {
     pub copies: u32,
     /// The slot the next switch-out copy takes (round robin).
     pub next_slot: u32,
+    /// Its Python thread state, when its process runs CPython.
+    pub py: PyThreadCache,
     pub tgid: u32,
     pub _pad: u32,
 }
-const _: () = assert!(size_of::<ThreadState>() == 216);
+const _: () = assert!(size_of::<ThreadState>() == 240);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
 // derived bytemuck::Pod checks it): every bit pattern is a valid value.
 #[cfg(feature = "user")]
@@ -333,6 +350,11 @@ impl ThreadState {
             slot_seqs: [0; STACK_SLOTS],
             copies: 0,
             next_slot: 0,
+            py: PyThreadCache {
+                tstate: 0,
+                missed_ns: 0,
+                position: 0,
+            },
             tgid,
             _pad: 0,
         }
@@ -750,6 +772,8 @@ pub const fn event_size(kind: u16) -> Option<usize> {
         kind::BLOCK_IO => Some(size_of::<BlockIoEvent>()),
         kind::FUTEX => Some(size_of::<FutexEvent>()),
         kind::CUDA => Some(size_of::<CudaCallEvent>()),
+        // Its fixed part; the frames follow. Never in a recording.
+        kind::PY_STACK => Some(size_of::<PyStackEvent>()),
         _ => None,
     }
 }
@@ -758,7 +782,7 @@ pub const fn event_size(kind: u16) -> Option<usize> {
 /// time from tracefs `format` files so no kernel's layout is baked in.
 /// Userspace sets it as the programs' `OFFSETS` global. An offset of an
 /// optional tracepoint the kernel lacks stays 0 and its program is not
-/// attached. 64 bytes.
+/// attached. 72 bytes.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -813,8 +837,12 @@ pub struct TracepointOffsets {
     pub task_exit_state: u16,
     /// `thread_info.cpu` (or `cpu`) within task_struct.
     pub task_cpu: u16,
+    /// `thread.fsbase` within task_struct: a thread's `pthread_self()`,
+    /// which is how CPython 3.10 names its threads (0 when unknown).
+    pub task_fsbase: u16,
+    pub _pad: [u16; 3],
 }
-const _: () = assert!(size_of::<TracepointOffsets>() == 64);
+const _: () = assert!(size_of::<TracepointOffsets>() == 72);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
 // derived bytemuck::Pod checks it): every bit pattern is a valid value.
 #[cfg(feature = "user")]

@@ -106,6 +106,10 @@ pub struct RecordArgs {
     #[arg(long, value_name = "SIZE", default_value = "64k", value_parser = parse_stack_size,
           conflicts_with = "no_stacks")]
     pub stack_size: u32,
+    /// Leave Python frames out of the stacks (no walk of CPython's frame
+    /// chain; native frames only).
+    #[arg(long, conflicts_with = "no_stacks")]
+    pub no_python_frames: bool,
     /// Do not write the cpu and wall flamegraphs next to the recording.
     #[arg(long)]
     pub no_flamegraphs: bool,
@@ -188,6 +192,10 @@ pub struct FlamegraphArgs {
     /// Only these threads (repeatable).
     #[arg(long = "tid", value_name = "TID")]
     pub tids: Vec<u32>,
+    /// Split Python frames by line: `function (file.py:42)` rather than
+    /// `function (file.py)`.
+    #[arg(long)]
+    pub lines: bool,
     /// Overwrite the SVG if it exists.
     #[arg(long)]
     pub force: bool,
@@ -330,6 +338,7 @@ impl FlamegraphArgs {
         flame::Filter {
             pids: self.pids.clone(),
             tids: self.tids.clone(),
+            lines: self.lines,
         }
     }
 }
@@ -360,6 +369,7 @@ impl RecordArgs {
             },
             sample_hz: (!self.no_stacks).then_some(self.hz),
             stack_copy_bytes: self.stack_size,
+            python_frames: !self.no_python_frames,
             cuda: !self.no_cuda,
             limits: {
                 let defaults = MapLimits::default();
@@ -492,6 +502,7 @@ mod tests {
             hz: 99,
             no_stacks: false,
             stack_size: 64 << 10,
+            no_python_frames: false,
             no_flamegraphs: false,
             no_timeline: false,
             no_cuda: false,

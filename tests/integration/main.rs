@@ -57,3 +57,6 @@ mod real_job;
 // Perfetto's own definitions, pprof profiles through `go tool pprof`, the
 // straggler of two concurrent ranks and a moved clock anchor.
 mod export;
+// Python frames on every installed CPython: shares, sleeps, native code
+// under Python, threads and workers, marker frames.
+mod python;

@@ -3,6 +3,7 @@
 //! [`Task`] and a module to add a task.
 
 mod bench;
+mod bench_python;
 mod cmd;
 mod demo;
 mod fixtures;
@@ -25,6 +26,7 @@ use clap::{Parser, Subcommand};
   sudo cargo xtask demo --healthy
   sudo cargo xtask bench
   sudo cargo xtask bench real
+  sudo cargo xtask bench-python
   sudo cargo xtask fixtures
   cargo xtask fuzz --seconds 300
   cargo xtask protos"
@@ -53,6 +55,10 @@ enum Task {
     /// speed; writes target/bench/results.md. `bench real`: whether tprof's
     /// advice on a real PyTorch job lands near its best configuration.
     Bench(bench::Args),
+    /// Compare tprof's Python frames with py-spy --native on a job with
+    /// known shares, on every installed CPython, and measure what the
+    /// Python walk costs; writes target/bench/python.md.
+    BenchPython(bench_python::Args),
     /// Record the committed fixture recordings of the current format
     /// version (profiler/core/tests/fixtures/) from the test workloads; then
     /// re-bless their goldens with TPROF_BLESS=1.
@@ -72,6 +78,7 @@ fn main() {
         Task::Test(args) => test::run(&args),
         Task::Demo(args) => demo::run(&args),
         Task::Bench(args) => bench::run(&args),
+        Task::BenchPython(args) => bench_python::run(&args),
         Task::Fixtures(args) => fixtures::run(&args),
         Task::Fuzz(args) => fuzz::run(&args),
         Task::Protos(args) => protos::run_task(&args),

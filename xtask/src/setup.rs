@@ -59,6 +59,12 @@ const PERFETTO_PACKAGES: &[&str] = &["perfetto==0.59.1", "protobuf==7.36.2"];
 const PERFETTO_VENV: &str = "target/perfetto-venv";
 const PERFETTO_CHECK: &str = "import perfetto.protos.perfetto.trace.perfetto_trace_pb2";
 
+/// py-spy, which `cargo xtask bench-python` compares Python stacks with
+/// (its wheel ships the binary), pinned; installed with pip --target
+/// outside the clone, shared by every worktree.
+const PY_SPY_WHEEL: &str = "py-spy==0.4.3";
+pub const PY_SPY_DIR: &str = "/var/cache/tprof/py-spy-0.4.3";
+
 /// What setup made that later tasks need to find.
 pub struct Installed {
     /// The interpreter of the train-job venv (crate::job_env).
@@ -72,9 +78,42 @@ pub fn run() -> Result<Installed> {
     cargo_fuzz()?;
     cuda_runtime()?;
     perfetto_protos()?;
+    py_spy()?;
     let job_python = job_env::ensure()?;
     tracefs()?;
     Ok(Installed { job_python })
+}
+
+/// The py-spy binary.
+pub fn py_spy_bin() -> std::path::PathBuf {
+    Path::new(PY_SPY_DIR).join("bin/py-spy")
+}
+
+fn py_spy() -> Result<()> {
+    if py_spy_bin().is_file() {
+        println!("py-spy: ok");
+        return Ok(());
+    }
+    run_cmd(command("python3").args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--root-user-action=ignore",
+        "--no-deps",
+        "--target",
+        PY_SPY_DIR,
+        PY_SPY_WHEEL,
+    ]))
+    .context(
+        "installing py-spy failed; the Python bench needs PyPI (pip install py-spy) reachable",
+    )?;
+    if !py_spy_bin().is_file() {
+        bail!("the {PY_SPY_WHEEL} wheel installed no bin/py-spy under {PY_SPY_DIR}");
+    }
+    println!("py-spy: installed {PY_SPY_WHEEL}");
+    Ok(())
 }
 
 fn apt_packages() -> Result<()> {

@@ -4,6 +4,7 @@
 mod block;
 mod cuda;
 mod futex;
+mod python;
 mod sched;
 mod stacks;
 mod task;
@@ -176,6 +177,8 @@ static OFFSETS: TracepointOffsets = TracepointOffsets {
     task_pid: 0,
     task_exit_state: 0,
     task_cpu: 0,
+    task_fsbase: 0,
+    _pad: [0; 3],
 };
 
 /// Non-zero when stacks are sampled (`tprof record --no-stacks` clears it,
@@ -206,6 +209,16 @@ fn copies_stacks() -> bool {
 #[inline(always)]
 fn stack_copy_bytes() -> u32 {
     unsafe { core::ptr::read_volatile(&STACK_COPY_BYTES) }
+/// Non-zero when Python frames are walked (`--no-python-frames` clears
+/// it). A constant to the verifier, which then never looks at the walk's
+/// code when it is 0: a kernel without `bpf_loop` (before 5.17) loads the
+/// programs that way.
+#[unsafe(no_mangle)]
+static PYTHON_FRAMES: u32 = 1;
+
+#[inline(always)]
+fn python_enabled() -> bool {
+    unsafe { core::ptr::read_volatile(&PYTHON_FRAMES) != 0 }
 }
 
 /// The offsets as userspace set them. Volatile so the compiler cannot fold

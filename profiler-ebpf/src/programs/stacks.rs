@@ -15,6 +15,10 @@
 //! copy. In `stack_mode::FRAME_POINTERS` (kernels without BTF) the kernel
 //! walks user frame pointers too.
 //!
+//! Where the thread runs CPython, its Python frames go out just before the
+//! event (`python::record`), with every new walk or copy; userspace splices
+//! them into the native user stack.
+//!
 //! [`SwitchEvent`]: profiler_ebpf::SwitchEvent
 
 use aya_ebpf::{
@@ -36,7 +40,7 @@ use profiler_ebpf::{
 };
 
 use super::{
-    STACK_SCRATCH, STACKS, copies_stacks, count_lost, emit, emit_copy_record, header_at,
+    STACK_SCRATCH, STACKS, copies_stacks, count_lost, emit, emit_copy_record, header_at, python,
     stack_copy_bytes, thread_state,
 };
 
@@ -54,17 +58,23 @@ pub fn tprof_sample(ctx: PerfEventContext) -> u32 {
         return 0;
     };
     let tgid = (pid_tgid >> 32) as u32;
+    // One clock read: the copy and the Python frames carry the sample's
+    // time, which pairs them with it.
     let now = unsafe { bpf_ktime_get_ns() };
-    let (user_stack, kernel_stack) = if copies_stacks() {
-        // SAFETY: state points into a live TRACKED_TIDS entry; a sample
-        // interrupts user code or a system call, never this thread's
-        // switch-out (interrupts are off there), the other writer of
-        // `copies`.
-        let state = unsafe { &mut *state };
+    // SAFETY: state points into a live TRACKED_TIDS entry; a sample
+    // interrupts user code or a system call, never this thread's switch-out
+    // (interrupts are off there), the other writer of `copies` and `py`.
+    let state = unsafe { &mut *state };
+    let (mut user_stack, kernel_stack) = if copies_stacks() {
         (sample_copy(state, tid, tgid, now), stack_id(&ctx, 0))
     } else {
         stack_ids(&ctx)
     };
+    // Python frames lost: the native stack goes with them, so no stack
+    // goes out with its Python part missing.
+    if !python::record(&mut state.py, tid, tgid, now) {
+        user_stack = -1;
+    }
     emit(SampleEvent {
         hdr: header_at::<SampleEvent>(now),
         tid,
@@ -148,40 +158,90 @@ pub fn switch_out<C: StackIdContext>(
     if !walk {
         return (reason, -1, -1);
     }
-    if copies_stacks() {
-        let kernel = offcpu_stack_ids(ctx, state, reason, now, false).1;
-        (reason, offcpu_copy(state, tid, now), kernel)
+    let (user, kernel) = if copies_stacks() {
+        offcpu_copied(ctx, state, tid, reason, now)
     } else {
-        let (user, kernel) = offcpu_stack_ids(ctx, state, reason, now, true);
-        (reason, user, kernel)
-    }
+        offcpu_walked(ctx, state, tid, reason, now)
+    };
+    (reason, user, kernel)
 }
 
-/// The stacks a switch-out leaves from (the user stack only when `user`):
-/// walked, or the thread's last walk for the same reason when that is
-/// under STACK_REUSE_NS old (one slot per reason, so a page-fault wait (D)
-/// never lends its stack to the long sleep (S) that follows it). Walking
-/// is the costliest thing tprof does per event.
+/// Whether a switch-out may reuse the thread's last walk for the same
+/// reason: it is under STACK_REUSE_NS old (one slot per reason, so a
+/// page-fault wait (D) never lends its stack to the long sleep (S) that
+/// follows it), and the thread's Python code, if any, has not moved since
+/// (its native stacks, the interpreter's lock or sleep code, may well be
+/// the same from another line). Walking is the costliest thing tprof does
+/// per event.
 #[inline(always)]
-fn offcpu_stack_ids<C: StackIdContext>(
+fn reusable(state: &ThreadState, slot: usize, now: u64) -> bool {
+    now.saturating_sub(state.last_stacks[slot].walked_ns) < STACK_REUSE_NS
+        && !python::moved(&state.py, state.tgid)
+}
+
+/// Frame-pointer mode: the stacks a switch-out leaves from, walked (with
+/// the Python frames), or the last walk's when [`reusable`].
+#[inline(always)]
+fn offcpu_walked<C: StackIdContext>(
     ctx: &C,
     state: &mut ThreadState,
+    tid: u32,
     reason: u32,
     now: u64,
-    user: bool,
 ) -> (i32, i32) {
-    let last = &mut state.last_stacks[reason as usize % STACK_KINDS];
-    if now.saturating_sub(last.walked_ns) < STACK_REUSE_NS {
+    let slot = reason as usize % STACK_KINDS;
+    if reusable(state, slot, now) {
+        let last = &state.last_stacks[slot];
         return (last.user_stack_id, last.kernel_stack_id);
     }
-    let user_stack_id = if user {
-        stack_id(ctx, BPF_F_USER_STACK)
-    } else {
-        -1
+    let (mut user_stack_id, kernel_stack_id) = stack_ids(ctx);
+    let mut walked_ns = now;
+    if !python::record(&mut state.py, tid, state.tgid, now) {
+        // Its Python frames were lost: lose the user stack with them, and
+        // walk again next time rather than lend this one out.
+        user_stack_id = -1;
+        walked_ns = 0;
+    }
+    state.last_stacks[slot] = LastStacks {
+        walked_ns,
+        user_stack_id,
+        kernel_stack_id,
     };
-    let kernel_stack_id = stack_id(ctx, 0);
-    *last = LastStacks {
-        walked_ns: now,
+    (user_stack_id, kernel_stack_id)
+}
+
+/// Copy mode: the kernel stack walked, or the last walk's when
+/// [`reusable`]; the user stack a copy ([`offcpu_copy`]). The Python frames
+/// go out with every walk and whenever the copy is not the last walk's:
+/// a switch-out without them gets, in userspace, the frames of the last
+/// walk whose two stacks are its own.
+#[inline(always)]
+fn offcpu_copied<C: StackIdContext>(
+    ctx: &C,
+    state: &mut ThreadState,
+    tid: u32,
+    reason: u32,
+    now: u64,
+) -> (i32, i32) {
+    let slot = reason as usize % STACK_KINDS;
+    let reuse = reusable(state, slot, now);
+    let last = state.last_stacks[slot];
+    let kernel_stack_id = if reuse {
+        last.kernel_stack_id
+    } else {
+        stack_id(ctx, 0)
+    };
+    let mut user_stack_id = offcpu_copy(state, tid, now);
+    if reuse && user_stack_id == last.user_stack_id {
+        return (user_stack_id, kernel_stack_id);
+    }
+    let mut walked_ns = if reuse { last.walked_ns } else { now };
+    if !python::record(&mut state.py, tid, state.tgid, now) {
+        user_stack_id = -1;
+        walked_ns = 0;
+    }
+    state.last_stacks[slot] = LastStacks {
+        walked_ns,
         user_stack_id,
         kernel_stack_id,
     };

@@ -13,7 +13,7 @@ use profiler_ebpf::{
 };
 
 use super::{
-    TRACKED_TGIDS, TRACKED_TIDS, count_lost, emit, header, is_tracked_process, offsets,
+    TRACKED_TGIDS, TRACKED_TIDS, count_lost, emit, header, is_tracked_process, offsets, python,
     tracked_tgid,
 };
 
@@ -49,6 +49,9 @@ fn try_newtask(ctx: &TracePointContext) -> Result<(), i32> {
     if process_full || thread_full {
         count_lost(LOST_TRACK_FULL);
     }
+    if child_tgid != parent_tgid {
+        python::inherit(parent_tgid, child_tgid);
+    }
     emit(ForkEvent {
         hdr: header::<ForkEvent>(),
         clone_flags,
@@ -79,6 +82,7 @@ fn try_exec(ctx: &TracePointContext) -> Result<(), i32> {
         // A non-leader thread exec'd and took over the leader's tid.
         let _ = TRACKED_TIDS.remove(&old_tid);
     }
+    python::forget(tgid);
     emit(ExecEvent {
         hdr: header::<ExecEvent>(),
         tid,
@@ -109,6 +113,7 @@ fn try_exit(ctx: &TracePointContext) -> Result<(), i32> {
     let _ = TRACKED_TIDS.remove(&tid);
     if group_dead != 0 {
         let _ = TRACKED_TGIDS.remove(&tgid);
+        python::forget(tgid);
     }
     emit(ExitEvent {
         hdr: header::<ExitEvent>(),

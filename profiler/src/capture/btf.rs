@@ -40,6 +40,28 @@ pub fn task_offsets() -> Result<TaskOffsets> {
     offsets_in(&btf)
 }
 
+/// `task_struct.thread.fsbase`: where the kernel keeps a thread's fsbase
+/// (its `pthread_self()` on x86-64), which CPython 3.10 names its threads
+/// by. For the Python walk, whichever scheduler programs are loaded.
+pub fn fsbase_offset() -> Result<u16> {
+    let data = fs::read(VMLINUX_BTF).with_context(|| format!("cannot read {VMLINUX_BTF}"))?;
+    fsbase_in(&Btf::parse(&data)?)
+}
+
+fn fsbase_in(btf: &Btf) -> Result<u16> {
+    let task = btf
+        .named(KIND_STRUCT, "task_struct")
+        .context("no struct task_struct in the kernel BTF")?;
+    let (thread, ty) = btf
+        .member(task, "thread")
+        .context("no task_struct.thread in the kernel BTF")?;
+    let (fsbase, ty) = btf
+        .member(btf.resolve_modifiers(ty), "fsbase")
+        .context("no thread_struct.fsbase in the kernel BTF (not x86-64?)")?;
+    check_size(btf, ty, 8, "thread.fsbase")?;
+    to_u16(thread + fsbase, "thread.fsbase")
+}
+
 fn offsets_in(btf: &Btf) -> Result<TaskOffsets> {
     // sched_switch(bool preempt, prev, next, unsigned int prev_state) since
     // 5.18; earlier kernels lack prev_state. The typedef's prototype starts
@@ -300,6 +322,9 @@ mod tests {
             assert_ne!(offsets.pid, offsets.exit_state);
             assert_ne!(offsets.pid, offsets.cpu);
         }
+        // thread_struct is task_struct's last member: far past pid.
+        let fsbase = fsbase_in(&btf).expect("x86-64 kernels have thread.fsbase");
+        assert!(fsbase > btf.member(task, "pid").unwrap().0 as u16);
     }
 
     #[test]

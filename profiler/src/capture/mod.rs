@@ -26,6 +26,7 @@ mod pipeline;
 mod privileges;
 pub mod procfs;
 mod programs;
+mod python;
 mod session;
 mod signals;
 mod stacks;
@@ -63,6 +64,8 @@ pub struct RecordOptions {
     /// Bytes of user stack copied at each sample and new switch-out site
     /// (`--stack-size`).
     pub stack_copy_bytes: u32,
+    /// Walk CPython's frames into the stacks (off with --no-python-frames).
+    pub python_frames: bool,
     /// Trace CUDA runtime calls (off with --no-cuda).
     pub cuda: bool,
     /// Kernel map sizes (defaults unless a test shrinks them).
@@ -180,7 +183,7 @@ fn start(opts: &RecordOptions) -> Result<Session> {
     // would only make the next run's -o refuse the path).
     let unstarted = Unstarted(&opts.output);
     let stacks = opts.sample_hz.map(|_| opts.stack_copy_bytes);
-    let mut programs = KernelPrograms::load(&offsets, stacks, opts.limits)?;
+    let mut programs = KernelPrograms::load(&offsets, stacks, opts.python_frames, opts.limits)?;
     let held = if opts.command.is_empty() {
         None
     } else {

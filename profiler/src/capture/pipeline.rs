@@ -30,6 +30,7 @@ use super::drain::DrainBatch;
 use super::file::RecordingFile;
 use super::procfs::{self, Mapping};
 use super::programs::StackSource;
+use super::python::Interpreter;
 use super::stacks::{Keep, StackCounts, StackResolver};
 
 /// Batches the writer may be behind before the drain waits (each is one
@@ -44,6 +45,8 @@ enum Msg {
     Maps(u32, Vec<Mapping>),
     /// A child's parent, whose mappings name its frames until it has its own.
     Parent(u32, u32),
+    /// A process's CPython, whose frames the writer names.
+    Python(Arc<Interpreter>),
     Flush,
 }
 
@@ -141,6 +144,10 @@ impl Pipeline {
         self.send(Msg::Parent(child, parent))
     }
 
+    pub(super) fn add_interpreter(&mut self, interp: Arc<Interpreter>) -> Result<()> {
+        self.send(Msg::Python(interp))
+    }
+
     pub(super) fn flush(&mut self) -> Result<()> {
         self.send(Msg::Flush)
     }
@@ -206,6 +213,11 @@ impl Stage {
                 Msg::Parent(child, parent) => {
                     if let Some(stacks) = &mut self.stacks {
                         stacks.set_parent(child, parent);
+                    }
+                }
+                Msg::Python(interp) => {
+                    if let Some(stacks) = &mut self.stacks {
+                        stacks.add_interpreter(interp);
                     }
                 }
                 Msg::Flush => self.out.flush()?,

@@ -21,6 +21,7 @@ use super::gpu::GpuSampler;
 use super::launch::{KILL_WAIT, LaunchedCommand};
 use super::pipeline::Pipeline;
 use super::programs::{Expired, KernelPrograms};
+use super::python::tracker::PythonTracker;
 use super::signals::{FINISHING, Signals};
 use super::{RecordOptions, RecordOutcome, StopReason, limits, procfs};
 use tprof_core::recording::{
@@ -105,6 +106,9 @@ pub(super) struct Session {
     gpu_info: GpuInfo,
     gpu: Option<GpuSampler>,
     cuda: CudaTracer,
+    /// Which processes run CPython (when Python frames are wanted).
+    python: PythonTracker,
+    python_frames: bool,
     /// Ticks on which the writer was too far behind to take a drain.
     lagged_ticks: u64,
 }
@@ -116,6 +120,7 @@ impl Session {
         opts: &RecordOptions,
         (gpu_info, gpu): (GpuInfo, Option<GpuSampler>),
     ) -> Session {
+        let python_frames = programs.python_frames();
         Session {
             programs,
             out,
@@ -139,6 +144,8 @@ impl Session {
             gpu_info,
             gpu,
             cuda: CudaTracer::new(opts.cuda),
+            python: PythonTracker::default(),
+            python_frames,
             lagged_ticks: 0,
         }
     }
@@ -224,6 +231,7 @@ impl Session {
                 self.snapshot_process(pid, Origin::Attached)?;
                 self.track_threads(pid)?;
                 self.cuda.scan(&mut self.programs, pid, monotonic_ns())?;
+                self.scan_python(pid)?;
             }
             let all: Vec<u32> = self.known.iter().copied().collect();
             pending = procfs::descendants(&all)
@@ -430,12 +438,14 @@ impl Session {
                 if let Some(parent) = parent {
                     self.out.set_parent(pid, parent)?;
                 }
+                // A new image, or a new process (maybe under a reused pid).
+                self.python.forget(pid);
                 new_processes.push(pid);
             }
         }
         // Before the events: the writer names their stacks against these
         // processes' mappings.
-        for pid in new_processes {
+        for &pid in &new_processes {
             self.known.insert(pid);
             self.young.push((pid, Instant::now()));
             self.snapshot_process(pid, Origin::Forked)?;
@@ -444,6 +454,12 @@ impl Session {
             self.cuda.scan(&mut self.programs, pid, monotonic_ns())?;
         }
         self.out.send_events(batch)?;
+        // After the events: the writer forgets an exec'd process's old
+        // interpreter at its exec event. (A forked child's first frames,
+        // in this batch, are named through its parent's.)
+        for pid in new_processes {
+            self.scan_python(pid)?;
+        }
         self.write_cuda()?;
         Ok(())
     }
@@ -495,10 +511,31 @@ impl Session {
         if self.sample_hz.is_none() {
             return Ok(());
         }
-        for &(pid, _) in &self.young {
+        let young: Vec<u32> = self.young.iter().map(|&(pid, _)| pid).collect();
+        for pid in young {
             self.out.snapshot_maps(pid)?;
+            self.scan_python(pid)?;
         }
         Ok(())
+    }
+
+    /// Looks for the CPython `pid` runs, if not known yet, and has the
+    /// kernel walk its threads' Python frames and the writer name them.
+    fn scan_python(&mut self, pid: u32) -> Result<()> {
+        if !self.python_frames {
+            return Ok(());
+        }
+        let Some(interp) = self.python.scan(pid) else {
+            return Ok(());
+        };
+        self.python
+            .note(&interp, self.programs.python_threads_by_fsbase());
+        if let Some(info) = interp.proc_info()
+            && let Err(e) = self.programs.set_python(pid, info)
+        {
+            eprintln!("tprof: note: {e:#}");
+        }
+        self.out.add_interpreter(interp)
     }
 
     /// Re-reads the maps of live processes, so libraries loaded since the
@@ -507,8 +544,11 @@ impl Session {
         if self.sample_hz.is_none() {
             return Ok(());
         }
-        for &pid in &self.known {
+        let known: Vec<u32> = self.known.iter().copied().collect();
+        for pid in known {
             self.out.snapshot_maps(pid)?;
+            // A process that loads Python late (one embedding it).
+            self.scan_python(pid)?;
         }
         Ok(())
     }

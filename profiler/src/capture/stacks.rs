@@ -8,9 +8,13 @@
 //! The events keep their bytes but for their stack fields, which now index
 //! the recording's STACK_DEFS, and the copies are dropped: raw stack bytes
 //! never reach the file, which needs nothing from this machine.
+//! The Python frames the kernel walked for an event arrive as a record
+//! just before it: [`PythonFrames`] pairs them, names them and splices them
+//! into the event's user stack; the record itself is not written either.
 
 use std::{
     collections::HashMap,
+    rc::Rc,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -28,6 +32,8 @@ use tprof_core::recording::{
 use super::file::RecordingFile;
 use super::procfs::{self, Mapping};
 use super::programs::StackSource;
+use super::python::Interpreter;
+use super::python::frames::{PyStack, PythonFrames};
 use super::symbols::{AddressSpaces, Namer, Site, return_site, user_site};
 use super::unwind::{End, Unwinder, Unwound, UserRegs};
 
@@ -87,9 +93,17 @@ pub struct StackResolver {
     /// processes whose addresses are equal, which name different code when
     /// their mappings differ.
     user: HashMap<(u32, i32), StackId>,
-    /// Copy mode: per thread, each slot's last copy as (its sequence
-    /// number, its unwound stack).
-    copies: HashMap<u32, [(u32, StackId); STACK_SLOTS + 1]>,
+    /// Copy mode: per thread, each slot's last copy, unwound.
+    copies: HashMap<u32, [Option<Copied>; STACK_SLOTS + 1]>,
+    /// Frame-pointer mode: (tgid, kernel user-stack id) → its sites,
+    /// outermost first (None when the stack map no longer held it), for
+    /// splicing.
+    native: HashMap<(u32, i32), Option<Rc<Vec<Site>>>>,
+    /// (tgid, native stack, Python frames) → recording stack id. The native
+    /// stack is the kernel's user-stack id in frame-pointer mode, the
+    /// recording's id of the unwound copy in copy mode (-1: none).
+    spliced: HashMap<(u32, i32, Option<Rc<PyStack>>), StackId>,
+    python: PythonFrames,
     /// (kernel stack id, walked at a switch-out) → recording stack id.
     kernel: HashMap<(i32, bool), StackId>,
     counts: StackCounts,
@@ -100,6 +114,16 @@ pub struct StackResolver {
     reread: HashMap<u32, Instant>,
 }
 
+/// A copy of a thread's user stack, unwound: its sequence number, its
+/// sites (outermost first) for splicing Python frames into, and its stack
+/// without them.
+#[derive(Clone)]
+struct Copied {
+    seq: u32,
+    sites: Rc<Vec<Site>>,
+    stack: StackId,
+}
+
 /// How often one process's mappings may be re-read for an unknown address.
 const REREAD_EVERY: Duration = Duration::from_millis(20);
 
@@ -108,7 +132,8 @@ const REREAD_EVERY: Duration = Duration::from_millis(20);
 pub enum Keep {
     /// Write it.
     Yes,
-    /// Drop it: a stack copy, now unwound.
+    /// Drop it: a stack copy, now unwound, or Python frames, now part of
+    /// the stack of the event they came for.
     No,
 }
 
@@ -126,6 +151,9 @@ impl StackResolver {
             new_stacks: Vec::new(),
             user: HashMap::new(),
             copies: HashMap::new(),
+            native: HashMap::new(),
+            spliced: HashMap::new(),
+            python: PythonFrames::default(),
             kernel: HashMap::new(),
             counts: StackCounts::default(),
             shared,
@@ -139,6 +167,12 @@ impl StackResolver {
 
     pub fn set_parent(&mut self, child: u32, parent: u32) {
         self.spaces.set_parent(child, parent);
+        self.python.set_parent(child, parent);
+    }
+
+    /// A process's CPython, whose frames it names and splices in.
+    pub fn add_interpreter(&mut self, interp: Arc<Interpreter>) {
+        self.python.add_interpreter(interp);
     }
 
     /// Rewrites the stack fields of one event (a ring-buffer record) from
@@ -154,24 +188,43 @@ impl StackResolver {
                 self.copy(event);
                 return Keep::No;
             }
+            kind::PY_STACK => {
+                self.python.take_record(event);
+                return Keep::No;
+            }
             kind::SWITCH if event.len() >= size_of::<SwitchEvent>() => {
                 let mut e: SwitchEvent = read(event).expect("length checked");
                 if e.prev_kind == NO_STACK_KIND {
                     return Keep::Yes;
                 }
-                e.prev_user_stack = self.user_stack(e.prev_tgid, e.prev_tid, e.prev_user_stack);
+                let python = self.python.for_switch(
+                    e.prev_tid,
+                    hdr.ts_ns,
+                    e.prev_kind,
+                    e.prev_user_stack,
+                    e.prev_kernel_stack,
+                );
+                e.prev_user_stack =
+                    self.user_stack(e.prev_tgid, e.prev_tid, e.prev_user_stack, python);
                 e.prev_kernel_stack = self.kernel_stack(e.prev_kernel_stack, true);
                 write(event, &e);
             }
             kind::SAMPLE if event.len() >= size_of::<SampleEvent>() => {
                 let mut e: SampleEvent = read(event).expect("length checked");
-                e.user_stack = self.user_stack(e.tgid, e.tid, e.user_stack);
+                let python = self.python.for_sample(e.tid, hdr.ts_ns);
+                e.user_stack = self.user_stack(e.tgid, e.tid, e.user_stack, python);
                 e.kernel_stack = self.kernel_stack(e.kernel_stack, false);
                 write(event, &e);
+            }
+            kind::EXEC => {
+                if let Some(e) = read::<profiler_ebpf::ExecEvent>(event) {
+                    self.python.exec(e.tgid);
+                }
             }
             kind::EXIT => {
                 if let Some(e) = read::<ExitEvent>(event) {
                     self.copies.remove(&e.tid);
+                    self.python.exit(e.tid);
                 }
             }
             _ => {}
@@ -209,21 +262,67 @@ impl StackResolver {
         Ok(())
     }
 
-    /// The recording's id of the user stack an event refers to: a copy of
-    /// the thread's stack, or a frame-pointer walk in the stack map.
-    fn user_stack(&mut self, tgid: u32, tid: u32, reference: i32) -> StackId {
-        if reference < 0 {
-            return -1;
-        }
-        if self.mode == stack_mode::FRAME_POINTERS {
+    /// The recording's id of the user stack an event refers to (a copy of
+    /// the thread's stack, or a frame-pointer walk in the stack map), with
+    /// `python`'s frames spliced in.
+    fn user_stack(
+        &mut self,
+        tgid: u32,
+        tid: u32,
+        reference: i32,
+        python: Option<Rc<PyStack>>,
+    ) -> StackId {
+        let plain = python.is_none() && !self.python.marks(tgid);
+        let walked = self.mode == stack_mode::FRAME_POINTERS;
+        if plain && walked {
             return self.walked_user_stack(tgid, reference);
+        }
+        let copied = if walked {
+            None
+        } else {
+            self.copied(tid, reference)
+        };
+        if plain {
+            return copied.map_or(-1, |c| c.stack);
+        }
+        let native_key = match &copied {
+            _ if walked => reference,
+            Some(c) => c.stack,
+            None => -1,
+        };
+        let key = (tgid, native_key, python);
+        if let Some(&known) = self.spliced.get(&key) {
+            return known;
+        }
+        let native = match copied {
+            Some(c) => Some(c.sites),
+            None if walked => self.native_sites(tgid, reference),
+            None => None,
+        };
+        let resolved = match self.python.user_sites(
+            tgid,
+            native.as_deref().map(Vec::as_slice),
+            key.2.as_deref(),
+        ) {
+            Some(sites) => self.intern_stack(sites),
+            None => -1,
+        };
+        self.spliced.insert(key, resolved);
+        resolved
+    }
+
+    /// Copy mode: the copy an event refers to, if the writer got it
+    /// (counted when not).
+    fn copied(&mut self, tid: u32, reference: i32) -> Option<Copied> {
+        if reference < 0 {
+            return None;
         }
         let (seq, slot) = copy_ref_parts(reference);
         match self.copies.get(&tid).and_then(|s| s.get(slot as usize)) {
-            Some(&(known, stack)) if known == seq => stack,
+            Some(Some(copy)) if copy.seq == seq => Some(copy.clone()),
             _ => {
                 self.counts.unmatched += 1;
-                -1
+                None
             }
         }
     }
@@ -250,13 +349,18 @@ impl StackResolver {
             unwound = self.unwinder.unwind(&self.spaces, head.tgid, regs, stack);
         }
         self.count(&unwound, flags);
-        let stack = self.intern_unwound(head.tgid, &unwound);
+        let sites = Rc::new(self.unwound_sites(head.tgid, &unwound));
+        let stack = self.intern_stack(sites.to_vec());
         let slots = self
             .copies
             .entry(head.tid)
-            .or_insert([(u32::MAX, -1); STACK_SLOTS + 1]);
+            .or_insert_with(|| std::array::from_fn(|_| None));
         if let Some(entry) = slots.get_mut(head.slot.min(SAMPLE_SLOT) as usize) {
-            *entry = (head.seq, stack);
+            *entry = Some(Copied {
+                seq: head.seq,
+                sites,
+                stack,
+            });
         }
     }
 
@@ -274,22 +378,44 @@ impl StackResolver {
         }
     }
 
-    /// The stack of an unwind, outermost first, under a [`TRUNCATED`]
+    /// The sites of an unwind, outermost first, under a [`TRUNCATED`]
     /// marker when it did not reach the thread's root.
-    fn intern_unwound(&mut self, tgid: u32, unwound: &Unwound) -> StackId {
+    fn unwound_sites(&self, tgid: u32, unwound: &Unwound) -> Vec<Site> {
         let mut sites = Vec::with_capacity(unwound.addrs.len() + 1);
         if unwound.end != End::Root {
             sites.push(Site::Marker(TRUNCATED));
         }
         sites.extend(self.user_sites(tgid, &unwound.addrs));
-        self.intern_stack(sites)
+        sites
     }
 
+    /// Frame-pointer mode: a user stack without Python frames.
     fn walked_user_stack(&mut self, tgid: u32, id: i32) -> StackId {
+        if id < 0 {
+            return -1;
+        }
         if let Some(&known) = self.user.get(&(tgid, id)) {
             return known;
         }
-        let resolved = match self.source.frames(id as u32) {
+        let resolved = match self.native_sites(tgid, id) {
+            Some(sites) => self.intern_stack(sites.to_vec()),
+            None => -1,
+        };
+        self.user.insert((tgid, id), resolved);
+        resolved
+    }
+
+    /// Frame-pointer mode: the sites of process `tgid`'s user stack `id`,
+    /// read from the stack map once; None when it holds none (counted as
+    /// unreadable).
+    fn native_sites(&mut self, tgid: u32, id: i32) -> Option<Rc<Vec<Site>>> {
+        if id < 0 {
+            return None;
+        }
+        if let Some(known) = self.native.get(&(tgid, id)) {
+            return known.clone();
+        }
+        let sites = match self.source.frames(id as u32) {
             Some(ips) if !ips.is_empty() => {
                 let mut sites = self.user_sites(tgid, &ips);
                 // An address in no mapping we know: the process mapped
@@ -297,12 +423,15 @@ impl StackResolver {
                 if sites.iter().any(|s| matches!(s, Site::Unmapped(_))) && self.reread_maps(tgid) {
                     sites = self.user_sites(tgid, &ips);
                 }
-                self.intern_stack(sites)
+                Some(Rc::new(sites))
             }
-            _ => self.count_unreadable(),
+            _ => {
+                self.count_unreadable();
+                None
+            }
         };
-        self.user.insert((tgid, id), resolved);
-        resolved
+        self.native.insert((tgid, id), sites.clone());
+        sites
     }
 
     /// The sites of a user stack's addresses (leaf first), outermost first.

@@ -12,6 +12,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     fs,
+    sync::Arc,
 };
 
 use blazesym::symbolize::{
@@ -119,7 +120,10 @@ pub enum Site {
     Kernel(u64),
     /// An address in no mapping tprof saw.
     Unmapped(u64),
-    /// Not code: a note in a stack (`[truncated]`).
+    /// A Python function, named by its code object: (qualified name, file,
+    /// line; 0 when the line is unknown).
+    Python(Arc<str>, Arc<str>, u32),
+    /// Not code: a note in the stack, such as `[truncated]` or `[python: truncated]`.
     Marker(&'static str),
 }
 
@@ -188,6 +192,16 @@ impl Namer {
                     frames[index] = Frame {
                         offset: *addr,
                         ..Frame::default()
+                    }
+                }
+                // Named already: the code object was read when its frame
+                // was first seen.
+                Site::Python(name, file, line) => {
+                    frames[index] = Frame {
+                        module: file.to_string(),
+                        offset: u64::from(*line),
+                        symbol: Some(name.to_string()),
+                        kind: FrameKind::Python,
                     }
                 }
                 Site::Marker(text) => frames[index] = Frame::marker(text),

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use crate::model::Model;
-use crate::recording::{Frame, StackKind, StackSample, StackTable};
+use crate::recording::{Frame, FrameKind, StackKind, StackSample, StackTable};
 
 /// Which time a flamegraph shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,11 +38,14 @@ impl FlameKind {
     }
 }
 
-/// Which threads to include; empty lists include all.
+/// Which threads to include (empty lists include all), and how finely to
+/// label Python frames.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
     pub pids: Vec<u32>,
     pub tids: Vec<u32>,
+    /// Python frames by line (`f (train.py:42)`), not by function.
+    pub lines: bool,
 }
 
 impl Filter {
@@ -58,7 +61,11 @@ pub fn fold(model: &Model, kind: FlameKind, filter: &Filter) -> Vec<(String, u64
     let Some(table) = &model.stacks else {
         return Vec::new();
     };
-    let labels: Vec<String> = table.frames.iter().map(frame_label).collect();
+    let labels: Vec<String> = table
+        .frames
+        .iter()
+        .map(|f| label(f, filter.lines))
+        .collect();
     // Sum in the weights' own unit first (samples, ns), convert at the end,
     // so rounding happens once per line rather than once per sample.
     let mut sums: BTreeMap<String, u64> = BTreeMap::new();
@@ -184,8 +191,24 @@ pub fn reason_label(kind: StackKind) -> Option<&'static str> {
 
 /// How a frame reads in a flamegraph: its symbol, else its module and
 /// offset (never a bare "[unknown]" when the module is known). Kernel frames
-/// end in "_[k]", which flamegraph palettes color apart.
+/// end in "_[k]", which flamegraph palettes color apart; Python frames read
+/// `function (file.py)`.
 pub fn frame_label(frame: &Frame) -> String {
+    label(frame, false)
+}
+
+/// [`frame_label`], with Python frames split by line when `lines`:
+/// `function (file.py:42)`.
+pub fn label(frame: &Frame, lines: bool) -> String {
+    if frame.kind == FrameKind::Python {
+        let function = frame.symbol.as_deref().unwrap_or("?");
+        let file = frame.module.rsplit('/').next().unwrap_or(&frame.module);
+        return if lines && frame.offset > 0 {
+            format!("{function} ({file}:{})", frame.offset)
+        } else {
+            format!("{function} ({file})")
+        };
+    }
     let name = match &frame.symbol {
         Some(symbol) => symbol.clone(),
         None if frame.module.is_empty() => format!("[unknown {:#x}]", frame.offset),
@@ -218,7 +241,7 @@ pub fn folded_text(lines: &[(String, u64)]) -> String {
 mod tests {
     use super::*;
     use crate::model::{Process, Thread};
-    use crate::recording::{FrameKind, Origin};
+    use crate::recording::Origin;
 
     fn frame(module: &str, offset: u64, symbol: Option<&str>, kernel: bool) -> Frame {
         Frame {
@@ -250,6 +273,23 @@ mod tests {
         assert_eq!(
             frame_label(&frame("", 0xdead, None, false)),
             "[unknown 0xdead]"
+        );
+        let python = Frame {
+            module: "/srv/job/train.py".into(),
+            offset: 42,
+            symbol: Some("Imgs.__getitem__".into()),
+            kind: FrameKind::Python,
+        };
+        assert_eq!(frame_label(&python), "Imgs.__getitem__ (train.py)");
+        assert_eq!(label(&python, true), "Imgs.__getitem__ (train.py:42)");
+        let no_line = Frame {
+            offset: 0,
+            ..python
+        };
+        assert_eq!(label(&no_line, true), "Imgs.__getitem__ (train.py)");
+        assert_eq!(
+            frame_label(&Frame::marker("[python: truncated]")),
+            "[python: truncated]"
         );
     }
 
@@ -346,7 +386,7 @@ mod tests {
     fn wall_converts_samples_to_time_and_filters() {
         let filter = Filter {
             pids: vec![1],
-            tids: Vec::new(),
+            ..Filter::default()
         };
         let lines = fold(&model(), FlameKind::Wall, &filter);
         // 3 samples at 100 Hz = 30 ms.

@@ -9,6 +9,7 @@ pub mod flame;
 mod futexes;
 pub mod gpu;
 pub mod pipeline;
+pub mod python;
 pub mod roles;
 pub mod stacks;
 pub mod steps;
@@ -170,6 +171,8 @@ pub struct Summary {
     pub cuda: cuda::CudaStats,
     /// How whole the on-CPU samples' user stacks are; None without stacks.
     pub stacks: Option<stacks::StackQuality>,
+    /// How much the Python frames cover; None without any.
+    pub python: Option<python::PythonStats>,
 }
 
 pub fn summarize(model: &Model) -> Summary {
@@ -234,6 +237,7 @@ pub fn summarize(model: &Model) -> Summary {
         gpu_status: model.gpus.status.clone(),
         cuda: cuda::stats(model),
         stacks: stacks::quality(model),
+        python: python::stats(model),
     };
     summary.findings = diagnosis::diagnose(&summary);
     summary

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::roles::{Role, Roles};
 use crate::model::{Breakdown, Model, Thread, ThreadState, WakeEdge};
+use crate::recording::{Frame, FrameKind};
 
 const NS: f64 = 1e9;
 /// Trainer CPU time between two wakeups by the same producer below which
@@ -297,7 +298,9 @@ fn percentile(sorted: &[u64], q: f64) -> f64 {
     sorted[rank - 1] as f64 / NS
 }
 
-/// The most common leaf functions of these processes' on-CPU samples.
+/// The most common functions of these processes' on-CPU samples: the
+/// innermost Python function where the stack has one (what the job's
+/// author wrote, with the native code it called beneath), else the leaf.
 fn top_functions(model: &Model, pids: &[u32], n: usize) -> Vec<(String, f64)> {
     let Some(table) = &model.stacks else {
         return Vec::new();
@@ -309,17 +312,19 @@ fn top_functions(model: &Model, pids: &[u32], n: usize) -> Vec<(String, f64)> {
         .iter()
         .filter(|s| s.kind.is_on_cpu() && pids.contains(&s.pid))
     {
-        let leaf = table
+        let frames: Vec<&Frame> = table
             .stacks
             .get(s.stack as usize)
-            .and_then(|frames| {
-                frames
-                    .iter()
-                    .rev()
-                    .find_map(|&f| table.frames.get(f as usize))
+            .map(|ids| {
+                ids.iter()
+                    .filter_map(|&f| table.frames.get(f as usize))
+                    .collect()
             })
-            .filter(|f| !f.is_kernel())
-            .map_or_else(|| "[kernel]".to_string(), super::flame::frame_label);
+            .unwrap_or_default();
+        let python = frames.iter().rev().find(|f| f.kind == FrameKind::Python);
+        let leaf = python
+            .or_else(|| frames.last().filter(|f| !f.is_kernel()))
+            .map_or_else(|| "[kernel]".to_string(), |f| super::flame::frame_label(f));
         let w = by_leaf.entry(leaf).or_default();
         *w = w.saturating_add(s.weight);
         total = total.saturating_add(s.weight);

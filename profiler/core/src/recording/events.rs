@@ -444,6 +444,7 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::CUDA => "cuda",
         kind::SAMPLE => "sample",
         kind::STACK_COPY => "stack_copy",
+        kind::PY_STACK => "py_stack",
         _ => "unknown",
     }
 }

@@ -109,6 +109,23 @@ impl From<FrameWire> for Frame {
     }
 }
 
+/// The marker frames capture puts outermost in a user stack whose Python
+/// walk it could not complete, in place of frames it cannot name. Never a
+/// wrong name in their place.
+pub mod python_marker {
+    /// Deeper than the walk goes (128 frames), or a read failed partway:
+    /// the innermost frames found are kept, the rest is this.
+    pub const TRUNCATED: &str = "[python: truncated]";
+    /// A CPython tprof cannot walk (a version it has no layout for, a
+    /// free-threaded build): no Python frames at all.
+    pub const UNKNOWN_VERSION: &str = "[python: unknown version]";
+    /// One frame whose code object could not be read back (freed before
+    /// capture named it, or its process gone with no parent to read).
+    pub const UNREADABLE: &str = "[python: unreadable]";
+    /// All of them.
+    pub const ALL: [&str; 3] = [TRUNCATED, UNKNOWN_VERSION, UNREADABLE];
+}
+
 /// What a stack's weight measures and, off CPU, why the thread waited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

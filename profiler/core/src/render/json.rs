@@ -57,6 +57,9 @@ struct Report<'a> {
     /// Why there is no GPU data; null when there is.
     gpu_status: Option<&'a str>,
     cuda: Cuda<'a>,
+    /// Python coverage (docs/json.md, "python"); absent without Python.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    python: Option<&'a crate::analysis::python::PythonStats>,
     /// How whole the on-CPU samples' user stacks are; null without stacks.
     stacks: Option<Stacks>,
 }
@@ -380,6 +383,7 @@ pub fn render(summary: &Summary) -> String {
         gpu_status: summary.gpu_status.as_deref(),
         cuda: cuda(&summary.cuda),
         stacks: summary.stacks.as_ref().map(stacks),
+        python: summary.python.as_ref(),
     };
     let mut out = serde_json::to_string_pretty(&report).expect("plain data serializes");
     out.push('\n');

@@ -29,6 +29,7 @@ pub fn render(s: &Summary) -> String {
     steps(&mut out, s);
     processes(&mut out, s);
     threads(&mut out, s);
+    python(&mut out, s);
     devices(&mut out, s);
     futexes(&mut out, s);
     gpus(&mut out, s);
@@ -543,6 +544,47 @@ fn thread_row(out: &mut String, t: &ThreadStats) {
 }
 
 /// `12.3M`-style byte counts.
+/// What share of the Python processes' samples the Python frames cover,
+/// and the walks that fell short, by marker.
+fn python(out: &mut String, s: &Summary) {
+    let Some(p) = &s.python else {
+        return;
+    };
+    let pct = if p.samples > 0 {
+        100.0 * p.samples_with_python as f64 / p.samples as f64
+    } else {
+        0.0
+    };
+    let _ = writeln!(
+        out,
+        "\nPython: {} of the {} on-CPU samples with a user stack in {} Python process{} \
+         ({pct:.0}%) carry Python frames; the others ran no Python code (threads without a \
+         Python thread state, such as OpenMP pools, or the interpreter starting or exiting).",
+        p.samples_with_python,
+        p.samples,
+        p.processes,
+        if p.processes == 1 { "" } else { "es" },
+    );
+    if !p.markers.is_empty() {
+        let parts: Vec<String> = p
+            .markers
+            .iter()
+            .map(|m| {
+                format!(
+                    "{} in {} samples and {:.2} s off CPU",
+                    m.marker, m.samples, m.offcpu_s
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "Python walks tprof could not complete: {} (see docs/recording-format.md, \
+             \"Python frames\").",
+            parts.join("; ")
+        );
+    }
+}
+
 fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
     let mut value = n as f64;

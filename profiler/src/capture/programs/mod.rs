@@ -24,8 +24,8 @@ use aya::{
 };
 use profiler_ebpf::{
     BPF_NOEXIST, COPY_RING_BUFFER_BYTES, EVENT_SHARDS, LOST_TRACK_FULL, MAX_BIO_OWNERS,
-    MAX_CUDA_CALLS, MAX_REQUESTS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, RING_BUFFER_BYTES,
-    ThreadState, TracepointOffsets, kind, lost_map, lost_stack,
+    MAX_CUDA_CALLS, MAX_REQUESTS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, PyProcInfo,
+    RING_BUFFER_BYTES, ThreadState, TracepointOffsets, kind, lost_map, lost_stack,
     names::{global, map},
     stack_mode,
 };
@@ -57,6 +57,10 @@ pub const FRAME_POINTER_STACKS_ENV: &str = "TPROF_FRAME_POINTER_STACKS";
 /// the verifier: the tests' way to exercise the fallback a kernel with BTF
 /// but a stricter verifier takes, on a kernel that accepts every program.
 const REFUSE_RAW_ENV: &str = "TPROF_REFUSE_RAW_SCHED";
+/// Set to 1 to have the Python walk treated as refused by the verifier (as
+/// a kernel before 5.17, without `bpf_loop`, refuses it): the tests' way
+/// to exercise recording without Python frames.
+const REFUSE_PYTHON_ENV: &str = "TPROF_REFUSE_PYTHON_WALK";
 
 /// Sizes of the kernel maps that bound what tprof can follow, and how long
 /// an entry of a map of things in flight may wait for its end. The
@@ -112,6 +116,13 @@ pub struct KernelPrograms {
     cuda_launches: PerCpuHashMap<MapData, u32, u64>,
     /// REQUESTS, BIO_OWNERS, CUDA_CALLS.
     in_flight: InFlight,
+    /// Python processes: where their interpreters keep their frames.
+    py_procs: HashMap<MapData, u32, PyProcInfo>,
+    /// The kernel can tell CPython 3.10's threads apart (its BTF gave
+    /// `thread.fsbase`).
+    python_threads_by_fsbase: bool,
+    /// The programs walk Python frames.
+    python_frames: bool,
     /// The raw scheduler programs are loaded (else the classic ones).
     raw_sched: bool,
     /// How user stacks are taken ([`stack_mode`]), and how much a copy
@@ -132,9 +143,14 @@ impl KernelPrograms {
     /// `bpf_task_pt_regs`, 5.15+); where it has none, or its verifier
     /// refuses the copying programs, the kernel walks frame pointers
     /// instead, with a note.
+    ///
+    /// `python_frames` false turns the Python walk off. A kernel whose
+    /// verifier refuses the Python walk (before 5.17: no `bpf_loop`) gets
+    /// the programs without it, with a note.
     pub fn load(
         offsets: &TracepointOffsets,
         stacks: Option<u32>,
+        python_frames: bool,
         limits: MapLimits,
     ) -> Result<KernelPrograms> {
         if OBJECT.is_empty() {
@@ -143,20 +159,51 @@ impl KernelPrograms {
                  run `cargo xtask setup` and build it again to record"
             );
         }
+        let python_frames = python_frames && stacks.is_some();
+        if !python_frames {
+            return Self::load_stacks(offsets, stacks, false, limits);
+        }
+        let refused = if std::env::var_os(REFUSE_PYTHON_ENV).is_some_and(|v| v == "1") {
+            anyhow!("the kernel's verifier rejected the Python walk ({REFUSE_PYTHON_ENV} is set)")
+        } else {
+            match Self::load_stacks(offsets, stacks, true, limits) {
+                Ok(programs) => return Ok(programs),
+                Err(e) => e,
+            }
+        };
+        let programs = Self::load_stacks(offsets, stacks, false, limits)?;
+        eprintln!(
+            "tprof: note: {refused:#}; recording without Python frames (the walk needs \
+             Linux 5.17+ for bpf_loop)"
+        );
+        Ok(programs)
+    }
+
+    /// [`KernelPrograms::load`] in copy mode, or frame-pointer mode where
+    /// copy mode is refused.
+    fn load_stacks(
+        offsets: &TracepointOffsets,
+        stacks: Option<u32>,
+        python_frames: bool,
+        limits: MapLimits,
+    ) -> Result<KernelPrograms> {
         let copy_bytes = stacks.unwrap_or(profiler_ebpf::DEFAULT_STACK_COPY_BYTES);
         let mode = wanted_stack_mode();
-        match Self::load_in(offsets, stacks.is_some(), mode, copy_bytes, limits) {
+        let load = |mode| {
+            let globals = Globals {
+                offsets,
+                sample_stacks: stacks.is_some(),
+                stack_mode: mode,
+                stack_copy_bytes: copy_bytes,
+                python_frames,
+            };
+            Self::load_in(&globals, limits)
+        };
+        match load(mode) {
             Err(e) if mode == stack_mode::COPY && stacks.is_some() => {
                 let why = format!("{e:#}");
-                let programs = Self::load_in(
-                    offsets,
-                    true,
-                    stack_mode::FRAME_POINTERS,
-                    copy_bytes,
-                    limits,
-                )
                 // Not the stack copy then: the first error says what is.
-                .map_err(|_| e)?;
+                let programs = load(stack_mode::FRAME_POINTERS).map_err(|_| e)?;
                 eprintln!(
                     "tprof: note: this kernel cannot copy user stacks ({why}); \
                      walking frame pointers instead, which misses frames of code \
@@ -168,19 +215,14 @@ impl KernelPrograms {
         }
     }
 
-    fn load_in(
-        offsets: &TracepointOffsets,
-        sample_stacks: bool,
-        stack_mode: u32,
-        stack_copy_bytes: u32,
-        limits: MapLimits,
-    ) -> Result<KernelPrograms> {
-        let (offsets, raw_sched) = sched_offsets(*offsets);
+    fn load_in(globals: &Globals, limits: MapLimits) -> Result<KernelPrograms> {
+        let (mut offsets, raw_sched) = sched_offsets(*globals.offsets);
+        // Without it CPython 3.10's threads cannot be told apart: its
+        // processes get no Python frames (say so when one is found).
+        offsets.task_fsbase = btf::fsbase_offset().unwrap_or(0);
         let globals = Globals {
             offsets: &offsets,
-            sample_stacks,
-            stack_mode,
-            stack_copy_bytes,
+            ..*globals
         };
         let mut ebpf = open_object(&globals, limits)?;
         load_programs(&mut ebpf)?;
@@ -198,11 +240,31 @@ impl KernelPrograms {
             )),
             cuda_launches: PerCpuHashMap::try_from(take_map(&mut ebpf, map::CUDA_LAUNCHES)?)?,
             in_flight: InFlight::take(&mut ebpf)?,
+            py_procs: HashMap::try_from(take_map(&mut ebpf, map::PY_PROCS)?)?,
+            python_threads_by_fsbase: offsets.task_fsbase != 0,
+            python_frames: globals.python_frames,
             raw_sched,
-            stack_mode,
-            stack_copy_bytes,
+            stack_mode: globals.stack_mode,
+            stack_copy_bytes: globals.stack_copy_bytes,
             ebpf,
         })
+    }
+
+    /// Has the kernel walk the Python frames of process `tgid`'s threads.
+    pub fn set_python(&mut self, tgid: u32, info: PyProcInfo) -> Result<()> {
+        self.py_procs
+            .insert(tgid, info, 0)
+            .with_context(|| format!("cannot walk process {tgid}'s Python frames: map full"))
+    }
+
+    /// Whether the programs walk Python frames.
+    pub fn python_frames(&self) -> bool {
+        self.python_frames
+    }
+
+    /// Whether the kernel can tell CPython 3.10's threads apart.
+    pub fn python_threads_by_fsbase(&self) -> bool {
+        self.python_threads_by_fsbase
     }
 
     /// How user stacks are taken ([`stack_mode`]).
@@ -351,17 +413,20 @@ fn wanted_stack_mode() -> u32 {
 }
 
 /// The program globals userspace sets at load time.
+#[derive(Clone, Copy)]
 struct Globals<'a> {
     offsets: &'a TracepointOffsets,
     sample_stacks: bool,
     stack_mode: u32,
     stack_copy_bytes: u32,
+    python_frames: bool,
 }
 
 /// Opens the object with the globals and map sizes set, its maps created
 /// and no program loaded yet.
 fn open_object(globals: &Globals, limits: MapLimits) -> Result<Ebpf> {
     let sample_stacks = u32::from(globals.sample_stacks);
+    let python_frames = u32::from(globals.python_frames);
     // Two stack copy buffers per possible CPU (the switch programs', the
     // sampler's); only copy mode uses them.
     let scratch = match globals.stack_mode {
@@ -385,6 +450,7 @@ fn open_object(globals: &Globals, limits: MapLimits) -> Result<Ebpf> {
         .override_global(global::SAMPLE_STACKS, &sample_stacks, true)
         .override_global(global::STACK_MODE, &globals.stack_mode, true)
         .override_global(global::STACK_COPY_BYTES, &globals.stack_copy_bytes, true)
+        .override_global(global::PYTHON_FRAMES, &python_frames, true)
         .map_max_entries(map::STACK_SCRATCH, scratch)
         .map_max_entries(map::TRACKED_TIDS, limits.tracked_threads)
         .map_max_entries(map::REQUESTS, limits.in_flight.min(MAX_REQUESTS))

@@ -1,0 +1,376 @@
+//! Python frames on the writer thread: pairs each [`PyStackEvent`] with
+//! the sample or switch-out it was walked for, names its code objects
+//! (once per code object and process) and splices the named frames into
+//! that event's native user stack. The stack resolver (`capture::stacks`)
+//! calls in here; everything Python about a stack is decided here.
+//!
+//! A switch-out within `STACK_REUSE_NS` of its thread's last walk for the
+//! same reason reuses that walk in the kernel, native and Python frames
+//! alike, and comes without a record: it gets the Python frames of that
+//! walk, if its native stacks are the ones that walk took (the kernel
+//! drops the native stack of a walk whose Python record it could not
+//! emit, so a lost record never lends its place to another).
+
+use std::{collections::HashMap, rc::Rc, sync::Arc};
+
+use profiler_ebpf::{
+    PyStackEvent,
+    python::{PY_FAULT, PY_NO_THREAD, PY_TRUNCATED, PyFrame},
+};
+
+use super::Interpreter;
+use super::code::{CodeInfo, read_code};
+use super::memory::ProcessMemory;
+use super::splice::{PyEntry, splice};
+use crate::capture::symbols::Site;
+
+use tprof_core::recording::stacks::python_marker as marker;
+
+/// One walk's Python frames, innermost first.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PyStack {
+    pub flags: u16,
+    pub frames: Vec<PyFrame>,
+}
+
+/// The Python half of the stack resolver.
+#[derive(Default)]
+pub struct PythonFrames {
+    /// Each process's interpreter, as the session found it.
+    interpreters: HashMap<u32, Arc<Interpreter>>,
+    /// child → parent: a forked child runs its parent's interpreter, and
+    /// its code objects from before the fork sit at the same addresses.
+    parents: HashMap<u32, u32>,
+    /// Per thread: the record waiting for its event (timestamp, stack).
+    pending: HashMap<u32, (u64, Rc<PyStack>)>,
+    /// Per (thread, off-CPU kind): its last walked switch-out's native
+    /// stack ids and Python frames, which reusing switch-outs get.
+    last_walk: HashMap<(u32, u32), (i32, i32, Rc<PyStack>)>,
+    /// (process, code object, fingerprint) → its names, None when unreadable.
+    codes: HashMap<(u32, u64, u32), Option<Arc<CodeInfo>>>,
+}
+
+impl PythonFrames {
+    pub fn add_interpreter(&mut self, interp: Arc<Interpreter>) {
+        self.interpreters.insert(interp.pid, interp);
+    }
+
+    pub fn set_parent(&mut self, child: u32, parent: u32) {
+        self.parents.insert(child, parent);
+    }
+
+    /// `tgid` exec'd: what was known about its memory is void. (The
+    /// session hands on the new image's interpreter after the events of
+    /// the drain that saw the exec.)
+    pub fn exec(&mut self, tgid: u32) {
+        self.interpreters.remove(&tgid);
+        self.parents.remove(&tgid);
+        self.codes.retain(|&(pid, _, _), _| pid != tgid);
+    }
+
+    /// A thread exited: its pending and reusable walks go with it.
+    pub fn exit(&mut self, tid: u32) {
+        self.pending.remove(&tid);
+        self.last_walk.retain(|&(t, _), _| t != tid);
+    }
+
+    /// Keeps a [`PyStackEvent`] record (with its frames) for its event.
+    pub fn take_record(&mut self, record: &[u8]) {
+        let Some(head) = record
+            .get(..size_of::<PyStackEvent>())
+            .map(bytemuck::pod_read_unaligned::<PyStackEvent>)
+        else {
+            return;
+        };
+        let frames = record[size_of::<PyStackEvent>()..]
+            .chunks_exact(size_of::<PyFrame>())
+            .take(usize::from(head.frames))
+            .map(bytemuck::pod_read_unaligned)
+            .collect();
+        let stack = PyStack {
+            flags: head.flags,
+            frames,
+        };
+        self.pending
+            .insert(head.tid, (head.hdr.ts_ns, Rc::new(stack)));
+    }
+
+    /// The Python frames of an on-CPU sample of `tid` at `ts`.
+    pub fn for_sample(&mut self, tid: u32, ts: u64) -> Option<Rc<PyStack>> {
+        self.paired(tid, ts)
+    }
+
+    /// The Python frames of a switch-out of `tid` at `ts` for off-CPU kind
+    /// `kind`, whose native stacks are `user` and `kernel` (kernel ids).
+    pub fn for_switch(
+        &mut self,
+        tid: u32,
+        ts: u64,
+        kind: u32,
+        user: i32,
+        kernel: i32,
+    ) -> Option<Rc<PyStack>> {
+        if let Some(stack) = self.paired(tid, ts) {
+            self.last_walk
+                .insert((tid, kind), (user, kernel, Rc::clone(&stack)));
+            return Some(stack);
+        }
+        match self.last_walk.get(&(tid, kind)) {
+            Some((u, k, stack)) if *u == user && *k == kernel => Some(Rc::clone(stack)),
+            _ => None,
+        }
+    }
+
+    /// The pending record of `tid` if it was walked at `ts`.
+    fn paired(&mut self, tid: u32, ts: u64) -> Option<Rc<PyStack>> {
+        match self.pending.remove(&tid) {
+            Some((at, stack)) if at == ts => Some(stack),
+            // A record for a later event (its event is still in the ring
+            // buffer): keep waiting.
+            Some((at, stack)) if at > ts => {
+                self.pending.insert(tid, (at, stack));
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// The user stack of process `tgid`, outermost first: its native sites
+    /// (None when the kernel could not take them) with `python`'s frames
+    /// spliced in, and a marker where the walk fell short. None when there
+    /// is nothing at all.
+    pub fn user_sites(
+        &mut self,
+        tgid: u32,
+        native: Option<&[Site]>,
+        python: Option<&PyStack>,
+    ) -> Option<Vec<Site>> {
+        let interp = self.interpreter(tgid);
+        if let Some(interp) = &interp
+            && interp.layout().is_err()
+        {
+            let mut out = vec![Site::Marker(marker::UNKNOWN_VERSION)];
+            out.extend_from_slice(native?);
+            return Some(out);
+        }
+        let Some(python) = python.filter(|p| p.flags & PY_NO_THREAD == 0) else {
+            return native.map(<[Site]>::to_vec);
+        };
+        let entries: Vec<PyEntry<Site>> = python
+            .frames
+            .iter()
+            .map(|frame| PyEntry {
+                site: self.site(tgid, frame),
+                boundary: frame.is_boundary(),
+            })
+            .collect();
+        let mut out = Vec::new();
+        if python.flags & (PY_TRUNCATED | PY_FAULT) != 0 {
+            out.push(Site::Marker(marker::TRUNCATED));
+        }
+        let is_eval = |site: &Site| match (site, &interp) {
+            (Site::File(path, offset), Some(interp)) => interp.is_eval_frame(path, *offset),
+            _ => false,
+        };
+        out.extend(splice(native.unwrap_or_default(), &entries, is_eval));
+        (!out.is_empty()).then_some(out)
+    }
+
+    /// Whether every user stack of `tgid` gets a marker: it runs a CPython
+    /// tprof cannot walk.
+    pub fn marks(&self, tgid: u32) -> bool {
+        self.interpreter(tgid)
+            .is_some_and(|interp| interp.layout().is_err())
+    }
+
+    /// The interpreter of `tgid`, or of its nearest ancestor that has one
+    /// known (a worker forked before capture looked at it).
+    fn interpreter(&self, tgid: u32) -> Option<Arc<Interpreter>> {
+        self.lineage(tgid)
+            .into_iter()
+            .find_map(|pid| self.interpreters.get(&pid).cloned())
+    }
+
+    fn lineage(&self, pid: u32) -> Vec<u32> {
+        let mut out = vec![pid];
+        while let Some(&parent) = self.parents.get(out.last().expect("not empty")) {
+            if out.len() >= 16 || out.contains(&parent) {
+                break;
+            }
+            out.push(parent);
+        }
+        out
+    }
+
+    /// The site of one frame: its code object named, at its line.
+    fn site(&mut self, tgid: u32, frame: &PyFrame) -> Site {
+        match self.code(tgid, frame) {
+            Some(code) => Site::Python(
+                Arc::clone(&code.name),
+                Arc::clone(&code.file),
+                code.line(frame.lasti),
+            ),
+            None => Site::Marker(marker::UNREADABLE),
+        }
+    }
+
+    /// The names of a frame's code object, read from the process or, when
+    /// it cannot be read there (it exited), from its ancestors: code
+    /// objects from before a fork sit at the same address, under the same
+    /// fingerprint.
+    fn code(&mut self, tgid: u32, frame: &PyFrame) -> Option<Arc<CodeInfo>> {
+        let key = (tgid, frame.code_object(), frame.fingerprint);
+        if let Some(known) = self.codes.get(&key) {
+            return known.clone();
+        }
+        let found = self.lineage(tgid).into_iter().find_map(|pid| {
+            let interp = self.interpreter(pid)?;
+            let layout = interp.layout().ok()?;
+            read_code(
+                &ProcessMemory { pid },
+                &layout.info,
+                &layout.code,
+                frame.code_object(),
+                frame.fingerprint,
+            )
+            .map(Arc::new)
+        });
+        self.codes.insert(key, found.clone());
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::python::elf::Build;
+    use crate::capture::python::layout::{self, Unsupported, Version};
+    use profiler_ebpf::{EventHeader, kind, python::PY_BOUNDARY};
+
+    /// No such process: its memory cannot be read.
+    const GONE: u32 = 0x3fff_fff0;
+
+    fn interpreter(pid: u32, layout: Result<layout::Layout, Unsupported>) -> Arc<Interpreter> {
+        Arc::new(Interpreter {
+            pid,
+            path: "/usr/lib/libpython3.11.so.1.0".into(),
+            build: Arc::new(Build {
+                layout,
+                runtime_vaddr: 0,
+                eval_ranges: vec![(0x1000, 0x2000)],
+                segments: Vec::new(),
+                fixed_address: false,
+            }),
+            runtime: 0,
+        })
+    }
+
+    fn record(tid: u32, ts: u64, flags: u16, frames: &[PyFrame]) -> Vec<u8> {
+        let head = PyStackEvent {
+            hdr: EventHeader {
+                ts_ns: ts,
+                kind: kind::PY_STACK,
+                cpu: 0,
+                len: (32 + 16 * frames.len()) as u32,
+            },
+            tid,
+            tgid: GONE,
+            flags,
+            frames: frames.len() as u16,
+            _pad: 0,
+        };
+        let mut bytes = bytemuck::bytes_of(&head).to_vec();
+        for f in frames {
+            bytes.extend_from_slice(bytemuck::bytes_of(f));
+        }
+        bytes
+    }
+
+    const FRAME: PyFrame = PyFrame {
+        code: 0x7f00_0000_1000 | PY_BOUNDARY,
+        lasti: 3,
+        fingerprint: 7,
+    };
+
+    #[test]
+    fn records_pair_with_their_event_once() {
+        let mut py = PythonFrames::default();
+        py.take_record(&record(5, 100, 0, &[FRAME]));
+        assert_eq!(
+            py.for_sample(5, 90),
+            None,
+            "an earlier event keeps it waiting"
+        );
+        let stack = py.for_sample(5, 100).expect("paired");
+        assert_eq!(stack.frames, [FRAME]);
+        assert_eq!(py.for_sample(5, 100), None);
+        // A record whose event never came is dropped by a later event.
+        py.take_record(&record(5, 200, 0, &[FRAME]));
+        assert_eq!(py.for_sample(5, 300), None);
+        assert_eq!(py.for_sample(5, 200), None);
+    }
+
+    #[test]
+    fn a_reused_switch_out_gets_the_walk_it_reuses() {
+        let mut py = PythonFrames::default();
+        py.take_record(&record(5, 100, 0, &[FRAME]));
+        let walked = py.for_switch(5, 100, 3, 11, 12).expect("paired");
+        // Within STACK_REUSE_NS the kernel sends the same ids and no record.
+        assert_eq!(py.for_switch(5, 150, 3, 11, 12), Some(Rc::clone(&walked)));
+        // Another reason, or other native stacks (a walk whose record was
+        // lost): nothing borrowed.
+        assert_eq!(py.for_switch(5, 160, 6, 11, 12), None);
+        assert_eq!(py.for_switch(5, 170, 3, 13, 12), None);
+        py.exit(5);
+        assert_eq!(py.for_switch(5, 180, 3, 11, 12), None);
+    }
+
+    #[test]
+    fn unreadable_code_objects_and_cut_walks_are_marked() {
+        let mut py = PythonFrames::default();
+        py.add_interpreter(interpreter(GONE, layout::layout(Version::new(3, 11), None)));
+        let native = [Site::Kernel(1)];
+        let stack = PyStack {
+            flags: PY_TRUNCATED,
+            frames: vec![FRAME],
+        };
+        let sites = py.user_sites(GONE, Some(&native), Some(&stack)).unwrap();
+        assert_eq!(
+            sites,
+            [
+                Site::Marker(marker::TRUNCATED),
+                Site::Marker(marker::UNREADABLE),
+                Site::Kernel(1)
+            ]
+        );
+        // A thread without Python frames keeps its native stack alone.
+        let none = PyStack {
+            flags: PY_NO_THREAD,
+            frames: Vec::new(),
+        };
+        assert_eq!(
+            py.user_sites(GONE, Some(&native), Some(&none)).unwrap(),
+            native
+        );
+        // Python frames without a native stack still make a stack.
+        let sites = py.user_sites(GONE, None, Some(&stack)).unwrap();
+        assert_eq!(sites.len(), 2);
+    }
+
+    #[test]
+    fn an_unknown_version_marks_every_stack_of_the_process_and_its_children() {
+        let mut py = PythonFrames::default();
+        py.add_interpreter(interpreter(
+            40,
+            Err(Unsupported::Version(Version::new(3, 9))),
+        ));
+        py.set_parent(41, 40);
+        assert!(py.marks(41));
+        assert!(!py.marks(42));
+        let native = [Site::Kernel(1)];
+        assert_eq!(
+            py.user_sites(41, Some(&native), None).unwrap(),
+            [Site::Marker(marker::UNKNOWN_VERSION), Site::Kernel(1)]
+        );
+    }
+}

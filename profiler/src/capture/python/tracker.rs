@@ -1,0 +1,62 @@
+//! Which tracked processes run CPython, kept current as the job forks,
+//! execs and starts processes: the session asks [`PythonTracker::scan`]
+//! about each process when it is tracked, appears or execs, on every drain
+//! while it is young (a just exec'd python maps its libpython a moment
+//! later), and once a second after that; what is found goes to the kernel
+//! (`PY_PROCS`) and to the writer.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use super::layout::Version;
+use super::{Finder, Interpreter};
+
+#[derive(Default)]
+pub struct PythonTracker {
+    finder: Finder,
+    /// Processes whose interpreter is known.
+    known: HashMap<u32, Arc<Interpreter>>,
+    /// Notes already printed (one per kind of problem, not per process).
+    noted: BTreeSet<String>,
+}
+
+impl PythonTracker {
+    /// Looks for `pid`'s interpreter unless it is known already: Some when
+    /// found now.
+    pub fn scan(&mut self, pid: u32) -> Option<Arc<Interpreter>> {
+        if self.known.contains_key(&pid) {
+            return None;
+        }
+        let interp = Arc::new(self.finder.find(pid)?);
+        self.known.insert(pid, Arc::clone(&interp));
+        Some(interp)
+    }
+
+    /// `pid` exec'd or was just created: its interpreter, if any, is to be
+    /// looked up again.
+    pub fn forget(&mut self, pid: u32) {
+        self.known.remove(&pid);
+    }
+
+    /// Says once per kind of problem why a process gets no Python frames:
+    /// `by_fsbase` false when the kernel cannot tell 3.10's threads apart.
+    pub fn note(&mut self, interp: &Interpreter, by_fsbase: bool) {
+        let why = match interp.layout() {
+            Err(e) => format!(
+                "process {} runs {e}: its stacks carry [python: unknown version] instead of \
+                 Python frames",
+                interp.pid
+            ),
+            Ok(l) if l.version == Version::new(3, 10) && !by_fsbase => format!(
+                "process {} runs CPython 3.10, whose threads tprof tells apart by their fsbase, \
+                 which this kernel's BTF does not locate: no Python frames for it",
+                interp.pid
+            ),
+            Ok(_) => return,
+        };
+        let kind: String = why.split_once("runs ").map_or(&*why, |(_, k)| k).into();
+        if self.noted.insert(kind) {
+            eprintln!("tprof: note: {why}");
+        }
+    }
+}

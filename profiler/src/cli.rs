@@ -288,6 +288,8 @@ impl ExportArgs {
         flame::Filter {
             pids: self.pids.clone(),
             tids: self.tids.clone(),
+            // Python frames by function, as the flamegraphs show them.
+            lines: false,
         }
     }
 }
@@ -529,7 +531,6 @@ mod tests {
             assert!(parse_stack_size(bad).is_err(), "{bad}");
         }
     }
-
 
     /// `--kill-after` is for a launched command: refused with `-p`, 5 s
     /// unless given.

@@ -209,6 +209,8 @@ fn copies_stacks() -> bool {
 #[inline(always)]
 fn stack_copy_bytes() -> u32 {
     unsafe { core::ptr::read_volatile(&STACK_COPY_BYTES) }
+}
+
 /// Non-zero when Python frames are walked (`--no-python-frames` clears
 /// it). A constant to the verifier, which then never looks at the walk's
 /// code when it is 0: a kernel without `bpf_loop` (before 5.17) loads the

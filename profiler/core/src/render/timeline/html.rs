@@ -127,7 +127,7 @@ fn escape_html(text: &str) -> String {
 fn page<'a>(input: &'a TimelineInput) -> Page<'a> {
     let model = input.model;
     let origin = model.window_start_ns;
-    let us = |ns: u64| (ns.saturating_sub(origin) + 500) / 1000;
+    let us = |ns: u64| ns.saturating_sub(origin).saturating_add(500) / 1000;
     let bin_ns = bin_ns(model.duration_ns());
 
     let order = input.process_order();

@@ -47,6 +47,11 @@ const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// drain.
 const EXPIRE_EVERY: Duration = Duration::from_secs(5);
 
+/// Set to 1 to have `tprof record` print, when it ends, how many user stack
+/// copies it drained from the ring buffer and their bytes per second (the
+/// benches' measure of what copying stacks costs; docs/benchmarks.md).
+const STACK_COPY_STATS_ENV: &str = "TPROF_STACK_COPY_STATS";
+
 pub(super) fn check_targets(pids: &[u32]) -> Result<()> {
     for &pid in pids {
         let Some(stat) = procfs::stat(pid) else {
@@ -87,6 +92,11 @@ pub(super) struct Session {
     young: Vec<(u32, Instant)>,
     sample_hz: Option<u64>,
     events: u64,
+    /// User stack copies drained, and their bytes (ring-buffer records,
+    /// headers included): what stacks cost the ring buffer, printed at the
+    /// end when [`STACK_COPY_STATS_ENV`] is set.
+    copies: u64,
+    copy_bytes: u64,
     lost: LostCounts,
     /// Threads and processes of `-p` targets that could not be tracked
     /// because the tracked maps were full: counted with the kernel's own
@@ -132,6 +142,8 @@ impl Session {
             young: Vec::new(),
             sample_hz: opts.sample_hz,
             events: 0,
+            copies: 0,
+            copy_bytes: 0,
             lost: LostCounts::default(),
             untracked: 0,
             expired: Expired::default(),
@@ -431,7 +443,10 @@ impl Session {
         let mut batch = self.out.empty_batch();
         batch.gather(|push| self.programs.drain_events(push));
         for bytes in batch.in_order() {
-            if !is_stack_copy(bytes) {
+            if is_stack_copy(bytes) {
+                self.copies += 1;
+                self.copy_bytes += bytes.len() as u64;
+            } else {
                 self.events += 1;
             }
             if let Some((pid, parent)) = process_change(bytes) {
@@ -661,6 +676,16 @@ impl Session {
         file.write_json(record::FOOTER, &footer)?;
         file.finish()?;
         drop(self.programs);
+        if std::env::var_os(STACK_COPY_STATS_ENV).is_some_and(|v| v == "1") {
+            eprintln!(
+                "{}",
+                copy_stats_line(
+                    self.copies,
+                    self.copy_bytes,
+                    self.started.elapsed().as_secs_f64()
+                )
+            );
+        }
         Ok(RecordOutcome {
             path,
             stop_reason,
@@ -671,14 +696,23 @@ impl Session {
     }
 }
 
-/// The pid of a process that a raw event says was created (with its parent)
-/// or exec'd.
+/// `tprof: stack copies: N drained, B bytes in S s (R bytes/s)`: B counts
+/// whole ring-buffer records (header, registers and the stack bytes).
+fn copy_stats_line(copies: u64, bytes: u64, secs: f64) -> String {
+    format!(
+        "tprof: stack copies: {copies} drained, {bytes} bytes in {secs:.2} s ({:.0} bytes/s)",
+        bytes as f64 / secs.max(1e-9)
+    )
+}
+
 /// A stack copy: unwound by the writer, not written, so not an event of
 /// the recording.
 fn is_stack_copy(bytes: &[u8]) -> bool {
     bytes.get(8..10) == Some(&kind::STACK_COPY.to_le_bytes()[..])
 }
 
+/// The pid of a process that a raw event says was created (with its parent)
+/// or exec'd.
 fn process_change(bytes: &[u8]) -> Option<(u32, Option<u32>)> {
     let kind = u16::from_le_bytes(bytes.get(8..10)?.try_into().ok()?);
     if kind != kind::FORK && kind != kind::EXEC {
@@ -709,4 +743,29 @@ fn uname() -> (String, String) {
         String::from_utf8_lossy(&bytes).into_owned()
     };
     (field(&u.release), field(&u.nodename))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_stats_line_gives_bytes_per_second() {
+        assert_eq!(
+            copy_stats_line(3, 3000, 2.0),
+            "tprof: stack copies: 3 drained, 3000 bytes in 2.00 s (1500 bytes/s)"
+        );
+        // No time elapsed: no division by zero.
+        assert!(copy_stats_line(0, 0, 0.0).ends_with("(0 bytes/s)"));
+    }
+
+    #[test]
+    fn a_stack_copy_is_told_from_an_event_by_its_kind() {
+        let mut copy = 7u64.to_le_bytes().to_vec();
+        copy.extend_from_slice(&kind::STACK_COPY.to_le_bytes());
+        assert!(is_stack_copy(&copy));
+        let mut fork = 7u64.to_le_bytes().to_vec();
+        fork.extend_from_slice(&kind::FORK.to_le_bytes());
+        assert!(!is_stack_copy(&fork));
+    }
 }

@@ -26,6 +26,7 @@ use clap::{Parser, Subcommand};
   sudo cargo xtask demo --healthy
   sudo cargo xtask bench
   sudo cargo xtask bench real
+  sudo cargo xtask bench stacks
   sudo cargo xtask bench-python
   sudo cargo xtask fixtures
   cargo xtask fuzz --seconds 300
@@ -54,6 +55,8 @@ enum Task {
     /// libbpf-tools and perf sched, its capacity, recording size and report
     /// speed; writes target/bench/results.md. `bench real`: whether tprof's
     /// advice on a real PyTorch job lands near its best configuration.
+    /// `bench stacks`: what copied user stacks cost, and their weights next
+    /// to perf's DWARF unwinding.
     Bench(bench::Args),
     /// Compare tprof's Python frames with py-spy --native on a job with
     /// known shares, on every installed CPython, and measure what the

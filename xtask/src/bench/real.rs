@@ -34,7 +34,7 @@ pub struct Args {
 
 /// A configuration of the job.
 #[derive(Debug, Clone, PartialEq)]
-struct Config {
+pub(super) struct Config {
     num_workers: u64,
     /// OMP_NUM_THREADS and MKL_NUM_THREADS; None leaves them unset.
     omp: Option<u64>,
@@ -45,7 +45,7 @@ struct Config {
 }
 
 impl Config {
-    fn sweep(num_workers: u64, one_thread: bool) -> Config {
+    pub(super) fn sweep(num_workers: u64, one_thread: bool) -> Config {
         Config {
             num_workers,
             omp: one_thread.then_some(1),
@@ -56,7 +56,7 @@ impl Config {
         }
     }
 
-    fn label(&self) -> String {
+    pub(super) fn label(&self) -> String {
         let threads = match (self.omp, self.mkl) {
             (None, None) => "default threads".to_string(),
             (Some(o), Some(m)) if o == m => format!("OMP/MKL={o}"),
@@ -79,7 +79,7 @@ impl Config {
         label
     }
 
-    fn command(&self, python: &Path, iterations: u32) -> Command {
+    pub(super) fn command(&self, python: &Path, iterations: u32) -> Command {
         let mut c = command(python.to_str().expect("utf-8 path"));
         c.arg("tests/workloads/train_job.py")
             .arg("--data-dir")
@@ -112,7 +112,7 @@ const SWEPT: usize = 10;
 
 /// The job's JPEGs, in RAM so no run waits for the disk (the integration
 /// tests use the same directory: tests/support/real_job.rs).
-fn data_dir() -> PathBuf {
+pub(super) fn data_dir() -> PathBuf {
     PathBuf::from("/dev/shm/tprof-train-job-images")
 }
 

@@ -194,12 +194,23 @@ fn shares_of(stacks: &[(Vec<String>, u64)]) -> Shares {
         }
         if has("compress_loop") {
             s.zlib += count;
-            if frames.iter().any(|f| f.contains("libz.so")) {
+            if frames.iter().any(|f| in_libz(f)) {
                 s.zlib_in_libz += count;
             }
         }
     }
     s
+}
+
+/// Whether a frame is zlib's: py-spy labels every native frame with its
+/// library (`deflate (libz.so.1.2.13)`), tprof a named function by its
+/// name alone (`deflate`) and an unnamed one by library and offset
+/// (`libz.so.1.2.13+0x5d80`).
+fn in_libz(frame: &str) -> bool {
+    frame.contains("libz.so")
+        || ["deflate", "inflate", "adler32", "crc32", "_tr_"]
+            .iter()
+            .any(|p| frame.starts_with(p) && !frame.contains(' '))
 }
 
 fn pct(part: u64, whole: u64) -> String {
@@ -483,7 +494,7 @@ fn cost_run(dir: &Path, python: &str, config: Config, depth: u32, seconds: u64) 
 
 /// (run_cnt, run_time_ns) of each program process `pid` holds, from its
 /// fdinfo and bpftool.
-fn program_stats(pid: u32) -> Option<BTreeMap<String, (u64, u64)>> {
+pub(crate) fn program_stats(pid: u32) -> Option<BTreeMap<String, (u64, u64)>> {
     let mut ids = BTreeSet::new();
     for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
         .ok()?
@@ -529,5 +540,21 @@ fn median(mut values: Vec<f64>) -> f64 {
         values[n / 2]
     } else {
         (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libz_frames_of_either_tool() {
+        assert!(in_libz("deflate (libz.so.1.2.13)"));
+        assert!(in_libz("deflate"));
+        assert!(in_libz("libz.so.1.2.13+0x5d80"));
+        assert!(in_libz("adler32_z"));
+        assert!(!in_libz("compress_loop (mix.py)"));
+        assert!(!in_libz("deflate_helper (mix.py)"));
+        assert!(!in_libz("PyObject_Vectorcall"));
     }
 }

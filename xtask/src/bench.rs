@@ -35,6 +35,7 @@ use crate::cmd::{self, cargo, command, run as run_cmd};
 use crate::setup;
 
 mod real;
+mod stacks;
 
 #[derive(ClapArgs)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -52,6 +53,11 @@ pub struct Args {
     /// a pipeline's rate above the issue's floor of 100,000.
     #[arg(long, default_value_t = 150_000)]
     switches: u64,
+    /// Only the overhead on the paced, pinned job (the bound the issues
+    /// set: about 4 minutes), without full tilt, the rate sweep and
+    /// capacity.
+    #[arg(long)]
+    paced_only: bool,
 }
 
 /// One setting of the overhead job.
@@ -141,11 +147,19 @@ enum Which {
     /// the 8-worker run, apply tprof's advice and compare its throughput
     /// with the best of the sweep; writes target/bench/real.md.
     Real(real::Args),
+    /// What copied user stacks cost (bpf_stats ns per run against
+    /// frame-pointer walks, on the paced job and the real PyTorch job; the
+    /// ring-buffer bytes/s of the copies), and the real job's on-CPU
+    /// weights next to `perf record --call-graph dwarf`'s; writes
+    /// target/bench/stacks.md.
+    Stacks(stacks::Args),
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    if let Some(Which::Real(real)) = &args.which {
-        return real::run(real);
+    match &args.which {
+        Some(Which::Real(real)) => return real::run(real),
+        Some(Which::Stacks(stacks)) => return stacks::run(stacks),
+        None => {}
     }
     if !cmd::is_root() {
         bail!("cargo xtask bench needs root (the tracers load eBPF programs): run it with sudo");
@@ -167,11 +181,12 @@ pub fn run(args: &Args) -> Result<()> {
         pin: true,
     };
     let paced = calibrate(&paths, paced, args.switches)?;
-    for job in [paced, full_tilt] {
-        overhead(&paths, job, args.rounds, &mut md)?;
+    overhead(&paths, paced, args.rounds, &mut md)?;
+    if !args.paced_only {
+        overhead(&paths, full_tilt, args.rounds, &mut md)?;
+        rate_sweep(&paths, paced, args.rounds, &mut md)?;
+        capacity(&paths, &mut md)?;
     }
-    rate_sweep(&paths, paced, args.rounds, &mut md)?;
-    capacity(&paths, &mut md)?;
     let out = paths.dir.join("results.md");
     std::fs::write(&out, &md)?;
     println!("\n{md}\nwritten to {}", out.display());
@@ -214,12 +229,16 @@ fn header(args: &Args) -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     format!(
-        "Command: `sudo cargo xtask bench --rounds {} --pairs {} --switches {}`\n\
-         Machine: {cpus} CPUs, kernel {}\n\n",
+        "Command: `sudo cargo xtask bench --rounds {} --pairs {} --switches {}{}`\n\
+         Machine: {cpus} CPUs, kernel {}; load average at the start: {}\n\n",
         args.rounds,
         args.pairs,
         args.switches,
-        kernel.trim()
+        if args.paced_only { " --paced-only" } else { "" },
+        kernel.trim(),
+        std::fs::read_to_string("/proc/loadavg")
+            .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
     )
 }
 

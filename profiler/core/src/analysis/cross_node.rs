@@ -76,7 +76,10 @@ impl RankFacts {
             data_wait_frac: steps.data_wait_frac,
             data_wait_blame: steps.blame.leading(),
             steps: steps.steps.clone(),
-            top_finding: summary.findings.first().map(|f| (f.id, f.title.clone())),
+            top_finding: summary
+                .findings
+                .first()
+                .map(|f| (f.id.name(), f.title.clone())),
             trainer,
         }
     }

@@ -1,6 +1,12 @@
 //! Opens output files the way a root process on a shared machine must: no
 //! following symlinks, no clobbering unless asked, and handing the file to
 //! the user who ran sudo.
+//!
+//! Every command that writes a file goes through [`create`]: never through a
+//! symlink, into a FIFO or device, over a file with other hard links, or in
+//! a world-writable directory another user owns; no clobbering without
+//! `--force` (which truncates only after those checks); the file is handed
+//! to `$SUDO_UID`.
 
 use std::{
     fs::{File, OpenOptions},

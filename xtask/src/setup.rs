@@ -3,6 +3,15 @@
 //! already has everything, and safe to run from every other task. The one
 //! large piece, the real training job's Python environment (torch, OpenCV,
 //! numpy), lives outside the clone: see crate::job_env.
+//!
+//! In order: apt packages (LLVM 22, gcc, sysstat, bpftool, libbpf-tools,
+//! linux-perf, python3-pip, the venv packages, chromium for the HTML
+//! timeline test, golang-go for `go tool pprof`), nightly `rust-src`,
+//! bpf-linker 0.13.0, cargo-fuzz, the `nvidia-cuda-runtime-cu12` wheel into
+//! target/cuda-runtime/ (a real libcudart for the tests; no GPU needed),
+//! Perfetto's Python package in target/perfetto-venv/ (its proto definitions
+//! check the Perfetto exports), py-spy 0.4.3 into /var/cache/tprof/ (for
+//! `bench-python`), the real job's venv, and a tracefs mount.
 
 use std::path::{Path, PathBuf};
 

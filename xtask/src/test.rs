@@ -2,6 +2,13 @@
 //! builds tprof (and with it the eBPF object), runs every test and fuzzes
 //! the recording reader for a minute; the integration tests load real eBPF
 //! programs, hence root.
+//!
+//! In order: setup, `cargo fmt --check`, the committed protobuf code
+//! checked against profiler/core/proto/, clippy with `-D warnings`
+//! (`--no-lint` skips these three), the build, the workspace's other tests,
+//! the fuzzer for `--fuzz-seconds` (60 by default; 0 skips it; a crash
+//! fails the run), then the integration tests one at a time with
+//! `TPROF_BIN` and `TPROF_JOB_PYTHON` set.
 
 use anyhow::{Result, bail};
 

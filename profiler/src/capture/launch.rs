@@ -23,6 +23,15 @@
 //! thread, which lives as long as tprof. It reaches the command only, not
 //! the processes it started (PyTorch's DataLoader workers notice their
 //! parent is gone and exit by themselves).
+//!
+//! The child waits on a pipe until tprof has tracked its pid, then calls
+//! `execv`; a failed `execv` comes back over a `CLOEXEC` pipe, and a child
+//! whose tprof died first exits 126 rather than run untraced.
+//! `LaunchedCommand` reaps the command, tells whether its group is alive,
+//! stops it (with the signal tprof got), kills the group, and kills it when
+//! dropped while the command still runs, so no error path leaves the job
+//! running; a command that exited by itself ends the recording and its
+//! leftovers are left alone.
 
 use std::{
     ffi::CString,

@@ -1,6 +1,10 @@
 //! Reads the live system from /proc: processes, threads, names, states and
 //! the machine's CPU counters. Everything here tolerates a task vanishing
 //! between two reads (it returns None or skips it).
+//!
+//! Also: task lists and descendants, command lines, /proc/stat samples,
+//! /sys/class/block device names, executable mappings, and the online CPUs
+//! (`sysconf(_SC_NPROCESSORS_ONLN)`, not tprof's own affinity).
 
 use std::{collections::HashMap, fs, path::Path};
 

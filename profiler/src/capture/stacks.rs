@@ -11,6 +11,20 @@
 //! The Python frames the kernel walked for an event arrive as a record
 //! just before it: [`PythonFrames`] pairs them, names them and splices them
 //! into the event's user stack; the record itself is not written either.
+//!
+//! A copy is unwound when it arrives and filed under its thread and slot for
+//! the events that refer to it (`copy_ref`); a reference the writer cannot
+//! match (the copy lost, or drained after the event) is a lost stack,
+//! counted, never another copy's. An address in no known mapping re-reads
+//! the process's mappings (at most every `REREAD_EVERY`, 20 ms: `import
+//! torch` maps libraries faster than the once-a-second refresh) and unwinds
+//! again. A stack that stops short of its thread's root ends under a
+//! `[truncated]` frame, so flamegraphs group partial stacks apart rather
+//! than root them wrongly; a file frame without a symbol (stripped wheels)
+//! is named by its function's start from the file's CFI
+//! (`libgomp.so.1+0x1de40`), so one function's samples add up. What became
+//! of the unwinds ([`StackCounts`]: truncated, short, cut, unmatched) goes
+//! into the LOST record.
 
 use std::{
     collections::HashMap,

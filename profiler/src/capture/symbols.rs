@@ -8,6 +8,13 @@
 //! before the recording ended still gets names. Symbolization happens here,
 //! at record time, because the binaries may be missing wherever the
 //! recording is read.
+//!
+//! A process that exited resolves through its own last snapshot or, with
+//! none, its nearest ancestor's. [`Namer`] names sites with blazesym (ELF
+//! files by file offset, kallsyms, the vDSO) and `/tmp/perf-<pid>.map` for
+//! JIT code, and keeps blazesym's parsed files for the whole recording;
+//! Python sites and markers arrive named. It runs on the writer thread
+//! only: the first sight of a large library costs blazesym seconds.
 
 use std::{
     collections::{BTreeMap, HashMap},

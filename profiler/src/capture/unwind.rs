@@ -12,6 +12,21 @@
 //! are read once ([`ElfFile`]) and shared by every process mapping it. The
 //! same sections give the function start of an address ([`Unwinder::
 //! function_start`]), which names frames that have no symbol.
+//!
+//! A forked child that has no snapshot of its own unwinds with its parent's
+//! mappings; a process's unwinder is rebuilt when its mappings change. Files
+//! are read through `/proc/<pid>/map_files` when a live mapping is at hand
+//! (a deleted or replaced file, a container's mount namespace), the vDSO
+//! from tprof's own memory. A leaf in code without CFI (libjpeg-turbo's
+//! hand-written SIMD in OpenCV's wheel; a frameless memcpy) gets both
+//! guesses, the return address at sp and a frame-pointer frame, and keeps
+//! the one whose return address is code. framehop is StackPulse's fork
+//! (crate `framehop-stackpulse` 0.17, upstream's API): it evaluates CFA
+//! expressions that read memory (`CFA = *(rbp - 8)` in every function that
+//! realigns its stack for AVX, libtorch's vectorized kernels among them),
+//! where upstream framehop 0.16 fell back to frame pointers and lost the rest of the
+//! stack. Why copy and unwind here rather than unwind in the kernel:
+//! docs/decisions.md.
 
 use std::{collections::HashMap, fs::File, ops::Range, os::unix::fs::FileExt, sync::Arc};
 

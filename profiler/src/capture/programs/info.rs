@@ -1,4 +1,10 @@
 //! What aya does not read about a loaded program: its recursion misses.
+//!
+//! The kernel skips a BPF program that fires while another runs on the same
+//! CPU (a block completion interrupt during `tprof_switch`, say). aya does
+//! not expose `bpf_prog_info.recursion_misses`, so it is read here with
+//! `BPF_OBJ_GET_INFO_BY_FD`, and counted as lost events
+//! (`lost.recursion_misses`).
 
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
 

@@ -116,9 +116,11 @@ fn check_parent(path: &Path) -> Result<()> {
 
 /// `tprof-YYYYmmdd-HHMMSS.tprof` in the current directory.
 pub fn default_path() -> PathBuf {
+    // SAFETY: time with a null pointer only returns the time.
     let now = unsafe { libc::time(std::ptr::null_mut()) };
     // SAFETY: localtime_r fills the zeroed struct from a valid time_t.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to valid locals.
     unsafe { libc::localtime_r(&now, &mut tm) };
     PathBuf::from(format!(
         "tprof-{:04}{:02}{:02}-{:02}{:02}{:02}.tprof",

@@ -257,10 +257,10 @@ const WORKLOAD_NICE: i32 = -15;
 /// the task's own nice value does the same job.
 fn prioritized(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt as _;
+    let nice = WORKLOAD_NICE.to_string().into_bytes();
     // SAFETY: the hook runs in the forked child before exec and calls only
     // async-signal-safe functions (setsid, open, write, close,
     // setpriority) on data prepared before the fork; it allocates nothing.
-    let nice = WORKLOAD_NICE.to_string().into_bytes();
     unsafe {
         cmd.pre_exec(move || {
             libc::setsid();

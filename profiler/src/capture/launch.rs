@@ -106,6 +106,8 @@ pub fn spawn_held(argv: &[String]) -> Result<HeldChild> {
         return Err(std::io::Error::last_os_error()).context("fork");
     }
     if pid == 0 {
+        // SAFETY: in the child just forked, with the strings and fds
+        // prepared before the fork (see child_after_fork).
         unsafe { child_after_fork(tprof, gate_rd, err_wr, &c_program, &c_argv) };
     }
     // Also from this side, so the group exists before tprof signals it,
@@ -152,6 +154,7 @@ unsafe fn child_after_fork(
         }
         if n == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             // tprof went away before releasing us: do not run untraced.
+            // SAFETY: _exit has no preconditions.
             unsafe { libc::_exit(126) };
         }
     }
@@ -159,6 +162,7 @@ unsafe fn child_after_fork(
     unsafe { libc::execv(program.as_ptr(), argv.as_ptr()) };
     let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
     let bytes = errno.to_ne_bytes();
+    // SAFETY: writing four bytes from a local, then exiting.
     unsafe {
         libc::write(errors, bytes.as_ptr().cast(), bytes.len());
         libc::_exit(127)
@@ -177,7 +181,9 @@ impl HeldChild {
         let mut errno = [0u8; 4];
         // Blocks until exec succeeds (CLOEXEC closes the pipe: 0 bytes) or
         // the child reports why it failed.
+        // SAFETY: reading at most four bytes into a local array.
         let n = unsafe { libc::read(self.errors, errno.as_mut_ptr().cast(), errno.len()) };
+        // SAFETY: our own fd, closed once.
         unsafe { libc::close(self.errors) };
         if n == 4 {
             let err = std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno));

@@ -712,6 +712,7 @@ fn process_change(bytes: &[u8]) -> Option<(u32, Option<u32>)> {
 fn uname() -> (String, String) {
     // SAFETY: uname fills a zeroed struct.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: u is a valid utsname to fill.
     unsafe { libc::uname(&mut u) };
     let field = |f: &[libc::c_char]| {
         let bytes: Vec<u8> = f

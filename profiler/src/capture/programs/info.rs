@@ -32,6 +32,7 @@ impl KernelPrograms {
 fn prog_info(fd: BorrowedFd<'_>) -> std::io::Result<bpf_prog_info> {
     // SAFETY: both are plain C structs for which zero is a valid value.
     let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
     let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
     attr.info.bpf_fd = fd.as_raw_fd() as u32;
     attr.info.info_len = size_of::<bpf_prog_info>() as u32;

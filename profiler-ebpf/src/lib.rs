@@ -633,8 +633,8 @@ const _: () = assert!(size_of::<CopySection>() == 8);
 pub mod section {
     /// [`super::UserRegs`], then the bytes of the user stack from `sp` up.
     pub const USER_STACK: u16 = 1;
-    /// Reserved for the Python frames of issue 20.
-    pub const PYTHON: u16 = 2;
+    // 2 was reserved for Python frames, which went into records of their
+    // own ([`super::PyStackEvent`]): most copies have none. Left unused.
 }
 
 /// [`CopySection::flags`] of a [`section::USER_STACK`].

@@ -15,7 +15,7 @@ use profiler::{output, outputs, recording::reader, render};
 
 use crate::cli::MergeArgs;
 
-pub fn run(args: &MergeArgs) -> Result<()> {
+pub(crate) fn run(args: &MergeArgs) -> Result<()> {
     // Every input is read as a recording before the trace is started, so a
     // wrong path fails before anything is written.
     let opened: Vec<reader::Opened> = args

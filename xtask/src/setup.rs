@@ -72,15 +72,15 @@ const PERFETTO_CHECK: &str = "import perfetto.protos.perfetto.trace.perfetto_tra
 /// (its wheel ships the binary), pinned; installed with pip --target
 /// outside the clone, shared by every worktree.
 const PY_SPY_WHEEL: &str = "py-spy==0.4.3";
-pub const PY_SPY_DIR: &str = "/var/cache/tprof/py-spy-0.4.3";
+pub(crate) const PY_SPY_DIR: &str = "/var/cache/tprof/py-spy-0.4.3";
 
 /// What setup made that later tasks need to find.
-pub struct Installed {
+pub(crate) struct Installed {
     /// The interpreter of the train-job venv (crate::job_env).
     pub job_python: PathBuf,
 }
 
-pub fn run() -> Result<Installed> {
+pub(crate) fn run() -> Result<Installed> {
     apt_packages()?;
     rust_src()?;
     bpf_linker()?;
@@ -94,7 +94,7 @@ pub fn run() -> Result<Installed> {
 }
 
 /// The py-spy binary.
-pub fn py_spy_bin() -> std::path::PathBuf {
+pub(crate) fn py_spy_bin() -> std::path::PathBuf {
     Path::new(PY_SPY_DIR).join("bin/py-spy")
 }
 

@@ -16,7 +16,7 @@ use crate::cmd::{self, cargo, run as run_cmd};
 use crate::{fuzz, setup};
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Skip `cargo fmt --check` and `cargo clippy`.
     #[arg(long)]
     no_lint: bool,
@@ -27,7 +27,7 @@ pub struct Args {
     fuzz_seconds: u64,
 }
 
-pub fn run(args: &Args) -> Result<()> {
+pub(crate) fn run(args: &Args) -> Result<()> {
     if !cmd::is_root() {
         bail!("cargo xtask test needs root (it loads eBPF programs): run it with sudo");
     }

@@ -246,10 +246,6 @@ pub fn page_size() -> u32 {
     u32::try_from(size).unwrap_or(4096).max(4096)
 }
 
-pub fn exists_task(pid: u32, tid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
-}
-
 pub fn exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }

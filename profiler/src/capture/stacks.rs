@@ -57,7 +57,7 @@ type StackId = i32;
 /// What became of the user stacks the writer unwound, for the LOST record
 /// (the session reads it while the writer updates it).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct StackCounts {
+pub(super) struct StackCounts {
     /// Stack ids the stack map no longer held when read.
     pub unreadable: u64,
     /// Unwinds that ran past a full copy (deeper than `--stack-size`) or
@@ -76,7 +76,7 @@ pub struct StackCounts {
 
 impl StackCounts {
     /// Adds these counts to the kernel's.
-    pub fn add_to(&self, lost: &mut LostCounts) {
+    pub(super) fn add_to(&self, lost: &mut LostCounts) {
         lost.stack_failed += self.unreadable;
         lost.stack_truncated += self.truncated;
         lost.stack_copy_short += self.short;
@@ -87,7 +87,7 @@ impl StackCounts {
 }
 
 /// Everything needed to turn the events' stacks into the recording's.
-pub struct StackResolver {
+pub(super) struct StackResolver {
     source: StackSource,
     /// How the kernel takes user stacks ([`stack_mode`]).
     mode: u32,
@@ -143,7 +143,7 @@ const REREAD_EVERY: Duration = Duration::from_millis(20);
 
 /// What to do with an event once its stacks are resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Keep {
+pub(super) enum Keep {
     /// Write it.
     Yes,
     /// Drop it: a stack copy, now unwound, or Python frames, now part of
@@ -152,7 +152,11 @@ pub enum Keep {
 }
 
 impl StackResolver {
-    pub fn new(source: StackSource, mode: u32, shared: Arc<Mutex<StackCounts>>) -> StackResolver {
+    pub(super) fn new(
+        source: StackSource,
+        mode: u32,
+        shared: Arc<Mutex<StackCounts>>,
+    ) -> StackResolver {
         StackResolver {
             source,
             mode,
@@ -175,17 +179,17 @@ impl StackResolver {
         }
     }
 
-    pub fn add_maps(&mut self, pid: u32, maps: Vec<Mapping>) {
+    pub(super) fn add_maps(&mut self, pid: u32, maps: Vec<Mapping>) {
         self.spaces.add_snapshot(pid, maps);
     }
 
-    pub fn set_parent(&mut self, child: u32, parent: u32) {
+    pub(super) fn set_parent(&mut self, child: u32, parent: u32) {
         self.spaces.set_parent(child, parent);
         self.python.set_parent(child, parent);
     }
 
     /// A process's CPython, whose frames it names and splices in.
-    pub fn add_interpreter(&mut self, interp: Arc<Interpreter>) {
+    pub(super) fn add_interpreter(&mut self, interp: Arc<Interpreter>) {
         self.python.add_interpreter(interp);
     }
 
@@ -193,7 +197,7 @@ impl StackResolver {
     /// the kernel's to the recording's, interning what is new. A stack copy
     /// is unwound and kept for the events that refer to it, and not
     /// written. Other events are left as they are.
-    pub fn rewrite(&mut self, event: &mut [u8]) -> Keep {
+    pub(super) fn rewrite(&mut self, event: &mut [u8]) -> Keep {
         let Some(hdr) = read::<EventHeader>(event) else {
             return Keep::Yes;
         };
@@ -251,7 +255,7 @@ impl StackResolver {
     /// that refer to them. A native frame without a symbol is named by the
     /// start of its function (from its file's CFI), so its samples add up
     /// under one name.
-    pub fn write_new(&mut self, out: &mut RecordingFile) -> Result<()> {
+    pub(super) fn write_new(&mut self, out: &mut RecordingFile) -> Result<()> {
         if !self.new_frames.is_empty() {
             let first = (self.frames.len() - self.new_frames.len()) as u32;
             let mut frames = self.namer.frames(&self.new_frames, &self.spaces);

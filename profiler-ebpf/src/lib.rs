@@ -85,6 +85,10 @@ pub mod names {
         pub const CUDA_ENTER: &str = "tprof_cuda_enter";
         pub const CUDA_RETURN: &str = "tprof_cuda_return";
         pub const CUDA_LAUNCH: &str = "tprof_cuda_launch";
+        pub const TORCH_MARK: &str = "tprof_torch_mark";
+        pub const RW_ENTER: &str = "tprof_rw_enter";
+        pub const PIPE_READ: &str = "tprof_pipe_read";
+        pub const PIPE_WRITE: &str = "tprof_pipe_write";
         /// Every program in the object.
         pub const ALL: &[&str] = &[
             SWITCH,
@@ -112,6 +116,10 @@ pub mod names {
             CUDA_ENTER,
             CUDA_RETURN,
             CUDA_LAUNCH,
+            TORCH_MARK,
+            RW_ENTER,
+            PIPE_READ,
+            PIPE_WRITE,
         ];
     }
 
@@ -162,6 +170,7 @@ pub mod names {
         pub const STACK_MODE: &str = "STACK_MODE";
         pub const STACK_COPY_BYTES: &str = "STACK_COPY_BYTES";
         pub const PYTHON_FRAMES: &str = "PYTHON_FRAMES";
+        pub const FILE_OFFSETS: &str = "FILE_OFFSETS";
     }
 }
 const _: () = assert!(names::map::EVENTS.len() == EVENT_SHARDS as usize);
@@ -188,9 +197,15 @@ pub mod kind {
     /// ([`super::PyStackEvent`]); capture folds them into that event's
     /// stack and never writes them to a recording.
     pub const PY_STACK: u16 = 12;
+    /// A tracked thread entered a probed framework function: a PyTorch
+    /// `record_function` region (the DataLoader's `__next__`, the
+    /// optimizer's step) or the autograd engine ([`super::MarkEvent`]).
+    pub const MARK: u16 = 13;
+    /// A tracked thread read from or wrote to a pipe ([`super::PipeEvent`]).
+    pub const PIPE: u16 = 14;
     /// One past the largest kind: the size of the per-kind drop counters
     /// (it must stay below the `lost_stack` slots, 24).
-    pub const COUNT: u32 = 13;
+    pub const COUNT: u32 = 15;
 }
 
 /// Index into the `LOST` per-CPU array for "a fork could not be tracked
@@ -323,7 +338,9 @@ pub struct ThreadState {
     /// Its Python thread state, when its process runs CPython.
     pub py: PyThreadCache,
     pub tgid: u32,
-    pub _pad: u32,
+    /// The read or write syscall in progress: its fd + 1 (0 when none),
+    /// for the pipe programs at its exit.
+    pub rw_fd: u32,
 }
 const _: () = assert!(size_of::<ThreadState>() == 240);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
@@ -356,7 +373,7 @@ impl ThreadState {
                 position: 0,
             },
             tgid,
-            _pad: 0,
+            rw_fd: 0,
         }
     }
 }
@@ -772,6 +789,8 @@ pub const fn event_size(kind: u16) -> Option<usize> {
         kind::BLOCK_IO => Some(size_of::<BlockIoEvent>()),
         kind::FUTEX => Some(size_of::<FutexEvent>()),
         kind::CUDA => Some(size_of::<CudaCallEvent>()),
+        kind::MARK => Some(size_of::<MarkEvent>()),
+        kind::PIPE => Some(size_of::<PipeEvent>()),
         // Its fixed part; the frames follow. Never in a recording.
         kind::PY_STACK => Some(size_of::<PyStackEvent>()),
         _ => None,
@@ -1078,6 +1097,112 @@ pub struct CudaCallEvent {
 const _: () = assert!(size_of::<CudaCallEvent>() == 96);
 impl AbiEvent for CudaCallEvent {
     const KIND: u16 = kind::CUDA;
+}
+
+/// What a [`MarkEvent`] marks: the uprobe's attach cookie.
+pub mod mark {
+    /// `torch::autograd::profiler::record_function_enter_new(name, args)`:
+    /// the start of a `torch.autograd.profiler.record_function` region,
+    /// which PyTorch enters whether or not a profiler runs: every
+    /// `DataLoader` iterator's `__next__` ("enumerate(DataLoader)#…") and
+    /// every `Optimizer.step` ("Optimizer.step#SGD.step") opens one.
+    /// `name` holds the region's name.
+    pub const RECORD_FUNCTION: u32 = 1;
+    /// `torch::autograd::Engine::execute`: a backward pass begins.
+    pub const BACKWARD: u32 = 2;
+    /// Every probed function with the start of its mangled symbol (the
+    /// name without its parameter types, which differ between releases),
+    /// matched against libtorch's dynamic symbols, in id order.
+    pub const ALL: [(u32, &str); 2] = [
+        (
+            RECORD_FUNCTION,
+            "_ZN5torch8autograd8profiler25record_function_enter_newE",
+        ),
+        (BACKWARD, "_ZN5torch8autograd6Engine7executeE"),
+    ];
+}
+
+/// Bytes of a mark's name kept ([`MarkEvent::name`]).
+pub const MARK_NAME_LEN: usize = 64;
+
+/// A tracked thread entered a probed framework function ([`mark`]). 96
+/// bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MarkEvent {
+    pub hdr: EventHeader,
+    pub tid: u32,
+    pub tgid: u32,
+    /// One of [`mark`].
+    pub what: u32,
+    pub _pad: u32,
+    /// For [`mark::RECORD_FUNCTION`], the region's name, NUL-terminated
+    /// and cut at `MARK_NAME_LEN - 1` bytes; empty otherwise or when
+    /// unreadable.
+    pub name: [u8; MARK_NAME_LEN],
+}
+const _: () = assert!(size_of::<MarkEvent>() == 96);
+impl AbiEvent for MarkEvent {
+    const KIND: u16 = kind::MARK;
+}
+
+/// [`PipeEvent::op`] values.
+pub mod pipe_op {
+    pub const READ: u32 = 0;
+    pub const WRITE: u32 = 1;
+}
+
+/// Where the pipe programs find a file descriptor's file and tell a pipe:
+/// `current->files->fdt->fd[fd]`, the file's inode mode (a FIFO) and its
+/// `private_data` (the pipe), from the kernel's BTF, and the syscall
+/// tracepoints' `fd` and `ret` fields, from tracefs. Userspace sets it as
+/// the `FILE_OFFSETS` global; all zero turns the pipe programs off. 24
+/// bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileOffsets {
+    pub task_files: u16,
+    pub files_fdt: u16,
+    pub fdt_max_fds: u16,
+    pub fdt_fd: u16,
+    pub file_inode: u16,
+    pub file_private_data: u16,
+    pub inode_mode: u16,
+    /// `sys_enter_read`/`sys_enter_write`'s `fd`.
+    pub enter_fd: u16,
+    /// `sys_exit_read`/`sys_exit_write`'s `ret`.
+    pub exit_ret: u16,
+    pub _pad: [u16; 3],
+}
+const _: () = assert!(size_of::<FileOffsets>() == 24);
+// SAFETY: as for TracepointOffsets.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for FileOffsets {}
+
+/// A tracked thread's `read` or `write` of a pipe that moved bytes, from
+/// the syscalls' exit tracepoints. 48 bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PipeEvent {
+    /// `ts_ns` is the syscall's return.
+    pub hdr: EventHeader,
+    /// The pipe's identity: its `pipe_inode_info` address (the file's
+    /// `private_data`), the same for both ends while the pipe lives.
+    pub pipe: u64,
+    /// Bytes read or written.
+    pub bytes: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    /// One of [`pipe_op`].
+    pub op: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<PipeEvent>() == 48);
+impl AbiEvent for PipeEvent {
+    const KIND: u16 = kind::PIPE;
 }
 
 /// Kernel-only: a CUDA call in progress, from entry to return. 48 bytes.

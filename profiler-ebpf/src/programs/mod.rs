@@ -7,6 +7,7 @@ mod futex;
 mod python;
 mod sched;
 mod stacks;
+mod steps;
 mod task;
 
 use aya_ebpf::{

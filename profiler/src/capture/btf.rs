@@ -62,6 +62,37 @@ fn fsbase_in(btf: &Btf) -> Result<u16> {
     to_u16(thread + fsbase, "thread.fsbase")
 }
 
+/// The kernel structures' offsets the pipe programs walk from a task to
+/// an fd's file and its pipe (`profiler_ebpf::FileOffsets`, without the
+/// tracepoint fields, which tracefs gives).
+pub fn file_offsets() -> Result<profiler_ebpf::FileOffsets> {
+    let data = fs::read(VMLINUX_BTF).with_context(|| format!("cannot read {VMLINUX_BTF}"))?;
+    files_in(&Btf::parse(&data)?)
+}
+
+fn files_in(btf: &Btf) -> Result<profiler_ebpf::FileOffsets> {
+    let field = |strukt: &str, name: &str| -> Result<u16> {
+        let id = btf
+            .named(KIND_STRUCT, strukt)
+            .with_context(|| format!("no struct {strukt} in the kernel BTF"))?;
+        let (offset, _) = btf
+            .member(id, name)
+            .with_context(|| format!("no {strukt}.{name} in the kernel BTF"))?;
+        u16::try_from(offset)
+            .with_context(|| format!("{strukt}.{name} at {offset} is out of range"))
+    };
+    Ok(profiler_ebpf::FileOffsets {
+        task_files: field("task_struct", "files")?,
+        files_fdt: field("files_struct", "fdt")?,
+        fdt_max_fds: field("fdtable", "max_fds")?,
+        fdt_fd: field("fdtable", "fd")?,
+        file_inode: field("file", "f_inode")?,
+        file_private_data: field("file", "private_data")?,
+        inode_mode: field("inode", "i_mode")?,
+        ..Default::default()
+    })
+}
+
 fn offsets_in(btf: &Btf) -> Result<TaskOffsets> {
     // sched_switch(bool preempt, prev, next, unsigned int prev_state) since
     // 5.18; earlier kernels lack prev_state. The typedef's prototype starts
@@ -325,6 +356,20 @@ mod tests {
         // thread_struct is task_struct's last member: far past pid.
         let fsbase = fsbase_in(&btf).expect("x86-64 kernels have thread.fsbase");
         assert!(fsbase > btf.member(task, "pid").unwrap().0 as u16);
+    }
+
+    /// This kernel's file offsets, when it has BTF: distinct where they
+    /// are in one struct.
+    #[test]
+    fn reads_this_kernels_file_offsets() {
+        let Ok(data) = fs::read(VMLINUX_BTF) else {
+            return;
+        };
+        let btf = Btf::parse(&data).expect("parse vmlinux BTF");
+        let off = files_in(&btf).expect("file offsets");
+        assert_ne!(off.file_inode, off.file_private_data, "{off:?}");
+        assert_ne!(off.fdt_fd, off.fdt_max_fds, "{off:?}");
+        assert!(off.task_files > 0, "{off:?}");
     }
 
     #[test]

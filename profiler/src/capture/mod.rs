@@ -31,6 +31,7 @@ mod session;
 mod signals;
 mod stacks;
 mod symbols;
+mod torch;
 pub mod tracefs;
 mod unwind;
 

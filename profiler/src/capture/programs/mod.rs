@@ -23,8 +23,8 @@ use aya::{
     util::{nr_cpus, online_cpus},
 };
 use profiler_ebpf::{
-    BPF_NOEXIST, COPY_RING_BUFFER_BYTES, EVENT_SHARDS, LOST_TRACK_FULL, MAX_BIO_OWNERS,
-    MAX_CUDA_CALLS, MAX_REQUESTS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, PyProcInfo,
+    BPF_NOEXIST, COPY_RING_BUFFER_BYTES, EVENT_SHARDS, FileOffsets, LOST_TRACK_FULL,
+    MAX_BIO_OWNERS, MAX_CUDA_CALLS, MAX_REQUESTS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, PyProcInfo,
     RING_BUFFER_BYTES, ThreadState, TracepointOffsets, kind, lost_map, lost_stack,
     names::{global, map},
     stack_mode,
@@ -125,6 +125,9 @@ pub struct KernelPrograms {
     python_frames: bool,
     /// The raw scheduler programs are loaded (else the classic ones).
     raw_sched: bool,
+    /// The pipe programs are loaded (attached by [`KernelPrograms::attach`]),
+    /// or why not.
+    pipes: std::result::Result<(), String>,
     /// How user stacks are taken ([`stack_mode`]), and how much a copy
     /// takes.
     stack_mode: u32,
@@ -224,8 +227,15 @@ impl KernelPrograms {
             offsets: &offsets,
             ..*globals
         };
-        let mut ebpf = open_object(&globals, limits)?;
+        // Without them the pipe programs do nothing and are not attached.
+        let files = file_offsets();
+        let mut ebpf = open_object(
+            &globals,
+            files.as_ref().copied().unwrap_or_default(),
+            limits,
+        )?;
         load_programs(&mut ebpf)?;
+        let pipes = files.map(|_| ()).map_err(|e| format!("{e:#}"));
         let raw_sched = load_sched_programs(&mut ebpf, raw_sched)?;
         find_program(&mut ebpf, profiler_ebpf::names::program::SAMPLE)?;
         Ok(KernelPrograms {
@@ -244,6 +254,7 @@ impl KernelPrograms {
             python_threads_by_fsbase: offsets.task_fsbase != 0,
             python_frames: globals.python_frames,
             raw_sched,
+            pipes,
             stack_mode: globals.stack_mode,
             stack_copy_bytes: globals.stack_copy_bytes,
             ebpf,
@@ -424,7 +435,7 @@ struct Globals<'a> {
 
 /// Opens the object with the globals and map sizes set, its maps created
 /// and no program loaded yet.
-fn open_object(globals: &Globals, limits: MapLimits) -> Result<Ebpf> {
+fn open_object(globals: &Globals, files: FileOffsets, limits: MapLimits) -> Result<Ebpf> {
     let sample_stacks = u32::from(globals.sample_stacks);
     let python_frames = u32::from(globals.python_frames);
     // Two stack copy buffers per possible CPU (the switch programs', the
@@ -451,6 +462,7 @@ fn open_object(globals: &Globals, limits: MapLimits) -> Result<Ebpf> {
         .override_global(global::STACK_MODE, &globals.stack_mode, true)
         .override_global(global::STACK_COPY_BYTES, &globals.stack_copy_bytes, true)
         .override_global(global::PYTHON_FRAMES, &python_frames, true)
+        .override_global(global::FILE_OFFSETS, &files, true)
         .map_max_entries(map::STACK_SCRATCH, scratch)
         .map_max_entries(map::TRACKED_TIDS, limits.tracked_threads)
         .map_max_entries(map::REQUESTS, limits.in_flight.min(MAX_REQUESTS))
@@ -481,6 +493,16 @@ fn load_programs(ebpf: &mut Ebpf) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Where the pipe programs find an fd's pipe: the kernel's BTF and the
+/// syscall tracepoints' fields.
+fn file_offsets() -> Result<FileOffsets> {
+    let mut files = btf::file_offsets()?;
+    let (fd, ret) = super::tracefs::rw_offsets()?;
+    files.enter_fd = fd;
+    files.exit_ret = ret;
+    Ok(files)
 }
 
 /// Loads the raw scheduler programs where they load (`raw`) and the classic

@@ -315,13 +315,16 @@ const _: () = assert!((stack_kind::FUTEX as usize) < STACK_KINDS);
 /// task: the lookup that tells whether the task is tracked also finds its
 /// cached stack walks and whether it is in a futex wait (more lookups when
 /// these lived in maps of their own). Userspace seeds it with
-/// [`ThreadState::new`]. 240 bytes.
+/// [`ThreadState::new`]. 248 bytes.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadState {
     /// The futex wait in progress; `ts_ns` 0 when none.
     pub futex: FutexEnter,
+    /// When the thread's last pipe event was emitted: the pipe programs
+    /// emit at most one per thread per [`PIPE_GAP_NS`].
+    pub pipe_ns: u64,
     /// The last walked off-CPU stacks, by off-CPU reason ([`stack_kind`]):
     /// kernel stacks, and user stacks in [`stack_mode::FRAME_POINTERS`].
     pub last_stacks: [LastStacks; STACK_KINDS],
@@ -342,7 +345,7 @@ pub struct ThreadState {
     /// for the pipe programs at its exit.
     pub rw_fd: u32,
 }
-const _: () = assert!(size_of::<ThreadState>() == 240);
+const _: () = assert!(size_of::<ThreadState>() == 248);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
 // derived bytemuck::Pod checks it): every bit pattern is a valid value.
 #[cfg(feature = "user")]
@@ -358,6 +361,7 @@ impl ThreadState {
                 op: 0,
                 syscall: 0,
             },
+            pipe_ns: 0,
             last_stacks: [LastStacks {
                 walked_ns: 0,
                 user_stack_id: 0,
@@ -1121,6 +1125,12 @@ pub mod mark {
         (BACKWARD, "_ZN5torch8autograd6Engine7executeE"),
     ];
 }
+
+/// A thread's pipe transfers that end within this long of its last pipe
+/// event are not traced: a batch is read at most every millisecond or so,
+/// while a thread ping-ponging bytes over a pipe (100,000 transfers a
+/// second) is no training loop and would cost an event each.
+pub const PIPE_GAP_NS: u64 = 1_000_000;
 
 /// Bytes of a mark's name kept ([`MarkEvent::name`]).
 pub const MARK_NAME_LEN: usize = 64;

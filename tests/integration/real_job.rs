@@ -6,7 +6,10 @@
 //! which threads Python started and which a native library did. The
 //! verdict is checked for the direction of its advice, derived from the
 //! recording, never for timings; the report's sentences are checked
-//! against its JSON and their own arithmetic.
+//! against its JSON and their own arithmetic. Every run checks the steps
+//! against the job's own iterations: one step per iteration (±1), the
+//! median step within 5% of the job's median iteration, the first step
+//! within 5 ms of the first iteration's start.
 //!
 //! The job needs the venv `cargo xtask setup` makes; without it each test
 //! says so and skips (never under `cargo xtask test`, which makes it).
@@ -41,6 +44,20 @@ fn eight_workers_recorded_from_the_start() {
     check_roles(&run);
     check_report_adds_up(&run);
     check_oversubscribed(&run);
+    check_steps(&run, Recorded::FromStart);
+}
+
+/// Eight workers with pin_memory, recorded from the start: the steps are
+/// the iterations, though the pin-memory thread reads every batch.
+#[test]
+fn eight_workers_with_pin_memory() {
+    let Some(job) = job() else { return };
+    let run = job.record(
+        &JobConfig::new(8, Threads::One)
+            .pin_memory(true)
+            .iterations(20),
+    );
+    check_steps(&run, Recorded::FromStart);
 }
 
 /// Two workers with default pools and pin_memory: the pools inside the
@@ -53,6 +70,7 @@ fn two_workers_default_threads_with_pin_memory() {
     let run = job.record(&JobConfig::new(2, Threads::Default).pin_memory(true));
     check_roles(&run);
     check_report_adds_up(&run);
+    check_steps(&run, Recorded::FromStart);
     let r = &run.report;
     let finding = r
         .finding("thread_oversubscription")
@@ -77,6 +95,7 @@ fn healthy_two_workers_one_thread() {
     check_roles(&run);
     check_report_adds_up(&run);
     check_no_input_finding(&run);
+    check_steps(&run, Recorded::FromStart);
     assert_eq!(run.report.pipeline.data_workers.restarts, 0, "{}", run.text);
 }
 
@@ -92,6 +111,7 @@ fn no_workers() {
     );
     check_roles(&run);
     check_report_adds_up(&run);
+    check_steps(&run, Recorded::FromStart);
     let r = &run.report;
     assert!(r.pipeline.advice.is_none(), "{:#?}", r.pipeline);
     for f in &r.findings {
@@ -120,6 +140,7 @@ fn attached_to_eight_workers() {
     check_roles(&run);
     check_report_adds_up(&run);
     check_oversubscribed(&run);
+    check_steps(&run, Recorded::Attached);
     assert_eq!(run.report.pipeline.data_workers.restarts, 0, "{}", run.text);
 }
 
@@ -135,6 +156,92 @@ fn attached_to_healthy_with_pin_memory() {
     check_roles(&run);
     check_report_adds_up(&run);
     check_no_input_finding(&run);
+    check_steps(&run, Recorded::Attached);
+}
+
+/// How a run was recorded: from the interpreter's start (the warm-up
+/// iterations are steps too), or attached after the warm-up.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Recorded {
+    FromStart,
+    Attached,
+}
+
+/// The steps are the job's iterations: PyTorch's markers defined them, one
+/// step per iteration (±1: an iteration at an edge), the median step
+/// within 5% of the job's median iteration, the first step's start within
+/// 5 ms of the first iteration's, and imports and setup before it are
+/// startup.
+fn check_steps(run: &RealRun, recorded: Recorded) {
+    let steps = &run.report.steps;
+    let summary = &run.truth.summary;
+    let iterations: Vec<&tprof_tests::Iteration> = match recorded {
+        Recorded::FromStart => summary
+            .warmup_iterations
+            .iter()
+            .chain(&summary.iterations)
+            .collect(),
+        Recorded::Attached => summary.iterations.iter().collect(),
+    };
+    let context = || {
+        format!(
+            "{:?}\nsteps {:?}\njob {:?}",
+            steps.source,
+            steps
+                .items
+                .iter()
+                .map(|s| (s.start_s, s.duration_s))
+                .collect::<Vec<_>>(),
+            iterations
+                .iter()
+                .map(|i| (i.start_ns, i.end_ns - i.start_ns))
+                .collect::<Vec<_>>()
+        )
+    };
+    assert_eq!(steps.source.detector, "torch_marks", "{}", context());
+    assert_eq!(steps.source.confidence.as_deref(), Some("high"));
+    assert_eq!(
+        steps.trainer_tid,
+        Some(i64::from(run.truth.config.pid)),
+        "{}",
+        context()
+    );
+    assert!(
+        steps.count.abs_diff(iterations.len() as u64) <= 1,
+        "{} steps for {} iterations: {}",
+        steps.count,
+        iterations.len(),
+        context()
+    );
+    // The job's median by the rule tprof's p50 uses (nearest rank):
+    // iterations here range from 5 ms to hundreds, so the two middle
+    // values of an even count can be far apart.
+    let mut job: Vec<u64> = iterations.iter().map(|i| i.end_ns - i.start_ns).collect();
+    job.sort_unstable();
+    let rank = job.len().div_ceil(2).max(1);
+    let job_median = job[rank - 1] as f64 / 1e9;
+    assert!(
+        (steps.p50_s - job_median).abs() <= 0.05 * job_median,
+        "median step {:.4} s, the job's median iteration {job_median:.4} s: {}",
+        steps.p50_s,
+        context()
+    );
+    let first = steps.items.first().expect("steps");
+    let first_ns = run.report.start_monotonic_ns as f64 + first.start_s * 1e9;
+    let off_ms = (first_ns - iterations[0].start_ns as f64) / 1e6;
+    assert!(
+        off_ms.abs() <= 5.0,
+        "first step {off_ms:.2} ms from the first iteration: {}",
+        context()
+    );
+    let startup = steps.startup.as_ref().expect("a startup");
+    assert!((startup.end_s - first.start_s).abs() < 1e-6);
+    assert!(
+        run.text
+            .contains(&format!("Steps: {} training iterations", steps.count)),
+        "{}",
+        run.text
+    );
 }
 
 /// Workers, pin-memory thread, pools and helpers against the job's truth.

@@ -10,22 +10,24 @@
 //! [`tprof_rw_enter`], [`tprof_pipe_read`] and [`tprof_pipe_write`] are
 //! on the `read` and `write` syscalls' tracepoints: every tracked thread's
 //! transfer through a pipe that moved bytes, with the pipe's identity, so
-//! analysis can tell the pipes data workers write from the rest. (fentry
+//! analysis can tell the pipes data workers write from the rest; at most
+//! one per thread per `PIPE_GAP_NS`, so a thread ping-ponging bytes over a
+//! pipe costs two lookups per syscall, not an event each. (fentry
 //! on the kernel's pipe functions would spare the fd walk, but kernels
 //! with lockdown, like the one tprof is developed on, refuse it.)
 
 use aya_ebpf::{
     EbpfContext as _,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user,
-        bpf_probe_read_user_str_bytes, generated::bpf_get_attach_cookie,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_probe_read_user, bpf_probe_read_user_str_bytes, generated::bpf_get_attach_cookie,
     },
     macros::{tracepoint, uprobe},
     programs::{ProbeContext, TracePointContext},
 };
-use profiler_ebpf::{FileOffsets, MARK_NAME_LEN, MarkEvent, PipeEvent, mark, pipe_op};
+use profiler_ebpf::{FileOffsets, MARK_NAME_LEN, MarkEvent, PIPE_GAP_NS, PipeEvent, mark, pipe_op};
 
-use super::{emit, header, is_tracked_process, thread_state};
+use super::{emit, header, header_at, is_tracked_process, thread_state};
 
 /// Where to find an fd's file and tell a pipe; all zero (the pipe
 /// programs do nothing) until userspace sets it from the kernel's BTF.
@@ -126,11 +128,18 @@ fn pipe_transfer(ctx: &TracePointContext, op: u32) {
     if ret <= 0 {
         return;
     }
+    // Judged at the exit: a read that blocked for a batch ends long after
+    // the thread's last event, however soon after it it began.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if now.saturating_sub(unsafe { (*state).pipe_ns }) < PIPE_GAP_NS {
+        return;
+    }
     let Some(pipe) = pipe_of(fd - 1, &off) else {
         return;
     };
+    unsafe { (*state).pipe_ns = now };
     emit(PipeEvent {
-        hdr: header::<PipeEvent>(),
+        hdr: header_at::<PipeEvent>(now),
         pipe,
         bytes: ret as u64,
         tid,

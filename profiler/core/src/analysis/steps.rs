@@ -12,8 +12,8 @@
 //!   engine is entered at every backward pass. An iteration begins at the
 //!   first `__next__` after a backward pass or optimizer step (an epoch's
 //!   end calls `__next__` twice: the exhausted iterator's, then the new
-//!   one's), or earlier where the trainer forked the iterator's workers
-//!   just before; whether its batch was ready or waited for.
+//!   one's), whether its batch was ready or waited for. The first
+//!   iterator's worker start comes before its first `__next__`: startup.
 //! - `pipe_reads`: for jobs without libtorch, the trainer thread's reads
 //!   of pipes that data-worker processes write (a framework of processes
 //!   and pipes, as PyTorch's DataLoader is underneath): each message is a
@@ -49,7 +49,7 @@ const PIN_CHAIN_NS: u64 = 1_000_000_000;
 /// pipe is a message's length prefix (multiprocessing's `Connection` reads
 /// a 4-byte length, then the payload): one message.
 const PREFIX_BYTES: u64 = 8;
-const PREFIX_GAP_NS: u64 = 1_000_000;
+const PREFIX_GAP_NS: u64 = 500_000;
 /// Slowest steps listed.
 const SLOWEST: usize = 5;
 
@@ -256,7 +256,7 @@ pub fn steps(model: &Model, roles: &Roles, gpu_idle: &[(u64, u64)]) -> StepStats
     };
     let deliveries = deliveries(model, roles, trainer);
     let messages = worker_messages(model, roles, trainer.tid);
-    let (bounds, source) = detect(model, roles, trainer, &deliveries, &messages);
+    let (bounds, source) = detect(model, trainer, &deliveries, &messages);
     let steps: Vec<Step> = bounds
         .iter()
         .map(|&b| step(model, trainer, &deliveries, &messages, b))
@@ -339,12 +339,11 @@ struct Bound {
 
 fn detect(
     model: &Model,
-    roles: &Roles,
     trainer: &Thread,
     deliveries: &[Delivery],
     messages: &[Message],
 ) -> (Vec<Bound>, StepSource) {
-    if let Some(found) = from_marks(model, roles, trainer) {
+    if let Some(found) = from_marks(model, trainer) {
         return found;
     }
     if let Some(found) = from_pipes(trainer, messages) {
@@ -399,7 +398,7 @@ fn detect(
 }
 
 /// Iterations from the trainer's DataLoader marks (see the module).
-fn from_marks(model: &Model, roles: &Roles, trainer: &Thread) -> Option<(Vec<Bound>, StepSource)> {
+fn from_marks(model: &Model, trainer: &Thread) -> Option<(Vec<Bound>, StepSource)> {
     let marks: Vec<&Mark> = model
         .marks
         .iter()
@@ -409,21 +408,15 @@ fn from_marks(model: &Model, roles: &Roles, trainer: &Thread) -> Option<(Vec<Bou
     // Each iteration's start and its last training mark.
     let mut iterations: Vec<(u64, Option<u64>)> = Vec::new();
     let mut trained = true;
-    let mut since = model.window_start_ns;
     for m in &marks {
         if is_training_mark(m) {
             trained = true;
-            since = m.ts;
             if let Some(last) = iterations.last_mut() {
                 last.1 = Some(m.ts);
             }
         } else if is_loader_mark(m) && (trained || !trains) {
             trained = false;
-            // The iterator's workers, forked just before its first batch,
-            // belong to the iteration that asked for it.
-            let forked = worker_forks(model, roles, trainer.pid, since, m.ts);
-            iterations.push((forked.unwrap_or(m.ts), None));
-            since = m.ts;
+            iterations.push((m.ts, None));
         }
     }
     // A last `__next__` with no training after it (the StopIteration
@@ -484,25 +477,6 @@ fn median_len(bounds: &[Bound]) -> u64 {
         .collect();
     lens.sort_unstable();
     lens.get(lens.len() / 2).copied().unwrap_or(0)
-}
-
-/// The earliest fork of a data-worker process by the trainer's process in
-/// (after, before].
-fn worker_forks(
-    model: &Model,
-    roles: &Roles,
-    trainer_pid: u32,
-    after: u64,
-    before: u64,
-) -> Option<u64> {
-    model
-        .processes
-        .values()
-        .chain(&model.earlier_processes)
-        .filter(|p| p.ppid == trainer_pid && p.start_ns > after && p.start_ns <= before)
-        .filter(|p| roles.of(p.pid) == Role::DataWorker)
-        .map(|p| p.start_ns)
-        .min()
 }
 
 /// A message read from a data worker's pipe: when the reader took it and
@@ -955,7 +929,6 @@ mod tests {
     /// Iterations from PyTorch's marks: each begins at the DataLoader's
     /// `__next__` after a backward pass or optimizer step, ready or
     /// waited for; the epoch's end (two `__next__` in a row) is one
-    /// iteration; the workers forked for the first batch are in the first
     /// iteration; the last one ends as long as a typical one.
     #[test]
     fn iterations_from_torch_marks() {
@@ -972,25 +945,9 @@ mod tests {
             marks.push(mark(t + 5 * MS, BACKWARD, ""));
             marks.push(mark(t + 8 * MS, RECORD_FUNCTION, "Optimizer.step#SGD.step"));
         }
-        let mut worker = thread(2, 2, &[(95 * MS, 200 * MS, S)]);
-        worker.comm = "pt_data_worker".into();
         let model = Model {
-            threads: vec![thread(1, 1, &[(0, 200 * MS, R)]), worker],
+            threads: vec![thread(1, 1, &[(0, 200 * MS, R)])],
             marks,
-            processes: [(
-                2,
-                crate::model::Process {
-                    pid: 2,
-                    ppid: 1,
-                    comm: "python".into(),
-                    cmdline: vec![],
-                    origin: crate::recording::Origin::Forked,
-                    start_ns: 95 * MS,
-                    exit_ns: None,
-                    exec_ns: None,
-                },
-            )]
-            .into(),
             window_end_ns: 200 * MS,
             ..Default::default()
         };
@@ -1006,14 +963,14 @@ mod tests {
         assert_eq!(
             bounds,
             vec![
-                (95 * MS, 110 * MS),
+                (100 * MS, 110 * MS),
                 (110 * MS, 120 * MS),
                 (120 * MS, 130 * MS),
                 (130 * MS, 140 * MS)
             ]
         );
         assert!(s.steps[3].end_estimated);
-        assert_eq!(s.startup.unwrap().end_ns, 95 * MS);
+        assert_eq!(s.startup.unwrap().end_ns, 100 * MS);
         assert_eq!(s.teardown.unwrap().start_ns, 140 * MS);
         assert!((s.p50_s - 0.010).abs() < 1e-9);
     }

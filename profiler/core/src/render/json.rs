@@ -26,6 +26,9 @@ struct Report<'a> {
     json_version: u32,
     /// Ranked causes, largest `explains_frac` first.
     findings: &'a [Verdict],
+    /// Where the window begins on CLOCK_MONOTONIC (ns): the `_s` times
+    /// below are relative to it.
+    start_monotonic_ns: u64,
     duration_s: f64,
     cores: u32,
     cores_effective: f64,
@@ -288,6 +291,7 @@ pub fn render(summary: &Summary) -> String {
         findings: &summary.findings,
         cores_effective: summary.cores_effective,
         cores_source: summary.cores_source,
+        start_monotonic_ns: summary.window_start_ns,
         duration_s: summary.duration_s,
         cores: summary.cores,
         events: summary.events,

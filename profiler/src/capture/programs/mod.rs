@@ -61,6 +61,10 @@ const REFUSE_RAW_ENV: &str = "TPROF_REFUSE_RAW_SCHED";
 /// a kernel before 5.17, without `bpf_loop`, refuses it): the tests' way
 /// to exercise recording without Python frames.
 const REFUSE_PYTHON_ENV: &str = "TPROF_REFUSE_PYTHON_WALK";
+/// Set to 1 to leave the pipe programs unattached, as on a kernel without
+/// BTF: to measure what they cost (docs/benchmarks.md) and to test steps
+/// without pipe events.
+const NO_PIPES_ENV: &str = "TPROF_NO_PIPES";
 
 /// Sizes of the kernel maps that bound what tprof can follow, and how long
 /// an entry of a map of things in flight may wait for its end. The
@@ -228,7 +232,11 @@ impl KernelPrograms {
             ..*globals
         };
         // Without them the pipe programs do nothing and are not attached.
-        let files = file_offsets();
+        let files = if std::env::var_os(NO_PIPES_ENV).is_some_and(|v| v == "1") {
+            Err(anyhow!("pipe tracing was off ({NO_PIPES_ENV}=1)"))
+        } else {
+            file_offsets()
+        };
         let mut ebpf = open_object(
             &globals,
             files.as_ref().copied().unwrap_or_default(),

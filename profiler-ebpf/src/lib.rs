@@ -86,9 +86,7 @@ pub mod names {
         pub const CUDA_RETURN: &str = "tprof_cuda_return";
         pub const CUDA_LAUNCH: &str = "tprof_cuda_launch";
         pub const TORCH_MARK: &str = "tprof_torch_mark";
-        pub const RW_ENTER: &str = "tprof_rw_enter";
         pub const PIPE_READ: &str = "tprof_pipe_read";
-        pub const PIPE_WRITE: &str = "tprof_pipe_write";
         /// Every program in the object.
         pub const ALL: &[&str] = &[
             SWITCH,
@@ -117,9 +115,7 @@ pub mod names {
             CUDA_RETURN,
             CUDA_LAUNCH,
             TORCH_MARK,
-            RW_ENTER,
             PIPE_READ,
-            PIPE_WRITE,
         ];
     }
 
@@ -341,9 +337,7 @@ pub struct ThreadState {
     /// Its Python thread state, when its process runs CPython.
     pub py: PyThreadCache,
     pub tgid: u32,
-    /// The read or write syscall in progress: its fd + 1 (0 when none),
-    /// for the pipe programs at its exit.
-    pub rw_fd: u32,
+    pub _pad: u32,
 }
 const _: () = assert!(size_of::<ThreadState>() == 248);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
@@ -377,7 +371,7 @@ impl ThreadState {
                 position: 0,
             },
             tgid,
-            rw_fd: 0,
+            _pad: 0,
         }
     }
 }
@@ -1126,7 +1120,7 @@ pub mod mark {
     ];
 }
 
-/// A thread's pipe transfers that end within this long of its last pipe
+/// A thread's pipe reads that end within this long of its last pipe
 /// event are not traced: a batch is read at most every millisecond or so,
 /// while a thread ping-ponging bytes over a pipe (100,000 transfers a
 /// second) is no training loop and would cost an event each.
@@ -1157,7 +1151,8 @@ impl AbiEvent for MarkEvent {
     const KIND: u16 = kind::MARK;
 }
 
-/// [`PipeEvent::op`] values.
+/// [`PipeEvent::op`] values. Only reads are traced today; `WRITE` is
+/// kept for a reader of a future recording that traces writes.
 pub mod pipe_op {
     pub const READ: u32 = 0;
     pub const WRITE: u32 = 1;
@@ -1165,10 +1160,9 @@ pub mod pipe_op {
 
 /// Where the pipe programs find a file descriptor's file and tell a pipe:
 /// `current->files->fdt->fd[fd]`, the file's inode mode (a FIFO) and its
-/// `private_data` (the pipe), from the kernel's BTF, and the syscall
-/// tracepoints' `fd` and `ret` fields, from tracefs. Userspace sets it as
-/// the `FILE_OFFSETS` global; all zero turns the pipe programs off. 24
-/// bytes.
+/// `private_data` (the pipe), from the kernel's BTF, and `sys_exit_read`'s
+/// `ret` field, from tracefs. Userspace sets it as the `FILE_OFFSETS`
+/// global; all zero turns the pipe program off. 24 bytes.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -1180,19 +1174,17 @@ pub struct FileOffsets {
     pub file_inode: u16,
     pub file_private_data: u16,
     pub inode_mode: u16,
-    /// `sys_enter_read`/`sys_enter_write`'s `fd`.
-    pub enter_fd: u16,
-    /// `sys_exit_read`/`sys_exit_write`'s `ret`.
+    /// `sys_exit_read`'s `ret`.
     pub exit_ret: u16,
-    pub _pad: [u16; 3],
+    pub _pad: [u16; 4],
 }
 const _: () = assert!(size_of::<FileOffsets>() == 24);
 // SAFETY: as for TracepointOffsets.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for FileOffsets {}
 
-/// A tracked thread's `read` or `write` of a pipe that moved bytes, from
-/// the syscalls' exit tracepoints. 48 bytes.
+/// A tracked thread's `read` of a pipe that moved bytes, from the
+/// syscall's exit tracepoint. 48 bytes.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

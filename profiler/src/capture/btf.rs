@@ -62,9 +62,9 @@ fn fsbase_in(btf: &Btf) -> Result<u16> {
     to_u16(thread + fsbase, "thread.fsbase")
 }
 
-/// The kernel structures' offsets the pipe programs walk from a task to
+/// The kernel structures' offsets the pipe program walks from a task to
 /// an fd's file and its pipe (`profiler_ebpf::FileOffsets`, without the
-/// tracepoint fields, which tracefs gives).
+/// tracepoint field, which tracefs gives).
 pub fn file_offsets() -> Result<profiler_ebpf::FileOffsets> {
     let data = fs::read(VMLINUX_BTF).with_context(|| format!("cannot read {VMLINUX_BTF}"))?;
     files_in(&Btf::parse(&data)?)

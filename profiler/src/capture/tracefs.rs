@@ -177,22 +177,14 @@ pub fn tracepoint_offsets() -> Result<TracepointOffsets> {
     })
 }
 
-/// The `fd` of `sys_enter_read` and `sys_enter_write` and the `ret` of
-/// their exits, which the pipe programs read (one offset each: the
-/// programs serve both syscalls, so the layouts must agree).
-pub fn rw_offsets() -> Result<(u16, u16)> {
-    let mut fds = Vec::new();
-    let mut rets = Vec::new();
-    for call in ["read", "write"] {
-        let enter = format!("sys_enter_{call}");
-        let exit = format!("sys_exit_{call}");
-        fds.push(offset(&fields("syscalls", &enter)?, &enter, "fd", 8)?);
-        rets.push(offset(&fields("syscalls", &exit)?, &exit, "ret", 8)?);
-    }
-    if fds[0] != fds[1] || rets[0] != rets[1] {
-        bail!("read and write syscall tracepoints differ in layout");
-    }
-    Ok((fds[0], rets[0]))
+/// The `ret` of `sys_exit_read`, which the pipe program reads.
+pub fn read_ret_offset() -> Result<u16> {
+    offset(
+        &fields("syscalls", "sys_exit_read")?,
+        "sys_exit_read",
+        "ret",
+        8,
+    )
 }
 
 /// `rwbs` is `char[8]` on older kernels and `char[10]` on newer; the

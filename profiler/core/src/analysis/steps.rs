@@ -15,7 +15,7 @@
 //!   one's), whether its batch was ready or waited for. The first
 //!   iterator's worker start comes before its first `__next__`: startup.
 //! - `pipe_reads`: for jobs without libtorch, the trainer thread's reads
-//!   of pipes that data-worker processes write (a framework of processes
+//!   of pipes that data-worker processes feed (a framework of processes
 //!   and pipes, as PyTorch's DataLoader is underneath): each message is a
 //!   batch, and a step begins when the trainer asked for it (the start of
 //!   its wait for the read, or the read itself).
@@ -31,7 +31,7 @@
 //! data wait is the waiting for the deliveries inside it; a batch that was
 //! ready is a step with none.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -45,11 +45,6 @@ const NS: f64 = 1e9;
 const MERGE_CPU_NS: u64 = 500_000;
 /// How far back the pin thread's own wakeup by a worker may lie.
 const PIN_CHAIN_NS: u64 = 1_000_000_000;
-/// A pipe read this short followed this soon by another read of the same
-/// pipe is a message's length prefix (multiprocessing's `Connection` reads
-/// a 4-byte length, then the payload): one message.
-const PREFIX_BYTES: u64 = 8;
-const PREFIX_GAP_NS: u64 = 500_000;
 /// Slowest steps listed.
 const SLOWEST: usize = 5;
 
@@ -385,7 +380,7 @@ fn detect(
         "the job did not load libtorch"
     };
     let pipes = if pipes_traced {
-        "its trainer read no pipe that data-worker processes write"
+        "its trainer read no pipe that data-worker processes feed"
     } else {
         "pipe reads were not traced"
     };
@@ -484,55 +479,69 @@ fn median_len(bounds: &[Bound]) -> u64 {
 #[derive(Debug, Clone, Copy)]
 struct Message {
     ts: u64,
+    /// When the reader asked for it: where its wait began, for a message
+    /// it waited for; the read, for one that was there.
+    asked_ns: u64,
     writer_pid: u32,
 }
 
-/// Messages `reader` read from pipes data-worker processes write, with
-/// each one's writer: a pipe's messages written and read, matched in
-/// order (one read before any write was seen was in the pipe at attach:
-/// its writer is unknown, and the order may be off by it).
+/// The messages `reader` read from pipes data workers feed. Writes are not
+/// traced (see `profiler-ebpf/src/programs/steps.rs`): a pipe is fed by
+/// data workers when a read of it ended a wait of the reader that a data
+/// worker's wakeup ended, as the first batch's always does. Such a read's
+/// writer is that worker; a ready message's is unknown. (The kernel keeps
+/// one read per thread per millisecond, so a message read in two parts,
+/// a length and its payload, is one event.)
 fn worker_messages(model: &Model, roles: &Roles, reader: u32) -> Vec<Message> {
-    let is_worker = |tid: u32| roles.of(tid) == Role::DataWorker;
-    let worker_pipes: HashSet<u64> = model
+    let Some(thread) = longest_thread(model, reader) else {
+        return Vec::new();
+    };
+    let wakeups: Vec<&WakeEdge> = model.wakeups.iter().filter(|w| w.tid == reader).collect();
+    // A pipe is named by its kernel address, which a later pipe may reuse:
+    // reads before the process's program began (`tprof record --` holds
+    // the command on a pipe until its exec) are of another pipe.
+    let exec_ns = model
+        .processes
+        .get(&thread.pid)
+        .and_then(|p| p.exec_ns)
+        .unwrap_or(0);
+    let reads: Vec<&crate::model::PipeOp> = model
         .pipes
         .iter()
-        .filter(|p| p.write && is_worker(p.tid))
-        .map(|p| p.pipe)
+        .filter(|p| !p.write && p.tid == reader && p.ts >= exec_ns)
         .collect();
-    let mut writes: HashMap<u64, VecDeque<u32>> = HashMap::new();
-    // Each pipe's last read: when, and whether it could be a prefix.
-    let mut last_read: HashMap<u64, (u64, bool)> = HashMap::new();
-    let mut out: Vec<Message> = Vec::new();
-    for p in model
-        .pipes
+    // The worker whose wakeup ended the wait that read `n` returned from:
+    // the reader's last wakeup before the read, by a data worker, ending
+    // a block, with no block and no other read between it and the read.
+    let delivered_by = |n: usize| -> Option<(u32, u64)> {
+        let ts = reads[n].ts;
+        let i = wakeups.partition_point(|w| w.ts <= ts);
+        let w = wakeups.get(i.checked_sub(1)?)?;
+        let first_read = n == 0 || reads[n - 1].ts < w.ts;
+        let from_worker = roles.of(w.waker_tid) == Role::DataWorker;
+        (first_read
+            && from_worker
+            && was_blocked(thread, w.ts)
+            && thread.breakdown(w.ts, ts).blocked() == 0)
+            .then(|| (w.waker_tgid, blocked_since(thread, w.ts)))
+    };
+    let writers: Vec<Option<(u32, u64)>> = (0..reads.len()).map(delivered_by).collect();
+    let fed: HashSet<u64> = reads
         .iter()
-        .filter(|p| worker_pipes.contains(&p.pipe))
-    {
-        if p.write {
-            if is_worker(p.tid) {
-                writes.entry(p.pipe).or_default().push_back(p.tgid);
-            }
-            continue;
-        }
-        let rest_of_message = last_read
-            .get(&p.pipe)
-            .is_some_and(|&(ts, prefix)| prefix && p.ts - ts <= PREFIX_GAP_NS);
-        last_read.insert(p.pipe, (p.ts, !rest_of_message && p.bytes <= PREFIX_BYTES));
-        if rest_of_message {
-            continue;
-        }
-        let writer_pid = writes
-            .get_mut(&p.pipe)
-            .and_then(VecDeque::pop_front)
-            .unwrap_or(0);
-        if p.tid == reader {
-            out.push(Message {
-                ts: p.ts,
-                writer_pid,
-            });
-        }
-    }
-    out
+        .zip(&writers)
+        .filter(|(_, w)| w.is_some())
+        .map(|(r, _)| r.pipe)
+        .collect();
+    reads
+        .iter()
+        .zip(&writers)
+        .filter(|(r, _)| fed.contains(&r.pipe))
+        .map(|(r, w)| Message {
+            ts: r.ts,
+            asked_ns: w.map_or(r.ts, |(_, since)| since.min(r.ts)),
+            writer_pid: w.map_or(0, |(pid, _)| pid),
+        })
+        .collect()
 }
 
 /// Batches from the trainer's reads of data workers' pipes.
@@ -540,16 +549,10 @@ fn from_pipes(trainer: &Thread, messages: &[Message]) -> Option<(Vec<Bound>, Ste
     if messages.len() < 2 {
         return None;
     }
-    // A step begins when the trainer asked for its batch: where it
-    // blocked for the read, else at the read.
+    // A step begins when the trainer asked for its batch.
     let mut starts: Vec<u64> = Vec::with_capacity(messages.len());
     for m in messages {
-        let asked = if was_blocked(trainer, m.ts) {
-            blocked_since(trainer, m.ts)
-        } else {
-            m.ts
-        };
-        starts.push(asked.max(starts.last().copied().unwrap_or(0)));
+        starts.push(m.asked_ns.max(starts.last().copied().unwrap_or(0)));
     }
     let mut bounds: Vec<Bound> = starts
         .windows(2)
@@ -571,7 +574,7 @@ fn from_pipes(trainer: &Thread, messages: &[Message]) -> Option<(Vec<Bound>, Ste
         detector: "pipe_reads",
         confidence: Some("medium"),
         why: "no libtorch marks: one step per message the trainer read from a pipe that \
-              data-worker processes write, ready or waited for, from when it asked for it"
+              data-worker processes feed, ready or waited for, from when it asked for it"
             .into(),
     };
     Some((bounds, source))
@@ -975,32 +978,31 @@ mod tests {
         assert!((s.p50_s - 0.010).abs() < 1e-9);
     }
 
-    /// Batches from the trainer's reads of a pipe the workers write: a
-    /// 4-byte length and its payload are one message; the writer in order.
+    /// Batches from the trainer's reads of a pipe the workers feed: the
+    /// pipe is known by the waits a worker's wakeup ended; a ready batch
+    /// read from it is a step too, with no data wait.
     #[test]
     fn batches_from_pipe_reads() {
-        let pipe = |ts, tid, tgid, bytes, write| crate::model::PipeOp {
+        let read = |ts, pipe| crate::model::PipeOp {
             ts,
-            tid,
-            tgid,
-            pipe: 0xabc,
-            bytes,
-            write,
+            tid: 1,
+            tgid: 1,
+            pipe,
+            bytes: 64,
+            write: false,
         };
-        let mut pipes = Vec::new();
-        for i in 0..5u64 {
-            let t = 10 * MS * (i + 1);
-            let worker = 2 + (i % 2) as u32;
-            pipes.push(pipe(t - 2 * MS, worker, worker, 68, true));
-            pipes.push(pipe(t, 1, 1, 4, false));
-            pipes.push(pipe(t + 10_000, 1, 1, 64, false));
+        // Batch 0 waited for (woken by worker 2 at 10 ms), 1 to 4 ready;
+        // reads of another pipe nobody fed are not batches.
+        let mut spans = vec![(0, 10 * MS, S)];
+        let mut pipes = vec![read(10 * MS + 10_000, 0xabc)];
+        spans.push((10 * MS, 100 * MS, R));
+        for i in 1..5u64 {
+            pipes.push(read(10 * MS * (i + 1), 0xabc));
+            pipes.push(read(10 * MS * (i + 1) + 5 * MS, 0xdef));
         }
         let model = Model {
-            threads: vec![
-                thread(1, 1, &[(0, 100 * MS, R)]),
-                thread(2, 2, &[(0, 100 * MS, R)]),
-                thread(3, 3, &[(0, 100 * MS, R)]),
-            ],
+            threads: vec![thread(1, 1, &spans), thread(2, 2, &[(0, 100 * MS, R)])],
+            wakeups: vec![wake(10 * MS, 1, 2, 2)],
             pipes,
             step_probes: Some(crate::recording::StepProbes {
                 pipes: true,
@@ -1010,22 +1012,22 @@ mod tests {
             ..Default::default()
         };
         let roles = Roles {
-            by_tid: [
-                (1, Role::Trainer),
-                (2, Role::DataWorker),
-                (3, Role::DataWorker),
-            ]
-            .into(),
+            by_tid: [(1, Role::Trainer), (2, Role::DataWorker)].into(),
             trainer: Some(1),
             ..Default::default()
         };
         let s = steps(&model, &roles, &[]);
         assert_eq!(s.source.detector, "pipe_reads");
         assert_eq!(s.count, 5);
-        assert_eq!(s.steps[0].start_ns, 10 * MS);
-        let workers: Vec<u32> = s.steps.iter().map(|st| st.worker_pid).collect();
-        assert_eq!(workers, vec![2, 3, 2, 3, 2]);
-        assert!(s.steps.iter().all(|st| st.data_wait_ns == 0));
+        // The first began where the trainer blocked for it.
+        assert_eq!(s.steps[0].start_ns, 0);
+        assert_eq!(s.steps[1].start_ns, 20 * MS);
+        assert_eq!(s.steps[0].worker_pid, 2);
+        assert!(
+            s.steps[1..]
+                .iter()
+                .all(|st| st.data_wait_ns == 0 && st.worker_pid == 0)
+        );
     }
 
     /// Neither marks nor worker pipes, with pipes traced: no steps, and why.

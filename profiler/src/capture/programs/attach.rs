@@ -82,13 +82,8 @@ const TRACEPOINTS: &[Attachment] = &[
     optional(name::FUTEX_EXIT, "syscalls", "sys_exit_futex_waitv"),
 ];
 
-/// The pipe programs, attached when the kernel's BTF gave their offsets.
-const PIPES: [(&str, &str); 4] = [
-    (name::RW_ENTER, "sys_enter_read"),
-    (name::RW_ENTER, "sys_enter_write"),
-    (name::PIPE_READ, "sys_exit_read"),
-    (name::PIPE_WRITE, "sys_exit_write"),
-];
+/// The pipe program, attached when the kernel's BTF gave its offsets.
+const PIPES: [(&str, &str); 1] = [(name::PIPE_READ, "sys_exit_read")];
 
 /// What attaching to one CUDA runtime library did.
 #[derive(Debug, Default)]

@@ -503,13 +503,11 @@ fn load_programs(ebpf: &mut Ebpf) -> Result<()> {
     Ok(())
 }
 
-/// Where the pipe programs find an fd's pipe: the kernel's BTF and the
-/// syscall tracepoints' fields.
+/// Where the pipe program finds an fd's pipe: the kernel's BTF and the
+/// syscall tracepoint's field.
 fn file_offsets() -> Result<FileOffsets> {
     let mut files = btf::file_offsets()?;
-    let (fd, ret) = super::tracefs::rw_offsets()?;
-    files.enter_fd = fd;
-    files.exit_ret = ret;
+    files.exit_ret = super::tracefs::read_ret_offset()?;
     Ok(files)
 }
 

@@ -12,6 +12,22 @@
 //!
 //! Changing any of these types changes the recording format too (events are
 //! stored as these bytes): bump `recording::FORMAT_VERSION` in `tprof-core`.
+//!
+//! What is here: `EventHeader` and one event struct per `kind` (each tied to
+//! its kind by `AbiEvent`); the ring-buffer-only `StackCopyEvent` (kind 11,
+//! with its `CopySection`s and `UserRegs`) and, in `python`, `PyStackEvent`
+//! (kind 12), which capture folds into stacks and never records;
+//! `stack_mode`, `copy_ref` and `fingerprint`; `TracepointOffsets` (the
+//! `OFFSETS` global); `ThreadState`, `TRACKED_TIDS`' per-thread value, which
+//! the hot programs update in place; the values of kernel-only maps
+//! (`LastStacks`, `RequestTimes`, `BioOwner`, `FutexEnter`, `CudaEnter`);
+//! the `LOST` slot numbers; the CUDA function ids (`cuda_fn`, also the
+//! uprobes' attach cookies); the constants both sides share (`prev_state`
+//! bits, futex ops, `CLONE_THREAD`, `BPF_NOEXIST`, map sizes,
+//! `STACK_REUSE_NS`); and `names`, every program, map and global by the name
+//! userspace looks it up by (capture's `abi_names_match_the_object` test
+//! checks them against the built object both ways). The `user` feature adds
+//! `aya::Pod` for the types capture reads from maps or sets as globals.
 #![no_std]
 
 pub mod python;
@@ -632,8 +648,8 @@ const _: () = assert!(size_of::<CopySection>() == 8);
 pub mod section {
     /// [`super::UserRegs`], then the bytes of the user stack from `sp` up.
     pub const USER_STACK: u16 = 1;
-    /// Reserved for the Python frames of issue 20.
-    pub const PYTHON: u16 = 2;
+    // 2 was reserved for Python frames, which went into records of their
+    // own ([`super::PyStackEvent`]): most copies have none. Left unused.
 }
 
 /// [`CopySection::flags`] of a [`section::USER_STACK`].

@@ -16,6 +16,15 @@
 //! thread's fsbase (3.10), and cached per thread. The current-thread
 //! variable (`_Py_tss_tstate`) is NULL whenever the thread released the
 //! GIL, which is most of the off-CPU view.
+//!
+//! What is here: `PyProcInfo` (where one process's interpreter keeps its
+//! threads and frames: `PY_PROCS`' value), the `PyStackEvent` record with its
+//! `PyFrame`s, `PyThreadCache` (part of `ThreadState`), and the walk over a
+//! `ReadMem` trait, in steps (`find_step` over the thread lists, `walk_step`
+//! over the frame chain, `position` for the reuse check): the kernel
+//! implements `ReadMem` with `bpf_probe_read_user` and drives the steps with
+//! `bpf_loop`, the tests with `process_vm_readv` and plain loops, so the walk
+//! the kernel runs is the one tested against live interpreters.
 
 use crate::{AbiEvent, EventHeader, kind};
 

@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use profiler::analysis::flame;
 use profiler::capture::{MapLimits, RecordOptions, gpu::GpuOptions, procfs};
 use profiler::output;
-pub use profiler::outputs::TimelineFormat;
+pub(crate) use profiler::outputs::TimelineFormat;
 
 /// Read when `--nvml-lib` is not given (sudo drops it unless kept with
 /// `sudo --preserve-env=TPROF_NVML_LIB`).
@@ -38,13 +38,13 @@ tprof export rec.tprof --format perfetto -o rec.pftrace\n  \
 tprof export rec.tprof --format pprof --kind cpu -o rec.pb.gz   for go tool pprof, Pyroscope, Parca\n  \
 tprof merge node0.tprof node1.tprof -o job.pftrace   one trace of a multi-node job, and which rank lags"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Record a running job (-p) or a command (-- CMD), then print the report.
     Record(RecordArgs),
     /// Print the report of a recording.
@@ -63,7 +63,7 @@ pub enum Command {
 }
 
 #[derive(Args, Debug)]
-pub struct RecordArgs {
+pub(crate) struct RecordArgs {
     /// Attach to this running process and all its descendants (repeatable).
     #[arg(short, long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
@@ -158,7 +158,7 @@ pub struct RecordArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// A recording made by `tprof record`.
     pub path: PathBuf,
     /// Print the report as JSON (the contract in docs/json.md).
@@ -167,7 +167,7 @@ pub struct ReportArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct FlamegraphArgs {
+pub(crate) struct FlamegraphArgs {
     /// A recording made by `tprof record` (with --diff: the BEFORE one).
     pub path: PathBuf,
     /// With --diff: the AFTER recording, compared against PATH.
@@ -202,7 +202,7 @@ pub struct FlamegraphArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct TimelineArgs {
+pub(crate) struct TimelineArgs {
     /// A recording made by `tprof record`.
     pub path: PathBuf,
     /// Write the timeline here; the extension picks the format: .pftrace
@@ -224,7 +224,7 @@ pub struct TimelineArgs {
 
 impl TimelineArgs {
     /// Where to write, and in which format.
-    pub fn output_and_format(&self) -> Result<(PathBuf, TimelineFormat)> {
+    pub(crate) fn output_and_format(&self) -> Result<(PathBuf, TimelineFormat)> {
         let out = self
             .output
             .clone()
@@ -236,7 +236,7 @@ impl TimelineArgs {
 
 /// What `tprof export` writes.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExportFormat {
+pub(crate) enum ExportFormat {
     /// Perfetto's protobuf trace: every thread's states, steps, stalls,
     /// CUDA calls, GPU and disk counters, deliveries as flows.
     Perfetto,
@@ -245,7 +245,7 @@ pub enum ExportFormat {
 }
 
 #[derive(Args, Debug)]
-pub struct ExportArgs {
+pub(crate) struct ExportArgs {
     /// A recording made by `tprof record`.
     pub path: PathBuf,
     /// The format to write.
@@ -270,7 +270,7 @@ pub struct ExportArgs {
 }
 
 impl ExportArgs {
-    pub fn output_path(&self) -> PathBuf {
+    pub(crate) fn output_path(&self) -> PathBuf {
         self.output.clone().unwrap_or_else(|| {
             let mut name = self.path.as_os_str().to_owned();
             match self.format {
@@ -284,7 +284,7 @@ impl ExportArgs {
         })
     }
 
-    pub fn filter(&self) -> flame::Filter {
+    pub(crate) fn filter(&self) -> flame::Filter {
         flame::Filter {
             pids: self.pids.clone(),
             tids: self.tids.clone(),
@@ -295,7 +295,7 @@ impl ExportArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct MergeArgs {
+pub(crate) struct MergeArgs {
     /// The recordings of one job, one per node or rank (at least two).
     #[arg(required = true, num_args = 2.., value_name = "RECORDING")]
     pub paths: Vec<PathBuf>,
@@ -311,7 +311,7 @@ pub struct MergeArgs {
 }
 
 /// `REC.timeline.EXT` next to the recording `REC`.
-pub fn timeline_path(recording: &Path, format: TimelineFormat) -> PathBuf {
+pub(crate) fn timeline_path(recording: &Path, format: TimelineFormat) -> PathBuf {
     let mut name = recording.as_os_str().to_owned();
     name.push(format!(".timeline.{}", format.extension()));
     PathBuf::from(name)
@@ -336,7 +336,7 @@ impl From<FlameKind> for flame::FlameKind {
 }
 
 impl FlamegraphArgs {
-    pub fn filter(&self) -> flame::Filter {
+    pub(crate) fn filter(&self) -> flame::Filter {
         flame::Filter {
             pids: self.pids.clone(),
             tids: self.tids.clone(),
@@ -347,7 +347,7 @@ impl FlamegraphArgs {
 
 impl RecordArgs {
     /// Checks the combination of arguments and builds capture's options.
-    pub fn to_options(&self) -> Result<RecordOptions> {
+    pub(crate) fn to_options(&self) -> Result<RecordOptions> {
         match (self.pids.is_empty(), self.command.is_empty()) {
             (true, true) => {
                 bail!("nothing to record: give -p PID for a running job or -- CMD to launch one")
@@ -446,7 +446,7 @@ fn parse_hz(text: &str) -> Result<f64, String> {
 }
 
 /// `10ns`, `50us`, `500ms`, `30s`, `2m`, `1h`, or a bare number of seconds (`1.5`).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))

@@ -2,6 +2,14 @@
 //! and exit non-zero on failure. What each output is made of lives in
 //! `tprof_core::outputs` (the registry the fuzzer runs too); this file adds
 //! files, stdout and messages.
+//!
+//! `tprof record` records (`capture::record`), then `record_outputs` loads
+//! the model once and writes REC.cpu.svg and REC.wall.svg and
+//! REC.timeline.html and REC.timeline.json beside the recording (each can
+//! be turned off), then prints the report. Every command that reads a
+//! recording loads its model the same way (`outputs::load_model`, which
+//! streams the events). A closed stdout pipe (`tprof report x | head`)
+//! exits 0.
 
 use std::{
     io::{self, Write as _},

@@ -1,6 +1,12 @@
 //! `tprof merge`: the recordings of a multi-node job, one per node or rank,
 //! into one Perfetto trace (each recording a machine of its own, placed by
 //! its wall-clock anchor) and the cross-node report on stdout.
+//!
+//! It opens every recording first (a bad one fails before any work), names
+//! each machine (`outputs::node_names`), then `outputs::merge` loads one
+//! model at a time, lays it out into the one Perfetto sink, keeps its
+//! `RankFacts` and drops it, so memory is one model's however many nodes
+//! there are.
 
 use std::io::{self, Write as _};
 
@@ -9,7 +15,7 @@ use profiler::{output, outputs, recording::reader, render};
 
 use crate::cli::MergeArgs;
 
-pub fn run(args: &MergeArgs) -> Result<()> {
+pub(crate) fn run(args: &MergeArgs) -> Result<()> {
     // Every input is read as a recording before the trace is started, so a
     // wrong path fails before anything is written.
     let opened: Vec<reader::Opened> = args

@@ -1,6 +1,12 @@
 //! Opens output files the way a root process on a shared machine must: no
 //! following symlinks, no clobbering unless asked, and handing the file to
 //! the user who ran sudo.
+//!
+//! Every command that writes a file goes through [`create`]: never through a
+//! symlink, into a FIFO or device, over a file with other hard links, or in
+//! a world-writable directory another user owns; no clobbering without
+//! `--force` (which truncates only after those checks); the file is handed
+//! to `$SUDO_UID`.
 
 use std::{
     fs::{File, OpenOptions},
@@ -110,9 +116,11 @@ fn check_parent(path: &Path) -> Result<()> {
 
 /// `tprof-YYYYmmdd-HHMMSS.tprof` in the current directory.
 pub fn default_path() -> PathBuf {
+    // SAFETY: time with a null pointer only returns the time.
     let now = unsafe { libc::time(std::ptr::null_mut()) };
     // SAFETY: localtime_r fills the zeroed struct from a valid time_t.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to valid locals.
     unsafe { libc::localtime_r(&now, &mut tm) };
     PathBuf::from(format!(
         "tprof-{:04}{:02}{:02}-{:02}{:02}{:02}.tprof",

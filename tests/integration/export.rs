@@ -216,7 +216,9 @@ fn merge_names_the_starved_rank_and_reports_a_moved_clock() {
     // Rank 0 is fed: two workers, 10 ms of CPU per batch, 1 ms of training
     // (its trainer still waits a little for each batch, so its steps can
     // be timed). Rank 1 is starved: one worker, 40 ms per batch.
-    let (r0, rank0) = record_rank(dir.path(), 0, &["2", "80", "10", "1", "cpu"]);
+    // 160 batches: long enough (about 1.5 s) to overlap most of rank 1's
+    // (80 ran 0.76 s, and overlapped rank 1's steps by under 0.5 s once).
+    let (r0, rank0) = record_rank(dir.path(), 0, &["2", "160", "10", "1", "cpu"]);
     let (r1, rank1) = record_rank(dir.path(), 1, &["1", "40", "40", "1", "cpu"]);
     for (run, rank) in [(r0, 0), (r1, 1)] {
         let done = run.wait(RECORD_TIMEOUT);

@@ -19,7 +19,7 @@ use std::io::Write as _;
 
 use regex::Regex;
 use serde_json::json;
-use tprof_tests::{JobConfig, RealJob, RealRun, Report, Threads, require_root};
+use tprof_tests::{JobConfig, RealJob, RealRun, Report, Threads, flamegraph_folded, require_root};
 
 /// Findings about the input pipeline.
 const INPUT_FINDINGS: &[&str] = &[
@@ -44,6 +44,8 @@ fn eight_workers_recorded_from_the_start() {
     check_roles(&run);
     check_report_adds_up(&run);
     check_oversubscribed(&run);
+    check_whole_stacks(&run);
+    check_python_frames(&run);
     check_steps(&run, Recorded::FromStart);
 }
 
@@ -242,6 +244,124 @@ fn check_steps(run: &RealRun, recorded: Recorded) {
         "{}",
         run.text
     );
+}
+
+/// The on-CPU samples' user stacks, copied and unwound with CFI through
+/// libtorch, OpenCV, numpy and a libpython built without frame pointers:
+/// at least 95% of those with a user stack reach their thread's root, none
+/// has a frame in no known mapping, none was lost to a stack-map collision.
+fn check_whole_stacks(run: &RealRun) {
+    let stacks = run.report.stacks.as_ref().expect("a stacks summary");
+    assert_eq!(stacks.mode.as_deref(), Some("dwarf"), "{stacks:?}");
+    let rooted = stacks.rooted.expect("dwarf mode knows which are rooted");
+    let with_user = stacks.samples - stacks.lost;
+    eprintln!(
+        "real job: {rooted} of {with_user} on-CPU samples with a user stack rooted \
+         ({} truncated, {} lost)",
+        stacks.truncated, stacks.lost
+    );
+    assert!(with_user > 100, "{stacks:?}");
+    assert!(rooted * 100 >= with_user * 95, "{stacks:?}\n{}", run.text);
+    assert_eq!(
+        run.json["lost"]["stack_collisions"], 0,
+        "{}",
+        run.json["lost"]
+    );
+    let cpu = flamegraph_folded(&run.recording, &["--kind", "cpu"]);
+    let unknown: Vec<_> = cpu
+        .iter()
+        .filter(|(s, _)| s.contains("[unknown "))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "frames in no known mapping: {unknown:#?}"
+    );
+}
+
+/// Python frames in the real job's stacks. The threads that run Python
+/// (the trainer's and each worker's main thread) carry them in at least
+/// 80% of their on-CPU samples with a user stack: the rest are the
+/// interpreter's start and finalization and exit handlers, outside any
+/// Python code. (Over all threads the share is lower by construction:
+/// torch's and OpenCV's pool threads never run Python.) No sample keeps an
+/// eval-loop frame without the Python frames it ran. The workers' samples
+/// show the Dataset's `__getitem__` above OpenCV's and torch's native
+/// code, the trainer's its training step.
+fn check_python_frames(run: &RealRun) {
+    let mains: Vec<String> = std::iter::once(run.truth.config.pid)
+        .chain(run.truth.worker_pids())
+        .map(|tid| tid.to_string())
+        .collect();
+    let mut args = vec!["--kind", "cpu"];
+    for tid in &mains {
+        args.extend(["--tid", tid]);
+    }
+    let python_threads = flamegraph_folded(&run.recording, &args);
+    let with_user = weight(&python_threads, |s| user_frames(s).next().is_some());
+    let with_python = weight(&python_threads, |s| user_frames(s).any(is_python));
+    let all = flamegraph_folded(&run.recording, &["--kind", "cpu"]);
+    eprintln!(
+        "real job: {with_python} of {with_user} samples of the Python threads with Python \
+         frames ({} of {} over all threads)",
+        weight(&all, |s| user_frames(s).any(is_python)),
+        weight(&all, |s| user_frames(s).next().is_some()),
+    );
+    assert!(with_python * 100 >= with_user * 80, "{python_threads:#?}");
+    let unspliced = weight(&all, |s| {
+        !user_frames(s).any(is_python) && user_frames(s).any(|f| f == "_PyEval_EvalFrameDefault")
+    });
+    assert!(
+        unspliced * 100 <= with_user,
+        "{unspliced} samples ran Python without its frames"
+    );
+
+    let pids: Vec<String> = run.truth.worker_pids().iter().map(u32::to_string).collect();
+    let mut args = vec!["--kind", "cpu"];
+    for pid in &pids {
+        args.extend(["--pid", pid]);
+    }
+    let workers = flamegraph_folded(&run.recording, &args);
+    let under_getitem = |native: fn(&str) -> bool| {
+        weight(&workers, |s| {
+            let frames: Vec<&str> = user_frames(s).collect();
+            frames
+                .iter()
+                .position(|f| f.contains("__getitem__ (train_job.py"))
+                .is_some_and(|at| frames[at + 1..].iter().any(|f| native(f)))
+        })
+    };
+    let opencv = under_getitem(|f| f.contains("cv::") || f.contains("cv2"));
+    let torch = under_getitem(|f| f.contains("at::") || f.contains("c10::"));
+    eprintln!("workers: {opencv} samples of OpenCV and {torch} of torch under __getitem__");
+    assert!(opencv > 0 && torch > 0, "{workers:#?}");
+
+    let trainer = run.truth.config.pid.to_string();
+    let main = flamegraph_folded(&run.recording, &["--kind", "cpu", "--tid", &trainer]);
+    let stepping = weight(&main, |s| {
+        user_frames(s).any(|f| f.contains("train_step (train_job.py"))
+    });
+    assert!(
+        stepping > 0,
+        "no trainer sample under train_step: {main:#?}"
+    );
+}
+
+fn weight(lines: &[(String, u64)], keep: impl Fn(&str) -> bool) -> u64 {
+    lines.iter().filter(|(s, _)| keep(s)).map(|(_, n)| n).sum()
+}
+
+/// The user frames of a folded line: after the process and thread, before
+/// the kernel frames.
+fn user_frames(stack: &str) -> impl Iterator<Item = &str> {
+    stack
+        .split(';')
+        .skip(2)
+        .take_while(|f| !f.ends_with("_[k]"))
+}
+
+/// `function (file.py)`, as flamegraphs name a Python frame.
+fn is_python(frame: &str) -> bool {
+    frame.ends_with(".py)") || frame.contains(" (<frozen ")
 }
 
 /// Workers, pin-memory thread, pools and helpers against the job's truth.

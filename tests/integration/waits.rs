@@ -20,7 +20,7 @@ const MIB: u64 = 1024 * 1024;
 /// exec and the loader fetched) within 2% — about one run in twenty misses
 /// one request's completion, whose softirq the development VMs' kernel ran
 /// on top of the sandbox's own process without running BPF programs (see
-/// "Known accuracy limits" in docs/architecture.md); and its block-IO
+/// "Accuracy of the measurements" in docs/diagnosis.md); and its block-IO
 /// wait lies between the time it spent blocked inside pread() less 5% and
 /// the time it spent off-CPU there (blocked or waiting for a CPU) plus 10%.
 /// (tprof's IO wait runs 3-7% above schedstat's blocked time here: the

@@ -9,6 +9,11 @@
 //! The tests load real eBPF programs, so they need root; helpers panic with
 //! a clear message rather than returning errors, so a failure reads as the
 //! reason it failed.
+//!
+//! The iostat comparison reads a loop device over RAM (`LoopDevice`) that
+//! nothing else touches: iostat's window and tprof's never quite coincide,
+//! and on the shared disk other processes' small reads in the gap moved the
+//! request count by a fifth.
 
 mod browser;
 mod cuda;

@@ -458,6 +458,7 @@ fn wait_rusage(child: Child) -> Result<(f64, i64)> {
     let mut status = 0;
     // SAFETY: rusage is a plain C struct; wait4 fills it for our child.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: status and usage are valid locals for wait4 to fill.
     let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     if rc != pid {
         bail!("wait4({pid}): {}", std::io::Error::last_os_error());

@@ -6,14 +6,14 @@ use std::process::Command;
 use anyhow::{Context as _, Result, bail};
 
 /// The workspace root: xtask lives one level below it.
-pub fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask has a parent directory")
         .to_path_buf()
 }
 
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
@@ -21,7 +21,7 @@ pub fn is_root() -> bool {
 /// A command run from the workspace root, with cargo's bin directory on
 /// PATH: under `sudo` PATH is reset, but bpf-linker (found by rustc as the
 /// BPF linker) and cargo-installed tools live there.
-pub fn command(program: &str) -> Command {
+pub(crate) fn command(program: &str) -> Command {
     let mut cmd = Command::new(program);
     cmd.current_dir(root()).env("PATH", path_with_cargo_bin());
     cmd
@@ -30,7 +30,7 @@ pub fn command(program: &str) -> Command {
 /// The cargo that runs this xtask, so nested builds use the same toolchain.
 /// Cargo, for every build xtask runs: these must have the eBPF programs,
 /// so profiler's build script may not fall back to a build without them.
-pub fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     let mut cargo = command(&std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cargo.env("TPROF_REQUIRE_EBPF", "1");
     cargo
@@ -53,7 +53,7 @@ fn path_with_cargo_bin() -> std::ffi::OsString {
 }
 
 /// Runs `cmd` with inherited stdio and fails unless it exits 0.
-pub fn run(cmd: &mut Command) -> Result<()> {
+pub(crate) fn run(cmd: &mut Command) -> Result<()> {
     let status = cmd
         .status()
         .with_context(|| format!("could not start {}", describe(cmd)))?;
@@ -65,14 +65,14 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 
 /// Runs `cmd` quietly and returns its stdout, or None if it could not start
 /// or exited non-zero (used for "is it installed?" probes).
-pub fn probe(cmd: &mut Command) -> Option<String> {
+pub(crate) fn probe(cmd: &mut Command) -> Option<String> {
     let out = cmd.stderr(std::process::Stdio::null()).output().ok()?;
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-pub fn describe(cmd: &Command) -> String {
+pub(crate) fn describe(cmd: &Command) -> String {
     let args = cmd.get_args().map(|a| a.to_string_lossy());
     std::iter::once(cmd.get_program().to_string_lossy())
         .chain(args)

@@ -19,7 +19,7 @@ use crate::cmd::{self, cargo, command, run as run_cmd};
 use crate::{setup, workloads};
 
 #[derive(ClapArgs)]
-pub struct Args {
+pub(crate) struct Args {
     /// Run the healthy configuration (workers keep up) instead.
     #[arg(long)]
     healthy: bool,
@@ -45,7 +45,7 @@ const HEALTHY: Config = Config {
     pool: "0",
 };
 
-pub fn run(args: &Args) -> Result<()> {
+pub(crate) fn run(args: &Args) -> Result<()> {
     if !cmd::is_root() {
         bail!("cargo xtask demo needs root (tprof loads eBPF programs): run it with sudo");
     }

@@ -15,6 +15,12 @@
 //! Older format versions cannot be made by today's tprof: their fixtures
 //! were recorded once by the commit that wrote that version, and
 //! profiler/core/tests/fixtures/README.md says how.
+//!
+//! The workloads: tests/workloads/pipeline.c in five shapes,
+//! `cuda_copies.c` with the fake libcudart and NVML, and `two_functions.c`.
+//! Each is recorded in a session of its own at nice -15, so the machine's
+//! other work does not shape it, and the version's directory gets a README
+//! saying how each was made.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -277,10 +283,10 @@ const WORKLOAD_NICE: i32 = -15;
 /// the task's own nice value does the same job.
 fn prioritized(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt as _;
+    let nice = WORKLOAD_NICE.to_string().into_bytes();
     // SAFETY: the hook runs in the forked child before exec and calls only
     // async-signal-safe functions (setsid, open, write, close,
     // setpriority) on data prepared before the fork; it allocates nothing.
-    let nice = WORKLOAD_NICE.to_string().into_bytes();
     unsafe {
         cmd.pre_exec(move || {
             libc::setsid();

@@ -13,7 +13,7 @@ use anyhow::{Context as _, Result, bail};
 use crate::cmd::{self, command, probe, run as run_cmd};
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// How long to fuzz.
     #[arg(long, default_value_t = 60)]
     seconds: u64,
@@ -25,16 +25,16 @@ pub struct Args {
 
 const TARGET: &str = "parse";
 
-pub fn run(args: &Args) -> Result<()> {
+pub(crate) fn run(args: &Args) -> Result<()> {
     fuzz(args.seconds, args.rss_limit_mb)
 }
 
 /// libFuzzer's memory limit per input for `cargo xtask test`'s run.
-pub const RSS_LIMIT_MB: u64 = 2048;
+pub(crate) const RSS_LIMIT_MB: u64 = 2048;
 
 /// Fuzzes the reader for `seconds`; an error when the fuzzer found a crash,
 /// a leak or an input that makes the reader allocate past `rss_limit_mb`.
-pub fn fuzz(seconds: u64, rss_limit_mb: u64) -> Result<()> {
+pub(crate) fn fuzz(seconds: u64, rss_limit_mb: u64) -> Result<()> {
     if probe(command("cargo").args(["+nightly", "fuzz", "--version"])).is_none() {
         bail!(
             "cargo-fuzz (with the nightly toolchain) is needed: run `cargo install cargo-fuzz` \

@@ -23,22 +23,22 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::cmd::{self, command, probe, run as run_cmd};
 
-pub const TORCH: &str = "2.15.0";
-pub const OPENCV: &str = "5.1.0.95";
-pub const NUMPY: &str = "2.4.6";
+pub(crate) const TORCH: &str = "2.15.0";
+pub(crate) const OPENCV: &str = "5.1.0.95";
+pub(crate) const NUMPY: &str = "2.4.6";
 /// The interpreter series the environment is built on.
 const PYTHON_SERIES: &str = "3.11";
 /// Written inside the environment once it is complete.
 const STAMP: &str = "tprof-venv.json";
 /// In the clone: the path of the environment's interpreter, for the tests.
-pub const POINTER_FILE: &str = "target/train-job-python";
+pub(crate) const POINTER_FILE: &str = "target/train-job-python";
 /// Overrides the directory environments are kept in.
 const ROOT_VAR: &str = "TPROF_VENV_ROOT";
 /// Overrides the base interpreter.
 const BASE_VAR: &str = "TPROF_BASE_PYTHON";
 
 /// Makes sure the environment exists; returns its interpreter.
-pub fn ensure() -> Result<PathBuf> {
+pub(crate) fn ensure() -> Result<PathBuf> {
     let dir = venv_root()?.join(venv_name());
     let python = dir.join("bin/python");
     if dir.join(STAMP).is_file() {

@@ -7,13 +7,13 @@ use anyhow::Result;
 use crate::cmd::{self, run};
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Fail if the committed code differs instead of rewriting it.
     #[arg(long)]
     pub check: bool,
 }
 
-pub fn run_task(args: &Args) -> Result<()> {
+pub(crate) fn run_task(args: &Args) -> Result<()> {
     let core = cmd::root().join("profiler/core");
     let mut command = cmd::cargo();
     command

@@ -3,6 +3,15 @@
 //! already has everything, and safe to run from every other task. The one
 //! large piece, the real training job's Python environment (torch, OpenCV,
 //! numpy), lives outside the clone: see crate::job_env.
+//!
+//! In order: apt packages (LLVM 22, gcc, sysstat, bpftool, libbpf-tools,
+//! linux-perf, python3-pip, the venv packages, chromium for the HTML
+//! timeline test, golang-go for `go tool pprof`), nightly `rust-src`,
+//! bpf-linker 0.13.0, cargo-fuzz, the `nvidia-cuda-runtime-cu12` wheel into
+//! target/cuda-runtime/ (a real libcudart for the tests; no GPU needed),
+//! Perfetto's Python package in target/perfetto-venv/ (its proto definitions
+//! check the Perfetto exports), py-spy 0.4.3 into /var/cache/tprof/ (for
+//! `bench-python`), the real job's venv, and a tracefs mount.
 
 use std::path::{Path, PathBuf};
 
@@ -63,15 +72,15 @@ const PERFETTO_CHECK: &str = "import perfetto.protos.perfetto.trace.perfetto_tra
 /// (its wheel ships the binary), pinned; installed with pip --target
 /// outside the clone, shared by every worktree.
 const PY_SPY_WHEEL: &str = "py-spy==0.4.3";
-pub const PY_SPY_DIR: &str = "/var/cache/tprof/py-spy-0.4.3";
+pub(crate) const PY_SPY_DIR: &str = "/var/cache/tprof/py-spy-0.4.3";
 
 /// What setup made that later tasks need to find.
-pub struct Installed {
+pub(crate) struct Installed {
     /// The interpreter of the train-job venv (crate::job_env).
     pub job_python: PathBuf,
 }
 
-pub fn run() -> Result<Installed> {
+pub(crate) fn run() -> Result<Installed> {
     apt_packages()?;
     rust_src()?;
     bpf_linker()?;
@@ -85,7 +94,7 @@ pub fn run() -> Result<Installed> {
 }
 
 /// The py-spy binary.
-pub fn py_spy_bin() -> std::path::PathBuf {
+pub(crate) fn py_spy_bin() -> std::path::PathBuf {
     Path::new(PY_SPY_DIR).join("bin/py-spy")
 }
 

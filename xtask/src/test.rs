@@ -2,6 +2,13 @@
 //! builds tprof (and with it the eBPF object), runs every test and fuzzes
 //! the recording reader for a minute; the integration tests load real eBPF
 //! programs, hence root.
+//!
+//! In order: setup, `cargo fmt --check`, the committed protobuf code
+//! checked against profiler/core/proto/, clippy with `-D warnings`
+//! (`--no-lint` skips these three), the build, the workspace's other tests,
+//! the fuzzer for `--fuzz-seconds` (60 by default; 0 skips it; a crash
+//! fails the run), then the integration tests one at a time with
+//! `TPROF_BIN` and `TPROF_JOB_PYTHON` set.
 
 use anyhow::{Result, bail};
 
@@ -9,7 +16,7 @@ use crate::cmd::{self, cargo, run as run_cmd};
 use crate::{fuzz, setup};
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Skip `cargo fmt --check` and `cargo clippy`.
     #[arg(long)]
     no_lint: bool,
@@ -20,7 +27,7 @@ pub struct Args {
     fuzz_seconds: u64,
 }
 
-pub fn run(args: &Args) -> Result<()> {
+pub(crate) fn run(args: &Args) -> Result<()> {
     if !cmd::is_root() {
         bail!("cargo xtask test needs root (it loads eBPF programs): run it with sudo");
     }

@@ -10,7 +10,7 @@ use crate::cmd::{self, command, run as run_cmd};
 
 /// Compiles tests/workloads/NAME.c into DIR/NAME: frame pointers and debug
 /// info, so stacks walk and symbolize as they would in a real build.
-pub fn build(name: &str, dir: &Path) -> Result<PathBuf> {
+pub(crate) fn build(name: &str, dir: &Path) -> Result<PathBuf> {
     let source = cmd::root()
         .join("tests/workloads")
         .join(format!("{name}.c"));
@@ -33,7 +33,7 @@ pub fn build(name: &str, dir: &Path) -> Result<PathBuf> {
 
 /// Compiles SOURCE (relative to the workspace root) into the shared library
 /// DIR/FILE_NAME.
-pub fn build_shared(source: &str, dir: &Path, file_name: &str) -> Result<PathBuf> {
+pub(crate) fn build_shared(source: &str, dir: &Path, file_name: &str) -> Result<PathBuf> {
     let library = dir.join(file_name);
     run_cmd(
         command("gcc")

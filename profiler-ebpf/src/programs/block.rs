@@ -17,6 +17,16 @@
 //! refusal is counted (`lost_map`); entries whose completion never comes
 //! (a stacked device's upper bio, a request whose completion the kernel did
 //! not trace) are expired by userspace after a minute, and counted too.
+//!
+//! Programs: `tprof_bio_queue` (tracked process: records the owner),
+//! `tprof_bio_split` (owner known: copies it to the second half's sector),
+//! `tprof_bio_backmerge` (tracked process: drops the bio's owner),
+//! `tprof_bio_frontmerge` (every device: moves the request's entries to the
+//! new first sector), `tprof_rq_insert` and `tprof_rq_issue` (every device:
+//! time the request with the owner from `BIO_OWNERS`; an insert, or an issue
+//! without an insert, from a tracked thread claims an unowned request) and
+//! `tprof_rq_complete` (every device: a `BlockIoEvent` for every completion,
+//! with its owner if any).
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},

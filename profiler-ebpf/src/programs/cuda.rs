@@ -8,6 +8,13 @@
 //! The probes are attached to the library file for all processes (a worker
 //! that maps it later is covered by the same probe), so untracked processes
 //! using the same file pay the uprobe trap and one hash lookup per call.
+//!
+//! `tprof_cuda_enter` keeps a tracked call's arguments in
+//! `CUDA_CALLS[(tid, function)]`; `tprof_cuda_return` finds that entry (or
+//! returns at once) and emits a `CudaCallEvent`. Ten functions are traced
+//! this way (copies, syncs, pinning: `cuda_fn`); `cudaLaunchKernel` is only
+//! counted, per CPU in `CUDA_LAUNCHES[tgid]`, because an event and a
+//! uretprobe trap per launch would cost more than the launch.
 
 use aya_ebpf::{
     EbpfContext as _,

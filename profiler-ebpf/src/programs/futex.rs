@@ -4,6 +4,14 @@
 //! progress lives in the thread's `TRACKED_TIDS` entry (`ThreadState::futex`),
 //! written in place, so entry and exit each cost one hash lookup, tracked or
 //! not, and `tprof_switch` sees a futex wait without a lookup of its own.
+//!
+//! Programs: `tprof_futex_enter` on `syscalls/sys_enter_futex`;
+//! `tprof_futex_wait_enter` and `tprof_futex_waitv_enter` on
+//! `sys_enter_futex_wait` (Linux 6.7+) and `sys_enter_futex_waitv` (5.16+),
+//! attached only where tracefs has them; `tprof_futex_exit` on
+//! `sys_exit_futex` (and `sys_exit_futex_wait`, `sys_exit_futex_waitv` where
+//! present), which emits a `FutexEvent` for a thread with a wait in
+//! progress.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},

@@ -1,5 +1,35 @@
 //! Maps shared by all programs, and the helpers every program uses to filter
 //! and emit. One file per group of tracepoints below.
+//!
+//! The maps: the event stream as eight ring buffers `EVENTS0`…`EVENTS7`
+//! (`RING_BUFFER_BYTES`, 16 MiB in all, CPU c writing to shard c % 8), the
+//! stack copies' own `COPIES0`…`COPIES7` (32 MiB), `TRACKED_TGIDS`,
+//! `TRACKED_TIDS` (with each thread's `ThreadState`), `LOST` (per-CPU drop
+//! counters), `STACKS` (the kernel's stack map) and `STACK_SCRATCH` (two
+//! buffers per CPU a stack copy is built in). The globals userspace sets at
+//! load time, which the verifier reads as constants: `OFFSETS`,
+//! `SAMPLE_STACKS`, `STACK_MODE`, `STACK_COPY_BYTES`, `PYTHON_FRAMES`,
+//! `FILE_OFFSETS` (in `steps.rs`).
+//! `emit` reserves a record in this CPU's event shard and submits it with
+//! `BPF_RB_NO_WAKEUP` (userspace polls every 50 ms), counting a full buffer
+//! in `LOST[kind]`; `emit_copy_record` does the same in the copy shard for a
+//! record built in a buffer, whose length the verifier cannot know at
+//! reservation.
+//!
+//! Every program filters before any other work (see main.rs). The
+//! deliberate exceptions: the `block_rq_*` programs and
+//! `tprof_bio_frontmerge` run for every request on the machine, because
+//! device statistics are machine-wide; `tprof_bio_split`, `tprof_futex_exit`
+//! and `tprof_cuda_return` filter on maps only tracked threads fill
+//! (`BIO_OWNERS`, the thread's futex wait, `CUDA_CALLS`); `tprof_futex_enter`
+//! first drops operations that do not wait. No program reads a kernel struct
+//! at a hard-coded offset: tracepoint fields are read at the offsets in
+//! `OFFSETS`, which userspace fills from tracefs and, for the raw scheduler
+//! programs' `task_struct` fields, from the kernel's BTF; the pipe
+//! program's walk from a task to an fd's pipe uses `FILE_OFFSETS`, from
+//! the BTF too (and the x86-64 `pt_regs` layout, user ABI, as the stack
+//! copies do). Nothing is pinned:
+//! every program and map lives only as long as tprof's file descriptors.
 
 mod block;
 mod cuda;

@@ -7,6 +7,18 @@
 //! at most one kernel stack walk and one user stack copy at switch-out; the
 //! switch-in does nothing but emit the event (userspace weighs the off-CPU
 //! interval).
+//!
+//! Programs: `tprof_switch_r` (raw, where the kernel has BTF) or
+//! `tprof_switch` (classic) on `sched_switch`, for a tracked prev or next:
+//! a `SwitchEvent`, which for a tracked prev carries why it left
+//! (`prev_kind`) and, with stacks on, the stacks it left from.
+//! `tprof_waking_r` and `tprof_wakenew_r` (raw) or `tprof_waking` and
+//! `tprof_wakeup_new` (classic) on `sched_waking` and `sched_wakeup_new`,
+//! for a tracked wakee: a `WakeupEvent` with the waker (`current`; for a new
+//! task its parent, flagged `WAKE_NEW_TASK`). The raw programs read
+//! `next->pid` and friends at BTF offsets and compute `prev_state` as the
+//! kernel's `__trace_sched_switch_state` does, so both sets emit the same
+//! bytes; capture picks one set at load (capture/btf.rs).
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},

@@ -20,6 +20,14 @@
 //! them into the native user stack.
 //!
 //! [`SwitchEvent`]: profiler_ebpf::SwitchEvent
+//!
+//! `tprof_sample` runs on the software cpu-clock perf event of every online
+//! CPU at `--hz` (99 by default, so it does not run in lockstep with
+//! timer-driven work), skips the idle task and untracked threads, and emits
+//! the copy, the Python frames, then a `SampleEvent` naming the copy and the
+//! kernel stack id. At a switch-out the stacks are walked at most once per
+//! `STACK_REUSE_NS` per thread and off-CPU reason (`ThreadState::last_stacks`;
+//! see `reusable`).
 
 use aya_ebpf::{
     helpers::{

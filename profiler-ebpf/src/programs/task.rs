@@ -1,6 +1,18 @@
 //! Task lifecycle tracepoints: new threads and processes, exec, exit, and
 //! renames. These keep the tracked maps in step with the job in the kernel
 //! itself, so a DataLoader worker is traced from its first instruction.
+//!
+//! Programs: `tprof_newtask` (`task/task_newtask`, parent's process tracked)
+//! adds the child to `TRACKED_TIDS`, and a new process to `TRACKED_TGIDS`
+//! with its parent's `PY_PROCS` entry, and emits a `ForkEvent`; a full map
+//! counts in `LOST[LOST_TRACK_FULL]`. `tprof_exec` (`sched/sched_process_exec`)
+//! emits an `ExecEvent`, drops the old tid of a non-leader that exec'd and
+//! the process's `PY_PROCS` entry. `tprof_exit` (`sched/sched_process_exit`)
+//! removes the tid with its `ThreadState` (and the tgid and its `PY_PROCS`
+//! entry when the group is dead) and emits an `ExitEvent`. `tprof_rename`
+//! (`task/task_rename`) emits a `CommEvent`. `task_newtask` rather than
+//! `sched_process_fork`: its `clone_flags` tell a thread from a process
+//! without reading `task_struct`, and it fires before the child can run.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},

@@ -2,8 +2,8 @@
 //! names each, [`write`] makes its bytes. The `tprof` binary
 //! (profiler/src/main.rs) writes them to stdout and files; the golden tests
 //! (profiler/core/tests/golden.rs) compare them with committed files; the
-//! fuzz target and the odd- and hostile-recording tests run [`Output::all`]
-//! over recordings no kernel would produce (`render::every_output`). All
+//! fuzz target and the odd-recording tests run [`Output::all`] over
+//! recordings no kernel would produce ([`every_output`]). All
 //! take this path, so a new output added here is fuzzed, and the goldens
 //! hold the bytes a user gets.
 //!

@@ -29,11 +29,13 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let now = CURRENT.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
         PEAK.fetch_max(now, Ordering::Relaxed);
+        // SAFETY: the caller's layout, passed on unchanged.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: ptr came from System.alloc with this layout, above.
         unsafe { System.dealloc(ptr, layout) }
     }
 }

@@ -9,6 +9,13 @@
 //! BTF type does not expose its types, hence this small reader: it walks
 //! the type section once and understands only what it needs (structs and
 //! unions with their members, typedefs, pointers, function prototypes).
+//!
+//! Kept over a crate on measurement: btfparse 1.3 (whose
+//! `offset_of("thread_info.cpu")` would replace most of this) builds the
+//! whole type graph of this kernel's BTF, 1.9–2.7 s in a debug build (0.52 s
+//! release) against this reader's 0.30–0.33 s (debug), paid at every
+//! `tprof record` start; btf-rs offers only the low-level walk this reader
+//! already is. An error here means the classic tracepoints are used.
 
 use std::fs;
 

@@ -47,7 +47,7 @@ pub fn anchor() -> ClockAnchor {
 
 /// The kernel's NTP state: is the wall clock disciplined, and how far off
 /// does its daemon think it is. None where adjtimex fails.
-pub fn clock_sync() -> Option<ClockSync> {
+pub(super) fn clock_sync() -> Option<ClockSync> {
     // SAFETY: an all-zero timex with modes 0 only reads the state.
     let mut tx: libc::timex = unsafe { std::mem::zeroed() };
     // SAFETY: tx is a valid, initialized timex.

@@ -8,6 +8,12 @@
 //! (the drain loop), and once a second (a job that imports torch, or a
 //! worker that maps the library, after tprof started). Calls before a
 //! library's probes were attached are not seen; its `attached_ns` says when.
+//!
+//! [`CudaTracer`] looks for `libcudart*.so*` in each process's executable
+//! mappings and probes each file once, by device and inode, through
+//! `/proc/<pid>/root` (so a container's library is the one probed). Pinned
+//! ranges come from the job's own pinning calls, so no GPU is needed: the
+//! tests run the real library without one.
 
 use std::collections::HashSet;
 use std::fs;

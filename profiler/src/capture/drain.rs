@@ -1,5 +1,12 @@
 //! One drain of the event shards: their records gathered and put in
 //! timestamp order.
+//!
+//! [`DrainBatch`] merges the records of every shard by timestamp, a stack
+//! copy before the events of its timestamp, so the recording keeps the order
+//! one ring buffer would have given. It sees no aya type:
+//! `KernelPrograms::drain_events` hands it byte slices, event shards first,
+//! then copy shards, so every event it reads has its copy (committed before
+//! it) in the same drain or an earlier one.
 
 use profiler_ebpf::kind;
 

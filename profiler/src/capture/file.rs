@@ -1,5 +1,10 @@
 //! The recording file capture writes: every write failure names the file
 //! and says the prefix on disk is kept.
+//!
+//! On ENOSPC or EDQUOT the error also says to free space or record to
+//! another disk with `-o`.
+//! `Unstarted` removes the file of a recording that never started, so a
+//! failed attach leaves no empty file behind.
 
 use std::{
     fs::File,

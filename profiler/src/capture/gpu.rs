@@ -10,6 +10,10 @@
 //! [`GpuDevice::missing`] names it. NVML's timestamps are wall-clock µs;
 //! they are converted to CLOCK_MONOTONIC here with an anchor taken at each
 //! poll, so a wall-clock step during the recording does not shift them.
+//!
+//! The slow metrics (PCIe, clocks, power, per-process utilization) are
+//! read every `SLOW_EVERY` (fifth) poll. The session writes the samples
+//! once a second, one record per series.
 
 use std::{
     collections::{BTreeMap, HashSet},

@@ -23,6 +23,15 @@
 //! thread, which lives as long as tprof. It reaches the command only, not
 //! the processes it started (PyTorch's DataLoader workers notice their
 //! parent is gone and exit by themselves).
+//!
+//! The child waits on a pipe until tprof has tracked its pid, then calls
+//! `execv`; a failed `execv` comes back over a `CLOEXEC` pipe, and a child
+//! whose tprof died first exits 126 rather than run untraced.
+//! `LaunchedCommand` reaps the command, tells whether its group is alive,
+//! stops it (with the signal tprof got), kills the group, and kills it when
+//! dropped while the command still runs, so no error path leaves the job
+//! running; a command that exited by itself ends the recording and its
+//! leftovers are left alone.
 
 use std::{
     ffi::CString,
@@ -37,7 +46,7 @@ use super::procfs;
 use tprof_core::recording::CommandExit;
 
 /// A forked child waiting for [`HeldChild::release`] to exec the command.
-pub struct HeldChild {
+pub(super) struct HeldChild {
     pub pid: u32,
     /// Write end of the gate: one byte releases the child.
     gate: libc::c_int,
@@ -75,7 +84,7 @@ fn pipe() -> Result<[libc::c_int; 2]> {
 
 /// Forks a child, in a process group of its own, that waits at the gate,
 /// then execs `argv`.
-pub fn spawn_held(argv: &[String]) -> Result<HeldChild> {
+pub(super) fn spawn_held(argv: &[String]) -> Result<HeldChild> {
     let program = resolve(&argv[0])?;
     let c_program = CString::new(program.as_os_str().as_bytes())?;
     let c_args: Vec<CString> = argv
@@ -97,6 +106,8 @@ pub fn spawn_held(argv: &[String]) -> Result<HeldChild> {
         return Err(std::io::Error::last_os_error()).context("fork");
     }
     if pid == 0 {
+        // SAFETY: in the child just forked, with the strings and fds
+        // prepared before the fork (see child_after_fork).
         unsafe { child_after_fork(tprof, gate_rd, err_wr, &c_program, &c_argv) };
     }
     // Also from this side, so the group exists before tprof signals it,
@@ -143,6 +154,7 @@ unsafe fn child_after_fork(
         }
         if n == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             // tprof went away before releasing us: do not run untraced.
+            // SAFETY: _exit has no preconditions.
             unsafe { libc::_exit(126) };
         }
     }
@@ -150,6 +162,7 @@ unsafe fn child_after_fork(
     unsafe { libc::execv(program.as_ptr(), argv.as_ptr()) };
     let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
     let bytes = errno.to_ne_bytes();
+    // SAFETY: writing four bytes from a local, then exiting.
     unsafe {
         libc::write(errors, bytes.as_ptr().cast(), bytes.len());
         libc::_exit(127)
@@ -158,7 +171,7 @@ unsafe fn child_after_fork(
 
 impl HeldChild {
     /// Lets the child exec; fails if the exec failed.
-    pub fn release(self) -> Result<LaunchedCommand> {
+    pub(super) fn release(self) -> Result<LaunchedCommand> {
         let go = [1u8];
         // SAFETY: writing one byte from a local, then closing our fds.
         unsafe {
@@ -168,7 +181,9 @@ impl HeldChild {
         let mut errno = [0u8; 4];
         // Blocks until exec succeeds (CLOEXEC closes the pipe: 0 bytes) or
         // the child reports why it failed.
+        // SAFETY: reading at most four bytes into a local array.
         let n = unsafe { libc::read(self.errors, errno.as_mut_ptr().cast(), errno.len()) };
+        // SAFETY: our own fd, closed once.
         unsafe { libc::close(self.errors) };
         if n == 4 {
             let err = std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno));
@@ -184,7 +199,7 @@ impl HeldChild {
 /// command still runs (an error, a panic), it kills the group: the command
 /// must not outlive tprof.
 #[derive(Debug)]
-pub struct LaunchedCommand {
+pub(super) struct LaunchedCommand {
     exit: CommandExit,
     /// Reaped: `exit` holds its status.
     reaped: bool,
@@ -201,13 +216,13 @@ impl LaunchedCommand {
         }
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.exit.pid
     }
 
     /// Reaps the command if it has exited (without blocking); true once it
     /// has.
-    pub fn try_reap(&mut self) -> bool {
+    pub(super) fn try_reap(&mut self) -> bool {
         self.reap(libc::WNOHANG)
     }
 
@@ -234,7 +249,7 @@ impl LaunchedCommand {
 
     /// True while any process of the command's group is alive: the command
     /// itself or what it started (that did not leave the group).
-    pub fn group_alive(&mut self) -> bool {
+    pub(super) fn group_alive(&mut self) -> bool {
         if !self.try_reap() {
             return true;
         }
@@ -248,13 +263,13 @@ impl LaunchedCommand {
     }
 
     /// Passes a stop on to the whole group (`sig`: SIGINT, SIGTERM, SIGHUP).
-    pub fn stop(&mut self, sig: libc::c_int) {
+    pub(super) fn stop(&mut self, sig: libc::c_int) {
         self.exit.stop_signal = Some(sig);
         self.signal_group(sig);
     }
 
     /// SIGKILL to the whole group, once the grace period is over.
-    pub fn kill(&mut self) {
+    pub(super) fn kill(&mut self) {
         self.exit.killed = true;
         self.signal_group(libc::SIGKILL);
     }
@@ -267,7 +282,7 @@ impl LaunchedCommand {
 
     /// Stops the group with `sig` and waits for it, SIGKILL after `grace`,
     /// without recording meanwhile (the recording has failed).
-    pub fn stop_and_wait(&mut self, sig: libc::c_int, grace: Duration) {
+    pub(super) fn stop_and_wait(&mut self, sig: libc::c_int, grace: Duration) {
         if !self.group_alive() {
             return;
         }
@@ -285,14 +300,14 @@ impl LaunchedCommand {
     }
 
     /// How it ended, so far.
-    pub fn exit(&self) -> CommandExit {
+    pub(super) fn exit(&self) -> CommandExit {
         self.exit.clone()
     }
 }
 
 /// How long the group is waited for after SIGKILL: only a process in
 /// uninterruptible sleep outlives it, until its IO ends.
-pub const KILL_WAIT: Duration = Duration::from_secs(2);
+pub(super) const KILL_WAIT: Duration = Duration::from_secs(2);
 
 impl Drop for LaunchedCommand {
     /// A command still running here (an error path) is killed with its

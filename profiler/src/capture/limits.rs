@@ -2,6 +2,11 @@
 //! quota (a container's `--cpus`), not the machine's count. Training jobs
 //! often run in containers with CPU limits; judging them against the
 //! machine's cores would hide oversubscription.
+//!
+//! The `CpuLimit` is read once, for the first target, at the start: the online
+//! CPUs, its `Cpus_allowed_list`, and the tightest cgroup v2 `cpu.max` or v1
+//! CFS quota on its cgroup path; analysis uses the smallest and says which
+//! (`cores_source`).
 
 use std::{fs, path::Path};
 

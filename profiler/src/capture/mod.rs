@@ -12,6 +12,17 @@
 //! Architecture invariant: the only module that needs root and the only one
 //! that uses aya (through [`programs`]). What it writes is all that later
 //! stages see.
+//!
+//! [`record`] builds a current-thread tokio runtime and runs `start`
+//! (privilege checks, load, launch or find the targets, attach, track),
+//! `Session::run`, `Session::stop_command` (a launched command is stopped
+//! and waited for), then `Session::finish` (the last drain, CUDA, lost
+//! counts and the footer). Inside capture only `programs` names an aya
+//! type; whatever needs the live machine (symbols, process names and
+//! command lines, device names, NVML's wall-clock timestamps turned into
+//! CLOCK_MONOTONIC) is resolved here, at record time. Whatever stops a
+//! recording (a signal, a second signal, a full disk, an error), the file
+//! on disk is a readable prefix and no program or map outlives the process.
 
 mod btf;
 mod clock;

@@ -30,7 +30,7 @@ const JOB_ID: &[&str] = &["SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"];
 /// The identity of this machine, and the rank of the first target that
 /// has one. A launched command's environment is read while it is held
 /// before exec, when it is still tprof's own, which `execv` passes on.
-pub fn identity(targets: &[u32]) -> NodeIdentity {
+pub(super) fn identity(targets: &[u32]) -> NodeIdentity {
     NodeIdentity {
         boot_id: read_id("/proc/sys/kernel/random/boot_id"),
         machine_id: read_id("/etc/machine-id").or_else(|| read_id("/var/lib/dbus/machine-id")),
@@ -49,7 +49,7 @@ fn read_id(path: &str) -> Option<String> {
 
 /// The rank variables of an environment block (`KEY=VALUE\0…`); None when
 /// it names no rank, local rank, world size or node rank.
-pub fn rank_info(pid: u32, environ: &[u8]) -> Option<RankInfo> {
+pub(super) fn rank_info(pid: u32, environ: &[u8]) -> Option<RankInfo> {
     let wanted = [RANK, LOCAL_RANK, WORLD_SIZE, NODE_RANK, JOB_ID].concat();
     let env: BTreeMap<String, String> = environ
         .split(|&b| b == 0)

@@ -35,7 +35,7 @@ use super::stacks::{Keep, StackCounts, StackResolver};
 
 /// Batches the writer may be behind before the drain waits (each is one
 /// 50 ms tick, so about two seconds of events held in memory).
-pub const MAX_IN_FLIGHT: usize = 40;
+pub(super) const MAX_IN_FLIGHT: usize = 40;
 
 enum Msg {
     Events(DrainBatch),

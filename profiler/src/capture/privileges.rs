@@ -1,6 +1,10 @@
 //! What recording needs from the machine before it starts: root, the
 //! capabilities to load and attach programs, and a raised priority for the
 //! capture thread. Each check fails with what is missing and how to get it.
+//!
+//! `raise_priority` puts capture at nice -10, after forking a launched
+//! command (which keeps its own priority): a job filling every CPU otherwise
+//! delays the drains until the ring buffer overflows.
 
 use anyhow::{Result, bail};
 

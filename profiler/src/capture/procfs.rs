@@ -1,6 +1,10 @@
 //! Reads the live system from /proc: processes, threads, names, states and
 //! the machine's CPU counters. Everything here tolerates a task vanishing
 //! between two reads (it returns None or skips it).
+//!
+//! Also: task lists and descendants, command lines, /proc/stat samples,
+//! /sys/class/block device names, executable mappings, and the online CPUs
+//! (`sysconf(_SC_NPROCESSORS_ONLN)`, not tprof's own affinity).
 
 use std::{collections::HashMap, fs, path::Path};
 
@@ -240,10 +244,6 @@ pub fn page_size() -> u32 {
     // SAFETY: sysconf has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     u32::try_from(size).unwrap_or(4096).max(4096)
-}
-
-pub fn exists_task(pid: u32, tid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
 }
 
 pub fn exists(pid: u32) -> bool {

@@ -4,6 +4,19 @@
 //! processes, samples /proc/stat, and once a second refreshes lost counts,
 //! GPU samples, /proc/<pid>/maps and the CUDA state; at the end writes the
 //! totals and the footer.
+//!
+//! The loop in detail: every tick (`DRAIN_EVERY`, 50 ms) it drains the
+//! event shards (unless the writer is `MAX_IN_FLIGHT` batches behind),
+//! snapshots processes that appeared or exec'd (and looks for a libcudart
+//! and a CPython in them), and flushes; every other tick it samples
+//! /proc/stat; every `EXPIRE_EVERY` (5 s) it has
+//! `KernelPrograms::expire_in_flight` drop and count the requests, bios and
+//! CUDA calls whose end will not come. It stops on a signal, `--duration` or
+//! the targets' exit; `stop_command` then passes the stop on to a launched
+//! command's process group and keeps draining until the group is gone
+//! (SIGKILL after `--kill-after`), so the job's exit is in the recording.
+//! `finish` writes the CUDA and LOST records and the FOOTER, with the
+//! command's exit status.
 
 use std::{
     collections::HashSet,
@@ -730,6 +743,7 @@ fn process_change(bytes: &[u8]) -> Option<(u32, Option<u32>)> {
 fn uname() -> (String, String) {
     // SAFETY: uname fills a zeroed struct.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: u is a valid utsname to fill.
     unsafe { libc::uname(&mut u) };
     let field = |f: &[libc::c_char]| {
         let bytes: Vec<u8> = f

@@ -7,6 +7,13 @@
 //! its child and then its whole process group, a batch scheduler and a
 //! wrapper script each pass on one cancellation, a signal to a process
 //! group reaches tprof beside a forwarded copy.
+//!
+//! While recording the signals arrive through tokio. Once stopping,
+//! `arm_force_stop` installs a plain async-signal-safe handler: a later
+//! signal kills the launched command's group and exits at once (128 + the
+//! signal), the file a readable prefix. Once the recording is complete
+//! (`disarm_force_stop`), a signal has its default effect, duplicates still
+//! ignored, so `timeout`'s second copy cannot cut the report short.
 
 use std::{
     path::Path,

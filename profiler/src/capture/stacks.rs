@@ -11,6 +11,20 @@
 //! The Python frames the kernel walked for an event arrive as a record
 //! just before it: [`PythonFrames`] pairs them, names them and splices them
 //! into the event's user stack; the record itself is not written either.
+//!
+//! A copy is unwound when it arrives and filed under its thread and slot for
+//! the events that refer to it (`copy_ref`); a reference the writer cannot
+//! match (the copy lost, or drained after the event) is a lost stack,
+//! counted, never another copy's. An address in no known mapping re-reads
+//! the process's mappings (at most every `REREAD_EVERY`, 20 ms: `import
+//! torch` maps libraries faster than the once-a-second refresh) and unwinds
+//! again. A stack that stops short of its thread's root ends under a
+//! `[truncated]` frame, so flamegraphs group partial stacks apart rather
+//! than root them wrongly; a file frame without a symbol (stripped wheels)
+//! is named by its function's start from the file's CFI
+//! (`libgomp.so.1+0x1de40`), so one function's samples add up. What became
+//! of the unwinds ([`StackCounts`]: truncated, short, cut, unmatched) goes
+//! into the LOST record.
 
 use std::{
     collections::HashMap,
@@ -43,7 +57,7 @@ type StackId = i32;
 /// What became of the user stacks the writer unwound, for the LOST record
 /// (the session reads it while the writer updates it).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct StackCounts {
+pub(super) struct StackCounts {
     /// Stack ids the stack map no longer held when read.
     pub unreadable: u64,
     /// Unwinds that ran past a full copy (deeper than `--stack-size`) or
@@ -62,7 +76,7 @@ pub struct StackCounts {
 
 impl StackCounts {
     /// Adds these counts to the kernel's.
-    pub fn add_to(&self, lost: &mut LostCounts) {
+    pub(super) fn add_to(&self, lost: &mut LostCounts) {
         lost.stack_failed += self.unreadable;
         lost.stack_truncated += self.truncated;
         lost.stack_copy_short += self.short;
@@ -73,7 +87,7 @@ impl StackCounts {
 }
 
 /// Everything needed to turn the events' stacks into the recording's.
-pub struct StackResolver {
+pub(super) struct StackResolver {
     source: StackSource,
     /// How the kernel takes user stacks ([`stack_mode`]).
     mode: u32,
@@ -129,7 +143,7 @@ const REREAD_EVERY: Duration = Duration::from_millis(20);
 
 /// What to do with an event once its stacks are resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Keep {
+pub(super) enum Keep {
     /// Write it.
     Yes,
     /// Drop it: a stack copy, now unwound, or Python frames, now part of
@@ -138,7 +152,11 @@ pub enum Keep {
 }
 
 impl StackResolver {
-    pub fn new(source: StackSource, mode: u32, shared: Arc<Mutex<StackCounts>>) -> StackResolver {
+    pub(super) fn new(
+        source: StackSource,
+        mode: u32,
+        shared: Arc<Mutex<StackCounts>>,
+    ) -> StackResolver {
         StackResolver {
             source,
             mode,
@@ -161,17 +179,17 @@ impl StackResolver {
         }
     }
 
-    pub fn add_maps(&mut self, pid: u32, maps: Vec<Mapping>) {
+    pub(super) fn add_maps(&mut self, pid: u32, maps: Vec<Mapping>) {
         self.spaces.add_snapshot(pid, maps);
     }
 
-    pub fn set_parent(&mut self, child: u32, parent: u32) {
+    pub(super) fn set_parent(&mut self, child: u32, parent: u32) {
         self.spaces.set_parent(child, parent);
         self.python.set_parent(child, parent);
     }
 
     /// A process's CPython, whose frames it names and splices in.
-    pub fn add_interpreter(&mut self, interp: Arc<Interpreter>) {
+    pub(super) fn add_interpreter(&mut self, interp: Arc<Interpreter>) {
         self.python.add_interpreter(interp);
     }
 
@@ -179,7 +197,7 @@ impl StackResolver {
     /// the kernel's to the recording's, interning what is new. A stack copy
     /// is unwound and kept for the events that refer to it, and not
     /// written. Other events are left as they are.
-    pub fn rewrite(&mut self, event: &mut [u8]) -> Keep {
+    pub(super) fn rewrite(&mut self, event: &mut [u8]) -> Keep {
         let Some(hdr) = read::<EventHeader>(event) else {
             return Keep::Yes;
         };
@@ -237,7 +255,7 @@ impl StackResolver {
     /// that refer to them. A native frame without a symbol is named by the
     /// start of its function (from its file's CFI), so its samples add up
     /// under one name.
-    pub fn write_new(&mut self, out: &mut RecordingFile) -> Result<()> {
+    pub(super) fn write_new(&mut self, out: &mut RecordingFile) -> Result<()> {
         if !self.new_frames.is_empty() {
             let first = (self.frames.len() - self.new_frames.len()) as u32;
             let mut frames = self.namer.frames(&self.new_frames, &self.spaces);

@@ -8,6 +8,13 @@
 //! before the recording ended still gets names. Symbolization happens here,
 //! at record time, because the binaries may be missing wherever the
 //! recording is read.
+//!
+//! A process that exited resolves through its own last snapshot or, with
+//! none, its nearest ancestor's. [`Namer`] names sites with blazesym (ELF
+//! files by file offset, kallsyms, the vDSO) and `/tmp/perf-<pid>.map` for
+//! JIT code, and keeps blazesym's parsed files for the whole recording;
+//! Python sites and markers arrive named. It runs on the writer thread
+//! only: the first sight of a large library costs blazesym seconds.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -26,7 +33,7 @@ use tprof_core::recording::{Frame, FrameKind};
 
 /// The executable mappings of every tracked process, as last seen alive.
 #[derive(Debug, Default)]
-pub struct AddressSpaces {
+pub(super) struct AddressSpaces {
     maps: HashMap<u32, Vec<Mapping>>,
     /// Per process, bumped whenever its mappings change, so the unwinder
     /// built from them knows to rebuild.
@@ -41,7 +48,7 @@ impl AddressSpaces {
     /// Adds a /proc/<pid>/maps snapshot. Mappings from an earlier snapshot
     /// that the new one does not overlap are kept: samples taken before a
     /// dlclose or an exec still resolve.
-    pub fn add_snapshot(&mut self, pid: u32, fresh: Vec<Mapping>) {
+    pub(super) fn add_snapshot(&mut self, pid: u32, fresh: Vec<Mapping>) {
         let old = self.maps.remove(&pid).unwrap_or_default();
         let kept: Vec<Mapping> = old
             .iter()
@@ -60,7 +67,7 @@ impl AddressSpaces {
     /// The mappings that hold `pid`'s code: its own snapshot, else its
     /// nearest ancestor's (a forked child maps what its parent mapped), as
     /// (whose, generation, mappings).
-    pub fn mappings(&self, pid: u32) -> Option<(u32, u64, &[Mapping])> {
+    pub(super) fn mappings(&self, pid: u32) -> Option<(u32, u64, &[Mapping])> {
         let owner = self
             .lineage(pid)
             .into_iter()
@@ -71,11 +78,11 @@ impl AddressSpaces {
 
     /// True when `addr` lies in an executable mapping of `pid` (or of the
     /// ancestor whose mappings stand for it).
-    pub fn is_code(&self, pid: u32, addr: u64) -> bool {
+    pub(super) fn is_code(&self, pid: u32, addr: u64) -> bool {
         self.lookup(pid, addr).is_some()
     }
 
-    pub fn set_parent(&mut self, child: u32, parent: u32) {
+    pub(super) fn set_parent(&mut self, child: u32, parent: u32) {
         self.parents.insert(child, parent);
     }
 
@@ -110,7 +117,7 @@ impl AddressSpaces {
 
 /// Where one raw address points, before symbolization.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Site {
+pub(super) enum Site {
     /// A file-backed address: (path, file offset).
     File(String, u64),
     /// JIT code: (pid whose perf map to read, address).
@@ -130,11 +137,11 @@ pub enum Site {
 /// Frames below the leaf hold return addresses, which point just past the
 /// call; one byte back lands in the calling function even when the call was
 /// its last instruction.
-pub fn return_site(ip: u64, depth: usize) -> u64 {
+pub(super) fn return_site(ip: u64, depth: usize) -> u64 {
     if depth == 0 { ip } else { ip.saturating_sub(1) }
 }
 
-pub fn user_site(spaces: &AddressSpaces, pid: u32, addr: u64) -> Site {
+pub(super) fn user_site(spaces: &AddressSpaces, pid: u32, addr: u64) -> Site {
     match spaces.lookup(pid, addr) {
         Some((owner, m)) if m.path.is_empty() || m.path.starts_with("[anon") => {
             Site::Anon(owner, addr)
@@ -151,7 +158,7 @@ pub fn user_site(spaces: &AddressSpaces, pid: u32, addr: u64) -> Site {
 /// Names sites, one batch at a time, keeping what it learns between
 /// batches: blazesym's parsed files (a libtorch takes seconds to parse) and
 /// each JIT's perf map.
-pub struct Namer {
+pub(super) struct Namer {
     symbolizer: Symbolizer,
     /// Each process's perf map with the file length it was read at: re-read
     /// when it grew (JITs append as they compile).
@@ -169,7 +176,7 @@ impl Default for Namer {
 
 impl Namer {
     /// One frame per site, in order.
-    pub fn frames(&mut self, sites: &[Site], spaces: &AddressSpaces) -> Vec<Frame> {
+    pub(super) fn frames(&mut self, sites: &[Site], spaces: &AddressSpaces) -> Vec<Frame> {
         let mut frames = vec![Frame::default(); sites.len()];
         let mut by_file: BTreeMap<&str, Vec<(u64, usize)>> = BTreeMap::new();
         let mut kernel: Vec<(u64, usize)> = Vec::new();

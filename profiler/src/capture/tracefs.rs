@@ -1,6 +1,10 @@
 //! tracefs: make sure it is mounted (aya attaches tracepoints through it, and
 //! a fresh machine does not mount it) and read tracepoint field offsets from
 //! its `format` files, so the programs never assume one kernel's layout.
+//!
+//! Each field's size is checked against what the program reads.
+//! `block_rq_complete`'s `rwbs` is 8 bytes on older kernels and 10 on newer;
+//! the programs read the first 8.
 
 use std::{fs, io, path::Path};
 

@@ -12,6 +12,21 @@
 //! are read once ([`ElfFile`]) and shared by every process mapping it. The
 //! same sections give the function start of an address ([`Unwinder::
 //! function_start`]), which names frames that have no symbol.
+//!
+//! A forked child that has no snapshot of its own unwinds with its parent's
+//! mappings; a process's unwinder is rebuilt when its mappings change. Files
+//! are read through `/proc/<pid>/map_files` when a live mapping is at hand
+//! (a deleted or replaced file, a container's mount namespace), the vDSO
+//! from tprof's own memory. A leaf in code without CFI (libjpeg-turbo's
+//! hand-written SIMD in OpenCV's wheel; a frameless memcpy) gets both
+//! guesses, the return address at sp and a frame-pointer frame, and keeps
+//! the one whose return address is code. framehop is StackPulse's fork
+//! (crate `framehop-stackpulse` 0.17, upstream's API): it evaluates CFA
+//! expressions that read memory (`CFA = *(rbp - 8)` in every function that
+//! realigns its stack for AVX, libtorch's vectorized kernels among them),
+//! where upstream framehop 0.16 fell back to frame pointers and lost the rest of the
+//! stack. Why copy and unwind here rather than unwind in the kernel:
+//! docs/decisions.md.
 
 use std::{collections::HashMap, fs::File, ops::Range, os::unix::fs::FileExt, sync::Arc};
 
@@ -28,7 +43,7 @@ use super::symbols::{AddressSpaces, Site, user_site};
 
 /// Frames past this depth are cut: few real stacks are this deep (a deep
 /// recursion), and a loop in a garbage chain would never end.
-pub const MAX_DEPTH: usize = 512;
+pub(super) const MAX_DEPTH: usize = 512;
 
 /// Unwinders kept at once, one per process; the least recently used goes
 /// first (a job that forks thousands of short-lived processes).
@@ -37,7 +52,7 @@ const MAX_PROCESSES: usize = 256;
 /// A thread's user registers where it was stopped: what unwinding starts
 /// from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UserRegs {
+pub(super) struct UserRegs {
     pub ip: u64,
     pub sp: u64,
     pub bp: u64,
@@ -45,7 +60,7 @@ pub struct UserRegs {
 
 /// How an unwind ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
+pub(super) enum End {
     /// At a thread's root: a frame whose CFI says it has no caller
     /// (`_start`, `clone3`).
     Root,
@@ -62,7 +77,7 @@ pub enum End {
 
 /// An unwound stack.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unwound {
+pub(super) struct Unwound {
     /// The leaf's instruction pointer, then each caller's return address.
     pub addrs: Vec<u64>,
     pub end: End,
@@ -75,7 +90,7 @@ pub struct Unwound {
 
 /// Unwinds copied stacks of any tracked process.
 #[derive(Default)]
-pub struct Unwinder {
+pub(super) struct Unwinder {
     files: ElfFiles,
     processes: HashMap<u32, ProcessUnwinder>,
     /// Bumped on every unwind, to find the least recently used process.
@@ -94,7 +109,7 @@ struct ProcessUnwinder {
 impl Unwinder {
     /// Unwinds the stack of a thread of `pid` stopped at `regs`, from
     /// `stack`, the bytes copied from `regs.sp` upward.
-    pub fn unwind(
+    pub(super) fn unwind(
         &mut self,
         spaces: &AddressSpaces,
         pid: u32,
@@ -127,7 +142,7 @@ impl Unwinder {
 
     /// The start of the function holding `offset` in the file at `path`, as
     /// a file offset, from the file's CFI; None when it has none there.
-    pub fn function_start(&mut self, path: &str, offset: u64) -> Option<u64> {
+    pub(super) fn function_start(&mut self, path: &str, offset: u64) -> Option<u64> {
         self.files.get(path, None)?.function_start(offset)
     }
 

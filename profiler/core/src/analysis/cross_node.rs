@@ -7,6 +7,13 @@
 //!
 //! Pure: [`RankFacts`] (kept from each recording's model and summary, so a
 //! merge holds one model at a time) in, [`CrossNode`] out.
+//!
+//! The straggler is the rank whose median step is at least
+//! [`STRAGGLER_RATIO`] (10%) over the other ranks' median, or, without
+//! steps, whose data-wait share leads every other's by [`DATA_WAIT_LEAD`].
+//! Clocks are compared only where two recordings share a boot (same machine)
+//! or one recording's start and end anchors disagree (the wall clock was
+//! stepped).
 
 use super::Summary;
 use super::steps::Step;
@@ -76,7 +83,10 @@ impl RankFacts {
             data_wait_frac: steps.data_wait_frac,
             data_wait_blame: steps.blame.leading(),
             steps: steps.steps.clone(),
-            top_finding: summary.findings.first().map(|f| (f.id, f.title.clone())),
+            top_finding: summary
+                .findings
+                .first()
+                .map(|f| (f.id.name(), f.title.clone())),
             trainer,
         }
     }

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::diagnosis::{FindingId, Severity};
 use super::gpu::{IDLE_UTIL_PCT, periods};
 use crate::model::{
     CudaCall, Model, ThreadState,
@@ -80,10 +81,10 @@ pub struct Trainer {
 /// A diagnosis about the CUDA copies, with its evidence and the fix to try.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CudaFinding {
-    /// "pageable_copies" or "sync_copies".
-    pub id: &'static str,
-    /// "high" or "medium".
-    pub severity: &'static str,
+    /// PageableCopies or SyncCopies.
+    pub id: FindingId,
+    /// High or Medium.
+    pub severity: Severity,
     pub evidence: String,
     pub fix: String,
     /// The copies, bytes and blocked time behind it.
@@ -390,15 +391,15 @@ fn findings(h: &H2dCopies, trainer_tid: Option<u32>, model: &Model) -> Vec<CudaF
         / NS;
     let severity = |blocked_s: f64| {
         if lifetime_s > 0.0 && blocked_s / lifetime_s >= HIGH_BLOCKED_SHARE {
-            "high"
+            Severity::High
         } else {
-            "medium"
+            Severity::Medium
         }
     };
     let share = |bytes: u64| bytes as f64 / h.bytes as f64;
     if h.pageable > 0 && share(h.pageable_bytes) >= FINDING_MIN_BYTES_SHARE {
         out.push(CudaFinding {
-            id: "pageable_copies",
+            id: FindingId::PageableCopies,
             severity: severity(h.pageable_blocked_s),
             evidence: format!(
                 "{} of {} host-to-device copies ({} of {}) came from pageable memory; \
@@ -421,7 +422,7 @@ fn findings(h: &H2dCopies, trainer_tid: Option<u32>, model: &Model) -> Vec<CudaF
     }
     if h.pinned_followed_by_sync > 0 && share(h.pinned_bytes) >= FINDING_MIN_BYTES_SHARE {
         out.push(CudaFinding {
-            id: "sync_copies",
+            id: FindingId::SyncCopies,
             severity: severity(h.pinned_sync_blocked_s),
             evidence: format!(
                 "{} of {} host-to-device copies from pinned memory were each followed by a \
@@ -523,7 +524,7 @@ mod tests {
         (0, 1, cuda_fn::MALLOC_HOST, [0x10, 1 << 22, 0, 0, 0], 0x1000);
 
     fn ids(s: &CudaStats) -> Vec<&str> {
-        s.findings.iter().map(|f| f.id).collect()
+        s.findings.iter().map(|f| f.id.name()).collect()
     }
 
     #[test]

@@ -3,6 +3,11 @@
 //! counts in the interval it completes in; await is queue + service time;
 //! aqu-sz is the summed request time divided by the interval; %util is the
 //! share of the interval with at least one request in flight.
+//!
+//! [`IoStat`] holds the columns, for the window and for each whole second;
+//! [`DeviceUser`] the tracked threads that used each device. Device
+//! statistics are machine-wide, as iostat's are; only the users are the
+//! job's.
 
 use std::collections::BTreeMap;
 

@@ -58,6 +58,64 @@ pub enum Severity {
     High,
 }
 
+impl Severity {
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Low => "low",
+            Severity::Medium => "medium",
+            Severity::High => "high",
+        }
+    }
+}
+
+impl std::fmt::Display for Severity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a finding is about. The names (docs/json.md, "findings") are a
+/// contract: scripts match on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingId {
+    TooManyWorkers,
+    ThreadOversubscription,
+    DiskBound,
+    DecodeBound,
+    TrainerCpuBound,
+    SyncCopies,
+    PageableCopies,
+    GpuBound,
+}
+
+impl FindingId {
+    pub fn name(self) -> &'static str {
+        match self {
+            FindingId::TooManyWorkers => "too_many_workers",
+            FindingId::ThreadOversubscription => "thread_oversubscription",
+            FindingId::DiskBound => "disk_bound",
+            FindingId::DecodeBound => "decode_bound",
+            FindingId::TrainerCpuBound => "trainer_cpu_bound",
+            FindingId::SyncCopies => "sync_copies",
+            FindingId::PageableCopies => "pageable_copies",
+            FindingId::GpuBound => "gpu_bound",
+        }
+    }
+}
+
+impl std::fmt::Display for FindingId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl PartialEq<&str> for FindingId {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
+
 fn severity(explains: f64) -> Severity {
     if explains >= 0.3 {
         Severity::High
@@ -70,9 +128,7 @@ fn severity(explains: f64) -> Severity {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
-    /// Stable: too_many_workers, thread_oversubscription, disk_bound,
-    /// decode_bound, trainer_cpu_bound, sync_copies, pageable_copies, gpu_bound.
-    pub id: &'static str,
+    pub id: FindingId,
     pub title: String,
     pub severity: Severity,
     /// Share of the trainer's time in the training phase this cause explains.
@@ -220,7 +276,7 @@ fn cuda_findings<'a>(f: &'a Facts) -> impl Iterator<Item = Finding> + 'a {
     f.s.cuda.findings.iter().map(move |c| {
         let explains = if life > 0.0 { (c.blocked_s / life).min(1.0) } else { 0.0 };
         let (title, changes) = match c.id {
-            "pageable_copies" => (
+            FindingId::PageableCopies => (
                 "Host-to-device copies from pageable memory: pin_memory is off or ineffective",
                 vec![Change::flag("pin_memory", true), Change::flag("non_blocking", true)],
             ),
@@ -232,7 +288,7 @@ fn cuda_findings<'a>(f: &'a Facts) -> impl Iterator<Item = Finding> + 'a {
         Finding {
             id: c.id,
             title: title.to_string(),
-            severity: if c.severity == "high" { Severity::High } else { Severity::Medium },
+            severity: c.severity,
             explains_frac: explains,
             evidence: vec![
                 c.evidence.clone(),
@@ -446,7 +502,7 @@ fn too_many_workers(f: &Facts) -> Option<Finding> {
     };
     let explains = data_part + f.queued_behind(&f.workers);
     Some(Finding {
-        id: "too_many_workers",
+        id: FindingId::TooManyWorkers,
         title: format!(
             "Too many data workers for the cores: {} worker processes at a time on {}, where the CPU they need calls for {}",
             f.worker_processes,
@@ -512,7 +568,7 @@ fn thread_oversubscription(f: &Facts) -> Option<Finding> {
     let explains = data_part + f.queued_behind(&f.pools);
     let (fix, changes) = pool_fix(f);
     Some(Finding {
-        id: "thread_oversubscription",
+        id: FindingId::ThreadOversubscription,
         title: format!(
             "Thread pools oversubscribe the CPU: {pool_threads} pool threads (up to {} in one process) + \
              {worker_threads} data-worker threads = {threads} threads alive at a time on {}",
@@ -621,7 +677,7 @@ fn disk_bound(f: &Facts) -> Option<Finding> {
         ));
     }
     Some(Finding {
-        id: "disk_bound",
+        id: FindingId::DiskBound,
         title: "Input is disk-bound: workers wait for block IO".into(),
         severity: severity(explains),
         explains_frac: explains,
@@ -670,7 +726,7 @@ fn decode_bound(f: &Facts) -> Option<Finding> {
         evidence.push(f.advice_text(&a));
     }
     Some(Finding {
-        id: "decode_bound",
+        id: FindingId::DecodeBound,
         title: "Workers are busy decoding and augmenting while cores sit idle".into(),
         severity: severity(explains),
         explains_frac: explains,
@@ -699,7 +755,7 @@ fn trainer_cpu_bound(f: &Facts) -> Option<Finding> {
     }
     let secs = |ns: u64| ns as f64 / 1e9;
     Some(Finding {
-        id: "trainer_cpu_bound",
+        id: FindingId::TrainerCpuBound,
         title: format!(
             "The trainer itself is CPU-bound (tid {} on a CPU {:.0}% of its time)",
             t.tid,
@@ -736,7 +792,7 @@ fn gpu_bound(f: &Facts) -> Option<Finding> {
         return None;
     }
     Some(Finding {
-        id: "gpu_bound",
+        id: FindingId::GpuBound,
         title: format!("GPU-bound: the GPU is busy ({util:.0}%), the input pipeline keeps up"),
         severity: Severity::Low,
         explains_frac: util / 100.0,

@@ -1,6 +1,11 @@
 //! Folded stacks for flamegraphs: each sampled stack becomes one line
-//! `role;thread;frame;…;frame weight`, rooted in who ran it so the whole job
-//! (trainer and every worker, exited or not) shares one graph.
+//! `process;thread;frame;…;frame[;reason] weight`, rooted in who ran it
+//! (the target's name, `NAME (child)` for its descendants) so the whole
+//! job (trainer and every worker, exited or not) shares one graph. Off-CPU
+//! stacks end in their reason (`[futex]`, `[sleep]`, …); kernel frames end
+//! in `_[k]`; Python frames read `function (file.py)`, with `--lines`
+//! `function (file.py:42)`. Weights are samples (cpu) or µs (offcpu,
+//! wall).
 //!
 //! Pure: a [`Model`] in, lines out; render/flamegraph.rs draws them.
 

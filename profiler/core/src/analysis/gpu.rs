@@ -8,6 +8,9 @@
 //! period: its error is bounded by the sample spacing (about 1/6 s on real
 //! drivers, a poll period when polled), not by where between samples a
 //! midpoint guess lands.
+//!
+//! A sample stands for at most `MAX_SAMPLE_PERIOD_NS` (1 s) before it, so
+//! a gap in a series is not read as one long sample.
 
 use serde::Serialize;
 

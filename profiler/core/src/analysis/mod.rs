@@ -1,5 +1,13 @@
 //! Statistics over the model: per thread, per process, and the machine-wide
 //! picture. Pure functions; the renderers only format what is computed here.
+//!
+//! [`summarize`] makes the [`Summary`]: `ThreadStats` (state and reason
+//! times, IO bytes, switches), `ProcessStats`, the job's average threads on
+//! a CPU and waiting for one, `MachineStats` from the /proc/stat samples,
+//! the usable cores (`CpuLimit::effective`: machine, cpuset or cgroup
+//! quota), then each module below (roles, devices, futexes, GPUs, steps,
+//! pipeline, CUDA, stack and Python coverage); `diagnosis::diagnose` runs
+//! last, on the finished `Summary`.
 
 pub mod cross_node;
 pub mod cuda;

@@ -1,5 +1,7 @@
 //! GPUs of a recording: each device with its series gathered from the
 //! sample batches, sorted by time.
+//!
+//! Samples of one series at the same time are deduplicated.
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,9 @@
 //! Block requests and futex waits, as the model keeps them.
+//!
+//! [`IoRequest`] is one completed block request, its [`IoOp`] read from the
+//! kernel's rwbs string; [`FutexWait`] one futex wait from syscall entry to
+//! exit, with the waker the model names for it (none when the waker is 0,
+//! or the wait timed out or was interrupted).
 
 /// What a block request did, from the kernel's rwbs string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

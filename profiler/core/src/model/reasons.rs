@@ -6,6 +6,11 @@
 //! An IO wait lasts until the wakeup that delivers the completion, a few
 //! microseconds after the request completes: the window of a request runs
 //! to its owner's first wakeup after completion (within [`DELIVERY_SLACK_NS`]).
+//!
+//! The S/D split of the kernel's `prev_state` is kept beside it
+//! (`blocked_interruptible_s`, `blocked_uninterruptible_s` in the JSON).
+//! Why overlap rather than S/D state: a thread blocked on a block request
+//! may sleep in either state, and a futex wait is S like any other sleep.
 
 use foldhash::{HashMap, HashMapExt as _};
 

@@ -6,6 +6,20 @@
 //! state until its first event; that event tells what it was doing before
 //! (a switch-out: running; a switch-in: runnable; a wakeup: blocked), so the
 //! first interval is filled in backwards from it.
+//!
+//! A thread with no event in the whole window keeps the state letter /proc
+//! showed at attach. A switch-out of a thread that was not running as far
+//! as the events tell stands in for the switch-in the kernel did not trace
+//! (counted in `untraced_switch_ins`; see `Builder::switch_out`); a switch
+//! to a thread of the job that the kernel does not track yet (userspace is
+//! still adding the threads found at attach) carries no tgid but is that
+//! thread's switch-in.
+//!
+//! Memory: a thread keeps its intervals as [`Intervals`], the low 32 bits
+//! of each start, the high halves once per 4.3 s epoch, and a byte of state
+//! and reason: 5 bytes an interval instead of 24. [`Interval`] values are
+//! made on the fly. The model holds one to two intervals per event, so this
+//! is most of a report's memory.
 
 use foldhash::{HashMap, HashMapExt as _};
 
@@ -616,8 +630,8 @@ impl Builder {
 
     /// A tracked thread leaves a CPU. If it was not running as far as the
     /// events tell, its switch-in was never seen: the kernel does not trace
-    /// a switch away from some tasks (see "Known accuracy limits" in
-    /// docs/architecture.md), or the event was lost. It then ran from the
+    /// a switch away from some tasks (see "Accuracy of the measurements"
+    /// in docs/diagnosis.md), or the event was lost. It then ran from the
     /// moment this CPU went to an untracked task (`untracked_since`: the
     /// earliest it can have come back, so its running time is high by that
     /// task's own run, typically microseconds), or, with nothing known of

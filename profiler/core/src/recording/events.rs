@@ -1,5 +1,9 @@
 //! Kernel events as the rest of tprof sees them: decoded from the ABI structs
 //! of `profiler_ebpf` into one enum with plain fields.
+//!
+//! The large, rare variants (`BlockIo`, `CudaCall`) are boxed so the enum
+//! stays at 56 bytes (a test pins it): the reorder window and the model's
+//! builders move millions of them.
 
 use profiler_ebpf::{
     BlockIoEvent, CUDA_ARGS, CommEvent, CudaCallEvent, EventHeader, ExecEvent, ExitEvent,

@@ -14,6 +14,11 @@
 //!
 //! Architecture invariant: nothing here touches the kernel or the live
 //! system; [`reader::parse`] takes bytes and returns values.
+//!
+//! Any change a reader of the previous version would misread bumps
+//! [`FORMAT_VERSION`] and gets a changelog entry in recording-format.md;
+//! readers accept every version from [`OLDEST_READABLE_VERSION`] on, and
+//! take a record longer than [`MAX_RECORD_LEN`] for corruption.
 
 pub mod events;
 pub mod reader;

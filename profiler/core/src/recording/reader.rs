@@ -1,6 +1,18 @@
 //! Reads a recording back: bytes in, [`Recording`] out, no I/O in [`parse`].
 //! Tolerates a file cut off mid-record (a killed recording) and rejects
 //! anything else malformed with a [`ReadError`] that says what and where.
+//!
+//! Two ways in. [`parse`] takes bytes and holds every event in memory
+//! ([`read`] adds reading the file): tests and fuzzing. [`open`] is the
+//! commands' way, in two passes: the first reads the metadata records and
+//! seeks over the EVENTS records, noting where they are (and, without a
+//! footer, scans their timestamps for the window's end); the second,
+//! [`Opened::events_in_order`], decodes one EVENTS record at a time and hands
+//! the events on in timestamp order through a reorder buffer that holds back
+//! only [`REORDER_WINDOW_NS`] (100 ms) of events; any that arrive later than
+//! that are counted as `late` and still delivered. So a report never holds
+//! every event. Both refuse anything but a regular file (`/dev/zero`, a
+//! FIFO) and say, for corruption, at which byte.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read as _, Seek as _, SeekFrom};

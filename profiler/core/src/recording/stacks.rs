@@ -9,6 +9,10 @@
 //! sampled until then and every sample has its time. Formats 2 and 3 wrote
 //! one aggregated [`StackTable`] at the end instead; the model builds the
 //! same table from the streamed records, so everything after it reads both.
+//!
+//! A [`Frame`] has a [`FrameKind`] (native, kernel, Python, JIT, or a
+//! marker such as `[truncated]` or `[python: unreadable]`), so a reader
+//! never guesses what an address was.
 
 use serde::{Deserialize, Serialize};
 

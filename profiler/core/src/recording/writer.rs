@@ -1,6 +1,9 @@
 //! Appends records to a recording. The capture loop calls [`Writer::flush`]
 //! on every drain tick, so a recording killed at any point holds everything up
 //! to the last tick.
+//!
+//! Event bytes are gathered into EVENTS records of about 1 MiB
+//! (`EVENTS_RECORD_TARGET`); metadata records are written as they come.
 
 use std::io::{self, Write};
 

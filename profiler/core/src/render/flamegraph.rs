@@ -1,5 +1,9 @@
 //! Flamegraph SVGs through inferno, from the folded stacks of
 //! [`analysis::flame`](crate::analysis::flame).
+//!
+//! [`svg`] draws one kind; [`diff_svg`] a differential graph of two
+//! recordings (`tprof flamegraph --diff BEFORE AFTER`). Both write to any
+//! `io::Write` the caller hands them: renderers do no I/O of their own.
 
 use std::io::{self, Write};
 

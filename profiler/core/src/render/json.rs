@@ -615,8 +615,8 @@ fn trainer(t: &Trainer) -> CudaTrainer<'_> {
 
 fn finding(f: &CudaFinding) -> Finding<'_> {
     Finding {
-        id: f.id,
-        severity: f.severity,
+        id: f.id.name(),
+        severity: f.severity.name(),
         evidence: &f.evidence,
         fix: &f.fix,
         copies: f.copies,

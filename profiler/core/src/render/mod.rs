@@ -2,6 +2,10 @@
 //! computed (the [`Summary`](crate::analysis::Summary), folded stacks, the
 //! model's stacks) and formats it; none computes. [`crate::outputs`] lists
 //! them all.
+//!
+//! Renderers do no I/O of their own: the caller hands them the
+//! `io::Write`. [`loss_note`] is the one line on what a recording lost that
+//! every output with room for a line (flamegraph subtitles) prints.
 
 pub mod cross_node;
 pub mod flamegraph;

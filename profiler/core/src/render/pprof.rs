@@ -7,6 +7,11 @@
 //! The kinds are the flamegraphs': `cpu` (on-CPU samples, as a count and
 //! as CPU time), `offcpu` (time off CPU, the reason as the leaf frame) and
 //! `wall` (both, in time).
+//!
+//! A location's address is the mapping's own range plus the file offset, a
+//! mapping per module; the protobuf code (`pprof_proto.rs`, like the
+//! Perfetto one) is generated from profiler/core/proto/ by `cargo xtask
+//! protos` and committed, so building tprof needs no protobuf compiler.
 
 use std::collections::HashMap;
 use std::io::{self, Write};

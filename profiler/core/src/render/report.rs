@@ -1,5 +1,8 @@
-//! The terminal report: the headline first (how much CPU the job wants
-//! against the cores it has), then processes, then threads.
+//! The terminal report: a header with what the recording lost (events by
+//! kind, stacks, cut short), the verdict, the headline (how much CPU the
+//! job wants against the cores it has), the input pipeline and its steps,
+//! then the evidence: processes, threads, Python coverage, devices,
+//! futexes, GPUs, CUDA and stack quality.
 
 use std::fmt::Write as _;
 

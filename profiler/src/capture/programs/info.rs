@@ -1,4 +1,10 @@
 //! What aya does not read about a loaded program: its recursion misses.
+//!
+//! The kernel skips a BPF program that fires while another runs on the same
+//! CPU (a block completion interrupt during `tprof_switch`, say). aya does
+//! not expose `bpf_prog_info.recursion_misses`, so it is read here with
+//! `BPF_OBJ_GET_INFO_BY_FD`, and counted as lost events
+//! (`lost.recursion_misses`).
 
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
 
@@ -26,6 +32,7 @@ impl KernelPrograms {
 fn prog_info(fd: BorrowedFd<'_>) -> std::io::Result<bpf_prog_info> {
     // SAFETY: both are plain C structs for which zero is a valid value.
     let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
     let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
     attr.info.bpf_fd = fd.as_raw_fd() as u32;
     attr.info.info_len = size_of::<bpf_prog_info>() as u32;

@@ -7,6 +7,19 @@
 //!
 //! [`attach`] says which program attaches where, [`stacks`] reads the
 //! stack map, [`info`] what aya does not expose about a program.
+//!
+//! Loading, in named steps: `sched_offsets` picks the raw or classic
+//! scheduler programs (raw where the kernel's BTF gives the `task_struct`
+//! offsets; `TPROF_CLASSIC_SCHED=1` forces classic), `open_object`
+//! sets `OFFSETS`, `SAMPLE_STACKS`, `STACK_MODE`, `STACK_COPY_BYTES` and
+//! `PYTHON_FRAMES` and sizes the maps ([`MapLimits`]), `load_programs`, then
+//! `load_sched_programs`, which falls back to the classic set when the
+//! verifier refuses a raw program. A verifier that refuses the stack-copying
+//! or Python-walking code gets the programs reloaded with that mode off, and
+//! a note. [`in_flight`] expires what the kernel cannot. Program and map
+//! names and map sizes come from the ABI crate (`profiler_ebpf::names`); the
+//! `abi_names_match_the_object` test checks them against the built object
+//! both ways.
 
 mod attach;
 mod in_flight;

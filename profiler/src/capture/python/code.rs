@@ -21,7 +21,7 @@ const MAX_LINETABLE: u64 = 64 << 10;
 
 /// What a frame's label needs from its code object.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CodeInfo {
+pub(crate) struct CodeInfo {
     pub name: Arc<str>,
     pub file: Arc<str>,
     pub firstlineno: u32,
@@ -31,7 +31,7 @@ pub struct CodeInfo {
 
 impl CodeInfo {
     /// The line of instruction `lasti`, 0 when unknown.
-    pub fn line(&self, lasti: i32) -> u32 {
+    pub(crate) fn line(&self, lasti: i32) -> u32 {
         line_of(self.lines, &self.linetable, self.firstlineno, lasti).unwrap_or(0)
     }
 }
@@ -39,7 +39,7 @@ impl CodeInfo {
 /// Reads the code object at `addr` of a process whose interpreter has
 /// `info` and `layout`; None when it cannot be read or is not the code
 /// object the kernel saw (its fingerprint differs).
-pub fn read_code(
+pub(crate) fn read_code(
     mem: &ProcessMemory,
     info: &PyProcInfo,
     layout: &CodeLayout,

@@ -14,7 +14,7 @@ use super::layout::{self, DEBUG_COOKIE, DEBUG_OFFSETS_LEN, Layout, Unsupported, 
 
 /// What one interpreter file holds.
 #[derive(Debug, Clone)]
-pub struct Build {
+pub(crate) struct Build {
     /// Its layout, or why it has none tprof can walk.
     pub layout: Result<Layout, Unsupported>,
     /// `_PyRuntime`'s virtual address in the file.
@@ -32,7 +32,7 @@ pub struct Build {
 /// The build in an ELF file, or None when it holds no `_PyRuntime` (not a
 /// CPython interpreter, or not an ELF file). `path` is the file's name,
 /// the only clue to 3.10's version (libpython3.10.so, python3.10).
-pub fn inspect(data: &[u8], path: &str) -> Option<Build> {
+pub(crate) fn inspect(data: &[u8], path: &str) -> Option<Build> {
     let file = object::File::parse(data).ok()?;
     let symbol = |name: &str| {
         file.dynamic_symbols()
@@ -90,7 +90,7 @@ pub fn inspect(data: &[u8], path: &str) -> Option<Build> {
 }
 
 /// 3.10 from a file name such as `libpython3.10.so.1.0` or `python3.10`.
-pub fn version_in_name(path: &str) -> Option<Version> {
+pub(crate) fn version_in_name(path: &str) -> Option<Version> {
     let name = path.rsplit('/').next()?;
     let rest = &name[name.find("python")? + "python".len()..];
     let (major, rest) = rest.split_once('.')?;
@@ -102,7 +102,7 @@ impl Build {
     /// Where the file is loaded in a process that maps its bytes at file
     /// offset `offset` to address `start`: what to add to a virtual address
     /// of the file.
-    pub fn load_bias(&self, start: u64, offset: u64) -> Option<u64> {
+    pub(crate) fn load_bias(&self, start: u64, offset: u64) -> Option<u64> {
         if self.fixed_address {
             return Some(0);
         }

@@ -28,14 +28,14 @@ use tprof_core::recording::stacks::python_marker as marker;
 
 /// One walk's Python frames, innermost first.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PyStack {
+pub(crate) struct PyStack {
     pub flags: u16,
     pub frames: Vec<PyFrame>,
 }
 
 /// The Python half of the stack resolver.
 #[derive(Default)]
-pub struct PythonFrames {
+pub(crate) struct PythonFrames {
     /// Each process's interpreter, as the session found it.
     interpreters: HashMap<u32, Arc<Interpreter>>,
     /// child → parent: a forked child runs its parent's interpreter, and
@@ -51,31 +51,31 @@ pub struct PythonFrames {
 }
 
 impl PythonFrames {
-    pub fn add_interpreter(&mut self, interp: Arc<Interpreter>) {
+    pub(crate) fn add_interpreter(&mut self, interp: Arc<Interpreter>) {
         self.interpreters.insert(interp.pid, interp);
     }
 
-    pub fn set_parent(&mut self, child: u32, parent: u32) {
+    pub(crate) fn set_parent(&mut self, child: u32, parent: u32) {
         self.parents.insert(child, parent);
     }
 
     /// `tgid` exec'd: what was known about its memory is void. (The
     /// session hands on the new image's interpreter after the events of
     /// the drain that saw the exec.)
-    pub fn exec(&mut self, tgid: u32) {
+    pub(crate) fn exec(&mut self, tgid: u32) {
         self.interpreters.remove(&tgid);
         self.parents.remove(&tgid);
         self.codes.retain(|&(pid, _, _), _| pid != tgid);
     }
 
     /// A thread exited: its pending and reusable walks go with it.
-    pub fn exit(&mut self, tid: u32) {
+    pub(crate) fn exit(&mut self, tid: u32) {
         self.pending.remove(&tid);
         self.last_walk.retain(|&(t, _), _| t != tid);
     }
 
     /// Keeps a [`PyStackEvent`] record (with its frames) for its event.
-    pub fn take_record(&mut self, record: &[u8]) {
+    pub(crate) fn take_record(&mut self, record: &[u8]) {
         let Some(head) = record
             .get(..size_of::<PyStackEvent>())
             .map(bytemuck::pod_read_unaligned::<PyStackEvent>)
@@ -96,13 +96,13 @@ impl PythonFrames {
     }
 
     /// The Python frames of an on-CPU sample of `tid` at `ts`.
-    pub fn for_sample(&mut self, tid: u32, ts: u64) -> Option<Rc<PyStack>> {
+    pub(crate) fn for_sample(&mut self, tid: u32, ts: u64) -> Option<Rc<PyStack>> {
         self.paired(tid, ts)
     }
 
     /// The Python frames of a switch-out of `tid` at `ts` for off-CPU kind
     /// `kind`, whose native stacks are `user` and `kernel` (kernel ids).
-    pub fn for_switch(
+    pub(crate) fn for_switch(
         &mut self,
         tid: u32,
         ts: u64,
@@ -139,7 +139,7 @@ impl PythonFrames {
     /// (None when the kernel could not take them) with `python`'s frames
     /// spliced in, and a marker where the walk fell short. None when there
     /// is nothing at all.
-    pub fn user_sites(
+    pub(crate) fn user_sites(
         &mut self,
         tgid: u32,
         native: Option<&[Site]>,
@@ -178,7 +178,7 @@ impl PythonFrames {
 
     /// Whether every user stack of `tgid` gets a marker: it runs a CPython
     /// tprof cannot walk.
-    pub fn marks(&self, tgid: u32) -> bool {
+    pub(crate) fn marks(&self, tgid: u32) -> bool {
         self.interpreter(tgid)
             .is_some_and(|interp| interp.layout().is_err())
     }

@@ -16,18 +16,18 @@ use profiler_ebpf::{
 
 /// A CPython minor version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Version {
+pub(crate) struct Version {
     pub major: u8,
     pub minor: u8,
 }
 
 impl Version {
-    pub const fn new(major: u8, minor: u8) -> Version {
+    pub(crate) const fn new(major: u8, minor: u8) -> Version {
         Version { major, minor }
     }
 
     /// From `PY_VERSION_HEX` (0x030b07f0 for 3.11.7 final).
-    pub fn from_hex(hex: u64) -> Version {
+    pub(crate) fn from_hex(hex: u64) -> Version {
         Version::new((hex >> 24) as u8, (hex >> 16) as u8)
     }
 }
@@ -39,12 +39,12 @@ impl std::fmt::Display for Version {
 }
 
 /// The oldest and newest versions tprof walks.
-pub const OLDEST: Version = Version::new(3, 10);
-pub const NEWEST: Version = Version::new(3, 14);
+pub(crate) const OLDEST: Version = Version::new(3, 10);
+pub(crate) const NEWEST: Version = Version::new(3, 14);
 
 /// How a code object maps instructions to lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LineTable {
+pub(crate) enum LineTable {
     /// 3.10: PEP 626 `co_linetable`, (byte delta, line delta) pairs.
     Pep626,
     /// 3.11+: the location table (`Objects/locations.md`).
@@ -53,7 +53,7 @@ pub enum LineTable {
 
 /// Offsets capture reads a code object's names and lines at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CodeLayout {
+pub(crate) struct CodeLayout {
     pub filename: u64,
     pub name: u64,
     /// `co_qualname` (3.11+).
@@ -76,7 +76,7 @@ pub struct CodeLayout {
 
 /// Everything tprof needs to know about one CPython version's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Layout {
+pub(crate) struct Layout {
     pub version: Version,
     /// For the kernel, with `runtime` left 0 (each process has its own).
     pub info: PyProcInfo,
@@ -85,7 +85,7 @@ pub struct Layout {
 
 /// The layout of a version without `_Py_DebugOffsets` (3.10–3.12), or
 /// None for any other.
-pub fn table(version: Version) -> Option<Layout> {
+pub(crate) fn table(version: Version) -> Option<Layout> {
     let v = |minor| version == Version::new(3, minor);
     let (info, code) = if v(10) {
         (
@@ -218,13 +218,13 @@ fn base_code() -> CodeLayout {
 }
 
 /// `_Py_DebugOffsets.cookie`.
-pub const DEBUG_COOKIE: &[u8; 8] = b"xdebugpy";
+pub(crate) const DEBUG_COOKIE: &[u8; 8] = b"xdebugpy";
 /// Bytes of `_Py_DebugOffsets` read: more than either layout's fields.
-pub const DEBUG_OFFSETS_LEN: usize = 1024;
+pub(crate) const DEBUG_OFFSETS_LEN: usize = 1024;
 
 /// Why a build cannot be walked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unsupported {
+pub(crate) enum Unsupported {
     /// A version tprof has no layout for.
     Version(Version),
     /// A free-threaded (no-GIL) build: other frame tags and bytecode copies.
@@ -336,7 +336,7 @@ const FIELDS_3_14: DebugFields = DebugFields {
 
 /// The version and layout `_Py_DebugOffsets` (the first bytes of
 /// `_PyRuntime`, at least [`DEBUG_OFFSETS_LEN`] of them) describe.
-pub fn from_debug_offsets(bytes: &[u8]) -> Result<Layout, Unsupported> {
+pub(crate) fn from_debug_offsets(bytes: &[u8]) -> Result<Layout, Unsupported> {
     let word = |i: usize| -> u64 {
         bytes.get(i * 8..i * 8 + 8).map_or(u64::MAX, |b| {
             u64::from_le_bytes(b.try_into().expect("8 bytes"))
@@ -433,7 +433,10 @@ pub fn from_debug_offsets(bytes: &[u8]) -> Result<Layout, Unsupported> {
 }
 
 /// The layout of `version`, from its debug offsets where it has them.
-pub fn layout(version: Version, debug_offsets: Option<&[u8]>) -> Result<Layout, Unsupported> {
+pub(crate) fn layout(
+    version: Version,
+    debug_offsets: Option<&[u8]>,
+) -> Result<Layout, Unsupported> {
     if version < OLDEST || version > NEWEST {
         return Err(Unsupported::Version(version));
     }

@@ -9,7 +9,7 @@ use super::layout::LineTable;
 /// The line of the instruction `lasti` (in code units) of a code object
 /// whose table is `table` and first line `firstlineno`; None where the
 /// table gives the instruction no line, or does not reach it.
-pub fn line_of(kind: LineTable, table: &[u8], firstlineno: u32, lasti: i32) -> Option<u32> {
+pub(crate) fn line_of(kind: LineTable, table: &[u8], firstlineno: u32, lasti: i32) -> Option<u32> {
     if lasti < 0 {
         // Not started yet: the function's own line.
         return Some(firstlineno);

@@ -6,14 +6,14 @@ use profiler_ebpf::python::{FRAME_WORDS, ReadMem};
 
 /// The memory of process `pid`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcessMemory {
+pub(crate) struct ProcessMemory {
     pub pid: u32,
 }
 
 impl ProcessMemory {
     /// Fills `buf` from `addr`; false unless every byte was read (the
     /// process is gone, or the range is not mapped).
-    pub fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+    pub(crate) fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
         if buf.is_empty() {
             return true;
         }
@@ -31,12 +31,12 @@ impl ProcessMemory {
         n == buf.len() as isize
     }
 
-    pub fn read_u32(&self, addr: u64) -> Option<u32> {
+    pub(crate) fn read_u32(&self, addr: u64) -> Option<u32> {
         let mut b = [0u8; 4];
         self.read(addr, &mut b).then(|| u32::from_le_bytes(b))
     }
 
-    pub fn read_vec(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+    pub(crate) fn read_vec(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
         let mut v = vec![0u8; len];
         self.read(addr, &mut v).then_some(v)
     }

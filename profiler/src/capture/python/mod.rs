@@ -6,14 +6,14 @@
 //! thread, which names the frames ([`code`], [`lines`]) and splices them
 //! into the native stacks ([`splice`]).
 
-pub mod code;
-pub mod elf;
-pub mod frames;
-pub mod layout;
-pub mod lines;
-pub mod memory;
-pub mod splice;
-pub mod tracker;
+pub(super) mod code;
+pub(super) mod elf;
+pub(super) mod frames;
+pub(super) mod layout;
+pub(super) mod lines;
+pub(super) mod memory;
+pub(super) mod splice;
+pub(super) mod tracker;
 
 use std::{collections::HashMap, fs, os::unix::fs::MetadataExt as _, sync::Arc};
 
@@ -25,7 +25,7 @@ use super::procfs;
 
 /// The interpreter one process runs.
 #[derive(Debug, Clone)]
-pub struct Interpreter {
+pub(super) struct Interpreter {
     pub pid: u32,
     /// The file holding `_PyRuntime`, as /proc/<pid>/maps names it.
     pub path: String,
@@ -36,12 +36,12 @@ pub struct Interpreter {
 
 impl Interpreter {
     /// Its layout, or why tprof cannot walk it.
-    pub fn layout(&self) -> Result<&Layout, &Unsupported> {
+    pub(super) fn layout(&self) -> Result<&Layout, &Unsupported> {
         self.build.layout.as_ref()
     }
 
     /// What the kernel needs to walk its threads, when it can.
-    pub fn proc_info(&self) -> Option<PyProcInfo> {
+    pub(super) fn proc_info(&self) -> Option<PyProcInfo> {
         let layout = self.layout().ok()?;
         Some(PyProcInfo {
             runtime: self.runtime,
@@ -51,7 +51,7 @@ impl Interpreter {
 
     /// Whether a native frame at file offset `offset` of `path` is in the
     /// eval loop: where Python frames go.
-    pub fn is_eval_frame(&self, path: &str, offset: u64) -> bool {
+    pub(super) fn is_eval_frame(&self, path: &str, offset: u64) -> bool {
         path == self.path
             && self
                 .build
@@ -63,7 +63,7 @@ impl Interpreter {
 
 /// Finds the interpreters of processes, reading each interpreter file once.
 #[derive(Default)]
-pub struct Finder {
+pub(super) struct Finder {
     /// By (device, inode): the build in the file, None for a file that
     /// holds none.
     builds: HashMap<(u64, u64), Option<Arc<Build>>>,
@@ -73,7 +73,7 @@ impl Finder {
     /// The interpreter `pid` runs, or None when it maps none (not Python,
     /// not yet: a just exec'd python maps its libpython a moment later, or
     /// gone).
-    pub fn find(&mut self, pid: u32) -> Option<Interpreter> {
+    pub(super) fn find(&mut self, pid: u32) -> Option<Interpreter> {
         let maps = procfs::exec_maps(pid)?;
         for m in maps.iter().filter(|m| is_candidate(&m.path)) {
             let file = format!("/proc/{pid}/root{}", m.path);

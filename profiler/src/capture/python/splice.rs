@@ -16,7 +16,7 @@
 /// One Python frame: what to put in the stack, and whether it is the
 /// outermost of its C-level evaluation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PyEntry<S> {
+pub(crate) struct PyEntry<S> {
     pub site: S,
     pub boundary: bool,
 }
@@ -24,7 +24,7 @@ pub struct PyEntry<S> {
 /// The spliced stack, outermost first. `native` is outermost first,
 /// `python` innermost first (as the kernel walked it); `is_eval` tells the
 /// eval loop's native frames.
-pub fn splice<S: Clone>(
+pub(crate) fn splice<S: Clone>(
     native: &[S],
     python: &[PyEntry<S>],
     is_eval: impl Fn(&S) -> bool,

@@ -12,7 +12,7 @@ use super::layout::Version;
 use super::{Finder, Interpreter};
 
 #[derive(Default)]
-pub struct PythonTracker {
+pub(crate) struct PythonTracker {
     finder: Finder,
     /// Processes whose interpreter is known.
     known: HashMap<u32, Arc<Interpreter>>,
@@ -23,7 +23,7 @@ pub struct PythonTracker {
 impl PythonTracker {
     /// Looks for `pid`'s interpreter unless it is known already: Some when
     /// found now.
-    pub fn scan(&mut self, pid: u32) -> Option<Arc<Interpreter>> {
+    pub(crate) fn scan(&mut self, pid: u32) -> Option<Arc<Interpreter>> {
         if self.known.contains_key(&pid) {
             return None;
         }
@@ -34,13 +34,13 @@ impl PythonTracker {
 
     /// `pid` exec'd or was just created: its interpreter, if any, is to be
     /// looked up again.
-    pub fn forget(&mut self, pid: u32) {
+    pub(crate) fn forget(&mut self, pid: u32) {
         self.known.remove(&pid);
     }
 
     /// Says once per kind of problem why a process gets no Python frames:
     /// `by_fsbase` false when the kernel cannot tell 3.10's threads apart.
-    pub fn note(&mut self, interp: &Interpreter, by_fsbase: bool) {
+    pub(crate) fn note(&mut self, interp: &Interpreter, by_fsbase: bool) {
         let why = match interp.layout() {
             Err(e) => format!(
                 "process {} runs {e}: its stacks carry [python: unknown version] instead of \

@@ -14,9 +14,9 @@
 //! the phase from the hand-built `Summary` before diagnosing.
 
 use super::{
-    CONTENDED, Finding, GPU_BUSY_PCT, LEADING, OVERSUBSCRIBED, POOL_COST, POOLS_CONTENDED,
-    SATURATED_UTIL_PCT, STARVED, SettingValue, Severity, TRAINER_BUSY, TRAINER_QUEUED, diagnose,
-    severity,
+    CONTENDED, Finding, FindingId, GPU_BUSY_PCT, LEADING, OVERSUBSCRIBED, POOL_COST,
+    POOLS_CONTENDED, SATURATED_UTIL_PCT, STARVED, SettingValue, Severity, TRAINER_BUSY,
+    TRAINER_QUEUED, diagnose, severity,
 };
 use crate::analysis::{
     DeviceStats, IoStat, Summary, ThreadStats,
@@ -163,9 +163,9 @@ impl Job {
         self
     }
 
-    /// A finding of analysis::cuda: `id` with its severity ("high" or
-    /// "medium") and the time its copies blocked the copying threads.
-    fn cuda(mut self, id: &'static str, severity: &'static str, blocked_s: f64) -> Job {
+    /// A finding of analysis::cuda: `id` with its severity and the time its
+    /// copies blocked the copying threads.
+    fn cuda(mut self, id: FindingId, severity: Severity, blocked_s: f64) -> Job {
         self.0.cuda.findings.push(CudaFinding {
             id,
             severity,
@@ -262,7 +262,7 @@ fn blame(on_cpu: f64, runnable: f64, io: f64, futex: f64) -> Blame {
 }
 
 fn ids(findings: &[Finding]) -> Vec<&'static str> {
-    findings.iter().map(|f| f.id).collect()
+    findings.iter().map(|f| f.id.name()).collect()
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -891,10 +891,9 @@ fn gpu_bound_table() {
 
 #[test]
 fn cuda_findings_explain_the_trainers_blocked_time() {
-    let job =
-        busy_trainer()
-            .cuda("pageable_copies", "high", 0.2)
-            .cuda("sync_copies", "medium", 0.05);
+    let job = busy_trainer()
+        .cuda(FindingId::PageableCopies, Severity::High, 0.2)
+        .cuda(FindingId::SyncCopies, Severity::Medium, 0.05);
     let pageable = job.finding("pageable_copies").unwrap();
     assert!(close(pageable.explains_frac, 0.2));
     // Severity is analysis::cuda's, not the share's.
@@ -908,12 +907,12 @@ fn cuda_findings_explain_the_trainers_blocked_time() {
     assert!(close(sync.explains_frac, 0.05));
     assert_eq!(sync.severity, Severity::Medium);
     // Capped at the trainer's whole life; nothing without a trainer.
-    let capped = busy_trainer().cuda("sync_copies", "medium", 3.0);
+    let capped = busy_trainer().cuda(FindingId::SyncCopies, Severity::Medium, 3.0);
     assert!(close(
         capped.finding("sync_copies").unwrap().explains_frac,
         1.0
     ));
-    let orphan = Job::on(2.0).cuda("sync_copies", "medium", 0.5);
+    let orphan = Job::on(2.0).cuda(FindingId::SyncCopies, Severity::Medium, 0.5);
     assert!(close(
         orphan.finding("sync_copies").unwrap().explains_frac,
         0.0
@@ -962,7 +961,7 @@ fn findings_rank_by_share_explained() {
         .pools(2, 2, [0.1, 0.4, 0.2])
         .demand(1.0, 3.0)
         .steps(10, 0.5, blame(0.2, 0.4, 0.0, 0.4))
-        .cuda("pageable_copies", "high", 0.3);
+        .cuda(FindingId::PageableCopies, Severity::High, 0.3);
     let found = starved.findings();
     assert_eq!(
         ids(&found),
@@ -980,7 +979,7 @@ fn findings_rank_by_share_explained() {
     // Not starved: a busy GPU (0.9) over a busy trainer (0.7) over copies.
     let fed = busy_trainer()
         .gpu(Some(90.0))
-        .cuda("sync_copies", "medium", 0.05);
+        .cuda(FindingId::SyncCopies, Severity::Medium, 0.05);
     assert_eq!(
         ids(&fed.findings()),
         ["gpu_bound", "trainer_cpu_bound", "sync_copies"]

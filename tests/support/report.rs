@@ -179,6 +179,8 @@ pub struct StepItem {
     pub start_s: f64,
     pub end_s: f64,
     pub duration_s: f64,
+    /// The end is tprof's estimate (the last step).
+    pub end_estimated: bool,
     pub data_wait_s: f64,
     pub worker_pid: Option<i64>,
 }

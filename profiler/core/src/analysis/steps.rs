@@ -256,7 +256,17 @@ pub fn steps(model: &Model, roles: &Roles, gpu_idle: &[(u64, u64)]) -> StepStats
         .iter()
         .map(|&b| step(model, trainer, &deliveries, &messages, b))
         .collect();
-    let mut durations: Vec<u64> = steps.iter().map(Step::duration_ns).collect();
+    // Percentiles of the steps whose end was seen: the last one's is an
+    // estimate (nothing marks it), which on a job whose iterations
+    // alternate between two lengths would move the median by itself.
+    let mut durations: Vec<u64> = steps
+        .iter()
+        .filter(|s| !s.end_estimated)
+        .map(Step::duration_ns)
+        .collect();
+    if durations.is_empty() {
+        durations = steps.iter().map(Step::duration_ns).collect();
+    }
     durations.sort_unstable();
     let (steady_start, steady_end) = match (steps.first(), steps.last()) {
         (Some(f), Some(l)) => (f.start_ns, l.end_ns),

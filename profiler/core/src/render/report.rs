@@ -182,10 +182,16 @@ fn pipeline(out: &mut String, s: &Summary) {
         "\nTraining: {:.1} s, {}; the job wanted {:.1} CPUs there ({running:.1} running + {waiting:.1} waiting for a CPU).",
         c.duration_s,
         if p.whole_window {
-            "the whole recording (the trainer waited for fewer than two batches)".to_string()
+            "the whole recording (no steps, and the trainer waited for fewer than two batches)"
+                .to_string()
         } else {
+            let bounds = if s.steps.steady() == Some((p.start_ns, p.end_ns)) {
+                "the first step's start to the last one's end"
+            } else {
+                "the first batch the trainer waited for to the last"
+            };
             format!(
-                "from {:.1} s to {:.1} s (the first batch the trainer waited for to the last)",
+                "from {:.1} s to {:.1} s ({bounds})",
                 from_start(p.start_ns),
                 from_start(p.end_ns)
             )

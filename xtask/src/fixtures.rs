@@ -32,7 +32,7 @@ use crate::cmd::{self, cargo, command, probe, run as run_cmd};
 use crate::workloads;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Record only these fixtures (by name), keeping the version's others
     /// and their rows in its README: to add a fixture without changing
     /// every golden.
@@ -149,7 +149,7 @@ const FIXTURES: &[Fixture] = &[
     },
 ];
 
-pub fn run(args: &Args) -> Result<()> {
+pub(crate) fn run(args: &Args) -> Result<()> {
     if !cmd::is_root() {
         bail!("cargo xtask fixtures needs root (tprof loads eBPF programs): run it with sudo");
     }

@@ -22,11 +22,11 @@ use std::fs;
 use anyhow::{Context as _, Result, bail, ensure};
 
 /// Where the kernel exposes its own BTF.
-pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+pub(super) const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// `task_struct` offsets for the raw scheduler programs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TaskOffsets {
+pub(super) struct TaskOffsets {
     /// `pid` (the thread id), an int.
     pub pid: u16,
     /// `exit_state`, an int: tells a zombie from a dead task at its last
@@ -41,7 +41,7 @@ pub struct TaskOffsets {
 /// The offsets, or why the raw programs cannot be used on this kernel
 /// (no BTF, or scheduler tracepoints with other arguments than the
 /// programs expect). The caller falls back to classic tracepoints.
-pub fn task_offsets() -> Result<TaskOffsets> {
+pub(super) fn task_offsets() -> Result<TaskOffsets> {
     let data = fs::read(VMLINUX_BTF).with_context(|| format!("cannot read {VMLINUX_BTF}"))?;
     let btf = Btf::parse(&data)?;
     offsets_in(&btf)
@@ -50,7 +50,7 @@ pub fn task_offsets() -> Result<TaskOffsets> {
 /// `task_struct.thread.fsbase`: where the kernel keeps a thread's fsbase
 /// (its `pthread_self()` on x86-64), which CPython 3.10 names its threads
 /// by. For the Python walk, whichever scheduler programs are loaded.
-pub fn fsbase_offset() -> Result<u16> {
+pub(super) fn fsbase_offset() -> Result<u16> {
     let data = fs::read(VMLINUX_BTF).with_context(|| format!("cannot read {VMLINUX_BTF}"))?;
     fsbase_in(&Btf::parse(&data)?)
 }
@@ -72,7 +72,7 @@ fn fsbase_in(btf: &Btf) -> Result<u16> {
 /// The kernel structures' offsets the pipe program walks from a task to
 /// an fd's file and its pipe (`profiler_ebpf::FileOffsets`, without the
 /// tracepoint field, which tracefs gives).
-pub fn file_offsets() -> Result<profiler_ebpf::FileOffsets> {
+pub(super) fn file_offsets() -> Result<profiler_ebpf::FileOffsets> {
     let data = fs::read(VMLINUX_BTF).with_context(|| format!("cannot read {VMLINUX_BTF}"))?;
     files_in(&Btf::parse(&data)?)
 }

@@ -23,21 +23,21 @@ use tprof_core::recording::{CudaLibrary, StepProbes};
 /// True for the libtorch file that holds the probed functions:
 /// libtorch_cpu.so (torch ≥ 1.8 splits libtorch into it and the device
 /// libraries).
-pub fn is_libtorch(path: &str) -> bool {
+pub(super) fn is_libtorch(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     name.starts_with("libtorch_cpu") && name.contains(".so")
 }
 
 /// The libtorch files among the executable file mappings of a
 /// /proc/<pid>/maps text, each once.
-pub fn torch_libraries(maps: &str) -> Vec<MappedLibrary> {
+pub(super) fn torch_libraries(maps: &str) -> Vec<MappedLibrary> {
     super::cuda::mapped_libraries(maps, is_libtorch)
 }
 
 /// The full mangled symbol of each probed function in the library's
 /// dynamic symbol table (`profiler_ebpf::mark::ALL`), read lazily (the
 /// file is hundreds of megabytes; its symbol table a few).
-pub fn mark_symbols(file: &File) -> Result<Vec<(u32, Option<String>)>> {
+pub(super) fn mark_symbols(file: &File) -> Result<Vec<(u32, Option<String>)>> {
     let cache = object::ReadCache::new(file);
     let elf = object::File::parse(&cache)?;
     let mut out: Vec<(u32, Option<String>)> = profiler_ebpf::mark::ALL
@@ -58,7 +58,7 @@ pub fn mark_symbols(file: &File) -> Result<Vec<(u32, Option<String>)>> {
     Ok(out)
 }
 
-pub struct TorchTracer {
+pub(super) struct TorchTracer {
     /// Files already probed (or tried), by (dev, inode).
     seen: HashSet<(String, u64)>,
     info: StepProbes,
@@ -66,7 +66,7 @@ pub struct TorchTracer {
 }
 
 impl TorchTracer {
-    pub fn new(programs: &KernelPrograms) -> TorchTracer {
+    pub(super) fn new(programs: &KernelPrograms) -> TorchTracer {
         let pipes = programs.pipes();
         TorchTracer {
             seen: HashSet::new(),
@@ -80,13 +80,18 @@ impl TorchTracer {
     }
 
     /// Whether some libtorch is probed already.
-    pub fn found(&self) -> bool {
+    pub(super) fn found(&self) -> bool {
         !self.info.libraries.is_empty()
     }
 
     /// Probes the libtorch files `pid` has mapped that no other tracked
     /// process had. A process that is gone has nothing to scan.
-    pub fn scan(&mut self, programs: &mut KernelPrograms, pid: u32, now_ns: u64) -> Result<()> {
+    pub(super) fn scan(
+        &mut self,
+        programs: &mut KernelPrograms,
+        pid: u32,
+        now_ns: u64,
+    ) -> Result<()> {
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
             return Ok(());
         };
@@ -125,11 +130,11 @@ impl TorchTracer {
     }
 
     /// The record, if it changed since the last call.
-    pub fn take_changed(&mut self) -> Option<StepProbes> {
+    pub(super) fn take_changed(&mut self) -> Option<StepProbes> {
         std::mem::take(&mut self.dirty).then(|| self.info.clone())
     }
 
-    pub fn info(&self) -> &StepProbes {
+    pub(super) fn info(&self) -> &StepProbes {
         &self.info
     }
 }

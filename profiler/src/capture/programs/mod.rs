@@ -45,9 +45,9 @@ use profiler_ebpf::{
 
 use super::{btf, procfs};
 use attach::SCHED;
-pub use in_flight::Expired;
+pub(super) use in_flight::Expired;
 use in_flight::InFlight;
-pub use stacks::StackSource;
+pub(super) use stacks::StackSource;
 use tprof_core::recording::{LostCounts, UserStacks, events::kind_name};
 
 /// The object built by build.rs from profiler-ebpf.
@@ -59,12 +59,12 @@ static OBJECT: &[u8] = &[];
 
 /// Set to 1 to use the classic scheduler tracepoints even where the raw
 /// ones work (to compare the two, and to test the fallback).
-pub const CLASSIC_SCHED_ENV: &str = "TPROF_CLASSIC_SCHED";
+pub(super) const CLASSIC_SCHED_ENV: &str = "TPROF_CLASSIC_SCHED";
 
 /// Set to 1 to take user stacks by frame-pointer walks in the kernel even
 /// where copying them works (to compare the two, and to test the mode
 /// kernels without BTF get).
-pub const FRAME_POINTER_STACKS_ENV: &str = "TPROF_FRAME_POINTER_STACKS";
+pub(super) const FRAME_POINTER_STACKS_ENV: &str = "TPROF_FRAME_POINTER_STACKS";
 
 /// Set to a raw scheduler program's name to have it treated as refused by
 /// the verifier: the tests' way to exercise the fallback a kernel with BTF
@@ -116,7 +116,7 @@ impl Default for MapLimits {
 /// entry is taken for one whose end the kernel will never report. Devices
 /// time out a command after 30 s (SCSI's and NVMe's defaults); a request
 /// still waiting after twice that has been retried or aborted.
-pub const IN_FLIGHT_EXPIRY: Duration = Duration::from_secs(60);
+pub(super) const IN_FLIGHT_EXPIRY: Duration = Duration::from_secs(60);
 
 pub struct KernelPrograms {
     // Field order is drop order: maps first, then the programs and links.

@@ -101,6 +101,8 @@ pub mod names {
         pub const CUDA_ENTER: &str = "tprof_cuda_enter";
         pub const CUDA_RETURN: &str = "tprof_cuda_return";
         pub const CUDA_LAUNCH: &str = "tprof_cuda_launch";
+        pub const TORCH_MARK: &str = "tprof_torch_mark";
+        pub const PIPE_READ: &str = "tprof_pipe_read";
         /// Every program in the object.
         pub const ALL: &[&str] = &[
             SWITCH,
@@ -128,6 +130,8 @@ pub mod names {
             CUDA_ENTER,
             CUDA_RETURN,
             CUDA_LAUNCH,
+            TORCH_MARK,
+            PIPE_READ,
         ];
     }
 
@@ -178,6 +182,7 @@ pub mod names {
         pub const STACK_MODE: &str = "STACK_MODE";
         pub const STACK_COPY_BYTES: &str = "STACK_COPY_BYTES";
         pub const PYTHON_FRAMES: &str = "PYTHON_FRAMES";
+        pub const FILE_OFFSETS: &str = "FILE_OFFSETS";
     }
 }
 const _: () = assert!(names::map::EVENTS.len() == EVENT_SHARDS as usize);
@@ -204,9 +209,15 @@ pub mod kind {
     /// ([`super::PyStackEvent`]); capture folds them into that event's
     /// stack and never writes them to a recording.
     pub const PY_STACK: u16 = 12;
+    /// A tracked thread entered a probed framework function: a PyTorch
+    /// `record_function` region (the DataLoader's `__next__`, the
+    /// optimizer's step) or the autograd engine ([`super::MarkEvent`]).
+    pub const MARK: u16 = 13;
+    /// A tracked thread read from or wrote to a pipe ([`super::PipeEvent`]).
+    pub const PIPE: u16 = 14;
     /// One past the largest kind: the size of the per-kind drop counters
     /// (it must stay below the `lost_stack` slots, 24).
-    pub const COUNT: u32 = 13;
+    pub const COUNT: u32 = 15;
 }
 
 /// Index into the `LOST` per-CPU array for "a fork could not be tracked
@@ -316,13 +327,16 @@ const _: () = assert!((stack_kind::FUTEX as usize) < STACK_KINDS);
 /// task: the lookup that tells whether the task is tracked also finds its
 /// cached stack walks and whether it is in a futex wait (more lookups when
 /// these lived in maps of their own). Userspace seeds it with
-/// [`ThreadState::new`]. 240 bytes.
+/// [`ThreadState::new`]. 248 bytes.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadState {
     /// The futex wait in progress; `ts_ns` 0 when none.
     pub futex: FutexEnter,
+    /// When the thread's last pipe event was emitted: the pipe programs
+    /// emit at most one per thread per [`PIPE_GAP_NS`].
+    pub pipe_ns: u64,
     /// The last walked off-CPU stacks, by off-CPU reason ([`stack_kind`]):
     /// kernel stacks, and user stacks in [`stack_mode::FRAME_POINTERS`].
     pub last_stacks: [LastStacks; STACK_KINDS],
@@ -341,7 +355,7 @@ pub struct ThreadState {
     pub tgid: u32,
     pub _pad: u32,
 }
-const _: () = assert!(size_of::<ThreadState>() == 240);
+const _: () = assert!(size_of::<ThreadState>() == 248);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
 // derived bytemuck::Pod checks it): every bit pattern is a valid value.
 #[cfg(feature = "user")]
@@ -357,6 +371,7 @@ impl ThreadState {
                 op: 0,
                 syscall: 0,
             },
+            pipe_ns: 0,
             last_stacks: [LastStacks {
                 walked_ns: 0,
                 user_stack_id: 0,
@@ -788,6 +803,8 @@ pub const fn event_size(kind: u16) -> Option<usize> {
         kind::BLOCK_IO => Some(size_of::<BlockIoEvent>()),
         kind::FUTEX => Some(size_of::<FutexEvent>()),
         kind::CUDA => Some(size_of::<CudaCallEvent>()),
+        kind::MARK => Some(size_of::<MarkEvent>()),
+        kind::PIPE => Some(size_of::<PipeEvent>()),
         // Its fixed part; the frames follow. Never in a recording.
         kind::PY_STACK => Some(size_of::<PyStackEvent>()),
         _ => None,
@@ -1094,6 +1111,116 @@ pub struct CudaCallEvent {
 const _: () = assert!(size_of::<CudaCallEvent>() == 96);
 impl AbiEvent for CudaCallEvent {
     const KIND: u16 = kind::CUDA;
+}
+
+/// What a [`MarkEvent`] marks: the uprobe's attach cookie.
+pub mod mark {
+    /// `torch::autograd::profiler::record_function_enter_new(name, args)`:
+    /// the start of a `torch.autograd.profiler.record_function` region,
+    /// which PyTorch enters whether or not a profiler runs: every
+    /// `DataLoader` iterator's `__next__` ("enumerate(DataLoader)#…") and
+    /// every `Optimizer.step` ("Optimizer.step#SGD.step") opens one.
+    /// `name` holds the region's name.
+    pub const RECORD_FUNCTION: u32 = 1;
+    /// `torch::autograd::Engine::execute`: a backward pass begins.
+    pub const BACKWARD: u32 = 2;
+    /// Every probed function with the start of its mangled symbol (the
+    /// name without its parameter types, which differ between releases),
+    /// matched against libtorch's dynamic symbols, in id order.
+    pub const ALL: [(u32, &str); 2] = [
+        (
+            RECORD_FUNCTION,
+            "_ZN5torch8autograd8profiler25record_function_enter_newE",
+        ),
+        (BACKWARD, "_ZN5torch8autograd6Engine7executeE"),
+    ];
+}
+
+/// A thread's pipe reads that end within this long of its last pipe
+/// event are not traced: a batch is read at most every millisecond or so,
+/// while a thread ping-ponging bytes over a pipe (100,000 transfers a
+/// second) is no training loop and would cost an event each.
+pub const PIPE_GAP_NS: u64 = 1_000_000;
+
+/// Bytes of a mark's name kept ([`MarkEvent::name`]).
+pub const MARK_NAME_LEN: usize = 64;
+
+/// A tracked thread entered a probed framework function ([`mark`]). 96
+/// bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MarkEvent {
+    pub hdr: EventHeader,
+    pub tid: u32,
+    pub tgid: u32,
+    /// One of [`mark`].
+    pub what: u32,
+    pub _pad: u32,
+    /// For [`mark::RECORD_FUNCTION`], the region's name, NUL-terminated
+    /// and cut at `MARK_NAME_LEN - 1` bytes; empty otherwise or when
+    /// unreadable.
+    pub name: [u8; MARK_NAME_LEN],
+}
+const _: () = assert!(size_of::<MarkEvent>() == 96);
+impl AbiEvent for MarkEvent {
+    const KIND: u16 = kind::MARK;
+}
+
+/// [`PipeEvent::op`] values. Only reads are traced today; `WRITE` is
+/// kept for a reader of a future recording that traces writes.
+pub mod pipe_op {
+    pub const READ: u32 = 0;
+    pub const WRITE: u32 = 1;
+}
+
+/// Where the pipe programs find a file descriptor's file and tell a pipe:
+/// `current->files->fdt->fd[fd]`, the file's inode mode (a FIFO) and its
+/// `private_data` (the pipe), from the kernel's BTF, and `sys_exit_read`'s
+/// `ret` field, from tracefs. Userspace sets it as the `FILE_OFFSETS`
+/// global; all zero turns the pipe program off. 24 bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileOffsets {
+    pub task_files: u16,
+    pub files_fdt: u16,
+    pub fdt_max_fds: u16,
+    pub fdt_fd: u16,
+    pub file_inode: u16,
+    pub file_private_data: u16,
+    pub inode_mode: u16,
+    /// `sys_exit_read`'s `ret`.
+    pub exit_ret: u16,
+    pub _pad: [u16; 4],
+}
+const _: () = assert!(size_of::<FileOffsets>() == 24);
+// SAFETY: as for TracepointOffsets.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for FileOffsets {}
+
+/// A tracked thread's `read` of a pipe that moved bytes, from the
+/// syscall's exit tracepoint. 48 bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PipeEvent {
+    /// `ts_ns` is the syscall's return.
+    pub hdr: EventHeader,
+    /// The pipe's identity: its `pipe_inode_info` address (the file's
+    /// `private_data`), the same for both ends while the pipe lives.
+    pub pipe: u64,
+    /// Bytes read or written.
+    pub bytes: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    /// One of [`pipe_op`].
+    pub op: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<PipeEvent>() == 48);
+impl AbiEvent for PipeEvent {
+    const KIND: u16 = kind::PIPE;
 }
 
 /// Kernel-only: a CUDA call in progress, from entry to return. 48 bytes.

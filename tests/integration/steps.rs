@@ -1,15 +1,18 @@
 //! Steps and stall attribution on a synthetic data-loading pipeline
 //! (tests/workloads/pipeline.c): a trainer process and forked workers
 //! passing batches through a pipe, with the batch count and the trainer's
-//! time blocked waiting for them as ground truth.
+//! time blocked waiting for them as ground truth. Without libtorch, steps
+//! come from the trainer's reads of the pipe the workers write: every
+//! batch is a step, waited for or ready. A job that is no training loop
+//! has none, and says why.
 
 use serde_json::Value;
-use tprof_tests::{Report, close_to, data_file, require_root, trace_workload};
+use tprof_tests::{Report, data_file, require_root, trace_workload};
 
 /// Two workers whose batches arrive spread out, and a trainer that asks
-/// for the next batch at once: every batch is waited for, so the detected
-/// steps match the batch count within 2%, and the data-wait share matches
-/// the trainer's own measure within 5 percentage points.
+/// for the next batch at once: every batch is waited for and is a step,
+/// and the data-wait share matches the trainer's own measure within 5
+/// percentage points.
 #[test]
 fn steps_and_data_wait_match_the_pipeline() {
     require_root();
@@ -18,11 +21,11 @@ fn steps_and_data_wait_match_the_pipeline() {
     let report = &traced.report;
     let steps = &report.steps;
     assert_eq!(steps.trainer_tid, truth["tid"].as_i64(), "{steps:#?}");
-    let batches = truth["batches"].as_f64().unwrap();
-    assert!(
-        close_to(steps.count as f64, batches, 0.02, 0.0),
-        "{} steps for {batches} batches: {steps:#?}",
-        steps.count
+    assert_eq!(steps.source.detector, "pipe_reads", "{steps:#?}");
+    assert_eq!(
+        steps.count,
+        truth["batches"].as_u64().unwrap(),
+        "{steps:#?}"
     );
     let true_frac = truth["data_wait_ns"].as_f64().unwrap() / truth["life_ns"].as_f64().unwrap();
     assert!(
@@ -58,8 +61,9 @@ fn disk_reading_workers_are_blamed_on_io() {
 }
 
 /// A trainer slower than its workers never waits: no data wait to speak
-/// of, and the trainer computes (on a CPU, or waiting for one) most of its
-/// life.
+/// of, the trainer computes (on a CPU, or waiting for one) most of its
+/// life, and every batch, ready when it asked, is still a step of about
+/// its training time.
 #[test]
 fn slow_consumer_does_not_wait_for_data() {
     require_root();
@@ -68,12 +72,41 @@ fn slow_consumer_does_not_wait_for_data() {
     let tid = truth["tid"].as_i64().unwrap();
     let report = &traced.report;
     assert!(report.steps.data_wait_frac < 0.05, "{:#?}", report.steps);
+    let steps = &report.steps;
+    assert_eq!(steps.source.detector, "pipe_reads", "{steps:#?}");
+    assert_eq!(
+        steps.count,
+        truth["batches"].as_u64().unwrap(),
+        "{steps:#?}"
+    );
+    // 20 ms of thread CPU per batch: at least that much wall time.
+    assert!(steps.p50_s >= 0.019, "{steps:#?}");
+    assert!(
+        steps.items.iter().filter(|s| s.data_wait_s > 0.0).count() < steps.items.len() / 2,
+        "ready batches are steps without data wait: {steps:#?}"
+    );
     let trainer = report.thread(tid);
     assert!(
         (trainer.on_cpu_s + trainer.runnable_s) / trainer.lifetime_s > 0.8,
         "the trainer computes (or waits for a CPU to): {trainer:#?}"
     );
     assert_roles(report, tid);
+}
+
+/// Threads passing a byte through a pipe, no workers and no libtorch: not
+/// a training loop. No steps, and the report says why.
+#[test]
+fn no_training_loop_has_no_steps() {
+    require_root();
+    let traced = trace_workload("pipe_reader", &["0.2"]);
+    let steps = &traced.report.steps;
+    assert_eq!(steps.count, 0, "{steps:#?}");
+    assert_eq!(steps.source.detector, "none", "{steps:#?}");
+    assert!(
+        steps.source.why.contains("not a training loop"),
+        "{steps:#?}"
+    );
+    assert!(steps.items.is_empty() && steps.startup.is_none());
 }
 
 fn trainer_truth(truth: &[Value]) -> &Value {

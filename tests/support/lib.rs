@@ -30,7 +30,7 @@ pub use cuda::{fake_cudart, real_cudart};
 pub use fake_nvml::{FakeNvml, recording_start_realtime_ns};
 pub use perfetto::{go_pprof, perfetto_summary};
 pub use process::{Finished, Running, group_members, pgid, signal};
-pub use real_job::{JobConfig, JobTruth, RealJob, RealRun, Threads};
+pub use real_job::{Iteration, JobConfig, JobTruth, RealJob, RealRun, Threads};
 pub use report::{
     Advice, Blame, Change, Cuda, CudaFinding, CudaTrainer, Device, Finding, Futex, Gpu, GpuProcess,
     H2dCopies, Pipeline, Process, Report, Stacks, Steps, Thread, Waker,

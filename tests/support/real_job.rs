@@ -380,6 +380,9 @@ pub struct Iteration {
 #[derive(Debug, Deserialize)]
 pub struct Summary {
     pub iterations: Vec<Iteration>,
+    /// The warm-up iterations before the timed ones (before `ready`).
+    #[serde(default)]
+    pub warmup_iterations: Vec<Iteration>,
     pub iterations_per_s: f64,
     pub epochs: u32,
     pub pin_memory_tid: Option<u32>,

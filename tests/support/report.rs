@@ -6,6 +6,8 @@ use serde_json::Value;
 
 #[derive(Debug, Deserialize)]
 pub struct Report {
+    /// CLOCK_MONOTONIC ns of the window's start (the `_s` times' origin).
+    pub start_monotonic_ns: u64,
     pub duration_s: f64,
     pub cores: u32,
     pub events: u64,
@@ -144,12 +146,43 @@ impl Finding {
 #[derive(Debug, Deserialize)]
 pub struct Steps {
     pub trainer_tid: Option<i64>,
+    pub source: StepSource,
+    /// Steps (training iterations, or batches).
     pub count: u64,
+    /// Batches the trainer waited for.
+    pub deliveries: u64,
+    pub startup: Option<Span>,
+    pub items: Vec<StepItem>,
     pub p50_s: f64,
     pub p90_s: f64,
     pub p99_s: f64,
     pub data_wait_frac: f64,
     pub blame: Blame,
+}
+
+/// Which detector defined the steps.
+#[derive(Debug, Deserialize)]
+pub struct StepSource {
+    pub detector: String,
+    pub confidence: Option<String>,
+    pub why: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Span {
+    pub start_s: f64,
+    pub end_s: f64,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct StepItem {
+    pub start_s: f64,
+    pub end_s: f64,
+    pub duration_s: f64,
+    /// The end is tprof's estimate (the last step).
+    pub end_estimated: bool,
+    pub data_wait_s: f64,
+    pub worker_pid: Option<i64>,
 }
 
 /// Shares of the delivering workers' time during data waits.

@@ -27,8 +27,12 @@ job's stdout with its report):
   {"event": "summary", ...}         every timed iteration's start, batch
                                     arrival and end (time.monotonic_ns,
                                     CLOCK_MONOTONIC as the kernel's
-                                    timestamps), throughput, the main
+                                    timestamps), the warm-up iterations'
+                                    likewise, throughput, the main
                                     process's threads and the pin thread
+
+The first epoch's DataLoader iterator (its workers) is made before the
+first iteration: worker start is startup, as tprof's steps count it.
 
 With --go-file PATH the job stops after warm-up (workers alive, ready
 printed) until PATH exists: a test attaches `tprof record -p` and then
@@ -314,15 +318,24 @@ class Batches:
                     pass
             self.epoch += 1
             self.current = iter(self.loader)
-            emit(
-                {
-                    "event": "epoch",
-                    "epoch": self.epoch,
-                    "ts_ns": time.monotonic_ns(),
-                    "worker_pids": self.worker_pids(),
-                    "pin_memory_tid": self.pin_memory_tid(),
-                }
-            )
+            self.announce()
+
+    def announce(self):
+        emit(
+            {
+                "event": "epoch",
+                "epoch": self.epoch,
+                "ts_ns": time.monotonic_ns(),
+                "worker_pids": self.worker_pids(),
+                "pin_memory_tid": self.pin_memory_tid(),
+            }
+        )
+
+    def start(self):
+        """Makes the first epoch's iterator, as the first next() would."""
+        self.epoch = 0
+        self.current = iter(self.loader)
+        self.announce()
 
     def worker_pids(self):
         return [w.pid for w in getattr(self.current, "_workers", [])]
@@ -406,9 +419,20 @@ def main():
         optimizer.step()
         return loss.item()
 
-    for _ in range(args.warmup):
-        _, (images, labels) = stream.next()
+    # The first epoch's iterator (its workers and pin-memory thread) is
+    # made before the first iteration: starting workers is startup, as a
+    # profiler's steps count it (tprof's first step is the first batch
+    # asked for). Later epochs' iterators are made inside the iteration
+    # that exhausts the previous one, as in any training loop.
+    stream.start()
+    warmup_iterations = []
+    for i in range(args.warmup):
+        start = time.monotonic_ns()
+        epoch, (images, labels) = stream.next()
+        batch = time.monotonic_ns()
         train_step(images, labels)
+        end = time.monotonic_ns()
+        warmup_iterations.append({"index": i, "epoch": epoch, "start_ns": start, "batch_ns": batch, "end_ns": end})
     emit(
         {
             "event": "ready",
@@ -436,6 +460,7 @@ def main():
             "event": "summary",
             "pid": os.getpid(),
             "iterations": iterations,
+            "warmup_iterations": warmup_iterations,
             "span_s": span_s,
             "iterations_per_s": len(iterations) / span_s,
             "images_per_s": len(iterations) * args.batch_size / span_s,

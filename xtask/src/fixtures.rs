@@ -32,7 +32,13 @@ use crate::cmd::{self, cargo, command, probe, run as run_cmd};
 use crate::workloads;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub(crate) struct Args {
+    /// Record only these fixtures (by name), keeping the version's others
+    /// and their rows in its README: to add a fixture without changing
+    /// every golden.
+    #[arg(long, value_name = "NAME")]
+    only: Vec<String>,
+}
 
 /// Over this, a fixture is too large to commit: shorten its workload.
 const MAX_FIXTURE_BYTES: u64 = 1 << 20;
@@ -126,6 +132,14 @@ const FIXTURES: &[Fixture] = &[
                     syncs (pageable_copies), launch counts, GPU idle during syncs",
     },
     Fixture {
+        name: "steps",
+        workload: "pipeline",
+        args: &[Text("2"), Text("30"), Text("2"), Text("20"), Text("cpu")],
+        env: &[],
+        exercises: "steps from pipe reads (event kind 14, the STEP_PROBES record): a trainer \
+                    slower than its workers, every batch ready and each a step",
+    },
+    Fixture {
         name: "two_functions",
         workload: "two_functions",
         args: &[Text("1")],
@@ -135,7 +149,7 @@ const FIXTURES: &[Fixture] = &[
     },
 ];
 
-pub fn run(_args: &Args) -> Result<()> {
+pub(crate) fn run(args: &Args) -> Result<()> {
     if !cmd::is_root() {
         bail!("cargo xtask fixtures needs root (tprof loads eBPF programs): run it with sudo");
     }
@@ -148,15 +162,27 @@ pub fn run(_args: &Args) -> Result<()> {
     }
     fs::create_dir_all(&stage)?;
     let needs = Needs::build(&stage)?;
+    for name in &args.only {
+        if !FIXTURES.iter().any(|f| f.name == name) {
+            bail!("no fixture named {name:?} in xtask/src/fixtures.rs");
+        }
+    }
     let mut recorded = Vec::new();
-    for fixture in FIXTURES {
+    for fixture in FIXTURES
+        .iter()
+        .filter(|f| args.only.is_empty() || args.only.iter().any(|n| n == f.name))
+    {
         let path = record(&tprof, &stage, &needs, fixture)?;
         recorded.push((fixture, path));
     }
     let version = format_version(&recorded[0].1)?;
     let dir = cmd::root().join(format!("profiler/core/tests/fixtures/v{version}"));
-    replace_fixtures(&dir, &recorded)?;
-    write_manifest(&dir, version, &recorded)?;
+    if args.only.is_empty() {
+        replace_fixtures(&dir, &recorded)?;
+        write_manifest(&dir, version, &recorded)?;
+    } else {
+        add_fixtures(&dir, &recorded)?;
+    }
     println!(
         "\nRecorded {} fixtures into {}.\nNow re-bless their goldens and review the diff:\n  \
          TPROF_BLESS=1 cargo test -p tprof-core --test golden",
@@ -333,6 +359,51 @@ fn replace_fixtures(dir: &Path, recorded: &[(&Fixture, PathBuf)]) -> Result<()> 
         let to = dir.join(format!("{}.tprof", fixture.name));
         fs::copy(path, &to).with_context(|| format!("cannot write {}", to.display()))?;
     }
+    Ok(())
+}
+
+/// Adds or replaces these fixtures alone, and their rows in DIR/README.md
+/// (`--only`), noting the commit that recorded them.
+fn add_fixtures(dir: &Path, recorded: &[(&Fixture, PathBuf)]) -> Result<()> {
+    let readme = dir.join("README.md");
+    let mut text = fs::read_to_string(&readme)
+        .with_context(|| format!("{} is missing: record all fixtures first", readme.display()))?;
+    let commit = probe(command("git").args(["rev-parse", "--short", "HEAD"]))
+        .map_or_else(|| "unknown".into(), |c| c.trim().to_string());
+    for (fixture, path) in recorded {
+        let to = dir.join(format!("{}.tprof", fixture.name));
+        fs::copy(path, &to).with_context(|| format!("cannot write {}", to.display()))?;
+        let args: Vec<String> = fixture
+            .args
+            .iter()
+            .map(|&v| match v {
+                Text(t) => t.to_string(),
+                _ => "…".into(),
+            })
+            .collect();
+        let row = format!(
+            "| {} | `./{} {}` | - | {} | {} (added alone, by `--only`, at commit {commit}) |",
+            fixture.name,
+            fixture.workload,
+            args.join(" "),
+            fs::metadata(path)?.len(),
+            fixture.exercises
+        );
+        let prefix = format!("| {} |", fixture.name);
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        match lines.iter().position(|l| l.starts_with(&prefix)) {
+            Some(i) => lines[i] = row,
+            None => {
+                let last = lines
+                    .iter()
+                    .rposition(|l| l.starts_with("| "))
+                    .unwrap_or(lines.len());
+                lines.insert(last + 1, row);
+            }
+        }
+        text = lines.join("\n") + "\n";
+    }
+    fs::write(&readme, text)?;
     Ok(())
 }
 

@@ -8,7 +8,8 @@
 //! counters), `STACKS` (the kernel's stack map) and `STACK_SCRATCH` (two
 //! buffers per CPU a stack copy is built in). The globals userspace sets at
 //! load time, which the verifier reads as constants: `OFFSETS`,
-//! `SAMPLE_STACKS`, `STACK_MODE`, `STACK_COPY_BYTES`, `PYTHON_FRAMES`.
+//! `SAMPLE_STACKS`, `STACK_MODE`, `STACK_COPY_BYTES`, `PYTHON_FRAMES`,
+//! `FILE_OFFSETS` (in `steps.rs`).
 //! `emit` reserves a record in this CPU's event shard and submits it with
 //! `BPF_RB_NO_WAKEUP` (userspace polls every 50 ms), counting a full buffer
 //! in `LOST[kind]`; `emit_copy_record` does the same in the copy shard for a
@@ -24,7 +25,10 @@
 //! first drops operations that do not wait. No program reads a kernel struct
 //! at a hard-coded offset: tracepoint fields are read at the offsets in
 //! `OFFSETS`, which userspace fills from tracefs and, for the raw scheduler
-//! programs' `task_struct` fields, from the kernel's BTF. Nothing is pinned:
+//! programs' `task_struct` fields, from the kernel's BTF; the pipe
+//! program's walk from a task to an fd's pipe uses `FILE_OFFSETS`, from
+//! the BTF too (and the x86-64 `pt_regs` layout, user ABI, as the stack
+//! copies do). Nothing is pinned:
 //! every program and map lives only as long as tprof's file descriptors.
 
 mod block;
@@ -33,6 +37,7 @@ mod futex;
 mod python;
 mod sched;
 mod stacks;
+mod steps;
 mod task;
 
 use aya_ebpf::{

@@ -207,6 +207,10 @@ fn random_recording_and_events(rng: &mut Rng) -> (Recording, Vec<u8>) {
         }),
         gpu_series,
         cuda: None,
+        step_probes: rng.chance(2).then(|| tprof_core::recording::StepProbes {
+            pipes: rng.chance(2),
+            ..Default::default()
+        }),
         dictionary: if streamed {
             StackDictionary {
                 frames: frames.clone(),

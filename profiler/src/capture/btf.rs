@@ -22,11 +22,11 @@ use std::fs;
 use anyhow::{Context as _, Result, bail, ensure};
 
 /// Where the kernel exposes its own BTF.
-pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+pub(super) const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// `task_struct` offsets for the raw scheduler programs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TaskOffsets {
+pub(super) struct TaskOffsets {
     /// `pid` (the thread id), an int.
     pub pid: u16,
     /// `exit_state`, an int: tells a zombie from a dead task at its last
@@ -41,7 +41,7 @@ pub struct TaskOffsets {
 /// The offsets, or why the raw programs cannot be used on this kernel
 /// (no BTF, or scheduler tracepoints with other arguments than the
 /// programs expect). The caller falls back to classic tracepoints.
-pub fn task_offsets() -> Result<TaskOffsets> {
+pub(super) fn task_offsets() -> Result<TaskOffsets> {
     let data = fs::read(VMLINUX_BTF).with_context(|| format!("cannot read {VMLINUX_BTF}"))?;
     let btf = Btf::parse(&data)?;
     offsets_in(&btf)
@@ -50,7 +50,7 @@ pub fn task_offsets() -> Result<TaskOffsets> {
 /// `task_struct.thread.fsbase`: where the kernel keeps a thread's fsbase
 /// (its `pthread_self()` on x86-64), which CPython 3.10 names its threads
 /// by. For the Python walk, whichever scheduler programs are loaded.
-pub fn fsbase_offset() -> Result<u16> {
+pub(super) fn fsbase_offset() -> Result<u16> {
     let data = fs::read(VMLINUX_BTF).with_context(|| format!("cannot read {VMLINUX_BTF}"))?;
     fsbase_in(&Btf::parse(&data)?)
 }
@@ -67,6 +67,37 @@ fn fsbase_in(btf: &Btf) -> Result<u16> {
         .context("no thread_struct.fsbase in the kernel BTF (not x86-64?)")?;
     check_size(btf, ty, 8, "thread.fsbase")?;
     to_u16(thread + fsbase, "thread.fsbase")
+}
+
+/// The kernel structures' offsets the pipe program walks from a task to
+/// an fd's file and its pipe (`profiler_ebpf::FileOffsets`, without the
+/// tracepoint field, which tracefs gives).
+pub(super) fn file_offsets() -> Result<profiler_ebpf::FileOffsets> {
+    let data = fs::read(VMLINUX_BTF).with_context(|| format!("cannot read {VMLINUX_BTF}"))?;
+    files_in(&Btf::parse(&data)?)
+}
+
+fn files_in(btf: &Btf) -> Result<profiler_ebpf::FileOffsets> {
+    let field = |strukt: &str, name: &str| -> Result<u16> {
+        let id = btf
+            .named(KIND_STRUCT, strukt)
+            .with_context(|| format!("no struct {strukt} in the kernel BTF"))?;
+        let (offset, _) = btf
+            .member(id, name)
+            .with_context(|| format!("no {strukt}.{name} in the kernel BTF"))?;
+        u16::try_from(offset)
+            .with_context(|| format!("{strukt}.{name} at {offset} is out of range"))
+    };
+    Ok(profiler_ebpf::FileOffsets {
+        task_files: field("task_struct", "files")?,
+        files_fdt: field("files_struct", "fdt")?,
+        fdt_max_fds: field("fdtable", "max_fds")?,
+        fdt_fd: field("fdtable", "fd")?,
+        file_inode: field("file", "f_inode")?,
+        file_private_data: field("file", "private_data")?,
+        inode_mode: field("inode", "i_mode")?,
+        ..Default::default()
+    })
 }
 
 fn offsets_in(btf: &Btf) -> Result<TaskOffsets> {
@@ -332,6 +363,20 @@ mod tests {
         // thread_struct is task_struct's last member: far past pid.
         let fsbase = fsbase_in(&btf).expect("x86-64 kernels have thread.fsbase");
         assert!(fsbase > btf.member(task, "pid").unwrap().0 as u16);
+    }
+
+    /// This kernel's file offsets, when it has BTF: distinct where they
+    /// are in one struct.
+    #[test]
+    fn reads_this_kernels_file_offsets() {
+        let Ok(data) = fs::read(VMLINUX_BTF) else {
+            return;
+        };
+        let btf = Btf::parse(&data).expect("parse vmlinux BTF");
+        let off = files_in(&btf).expect("file offsets");
+        assert_ne!(off.file_inode, off.file_private_data, "{off:?}");
+        assert_ne!(off.fdt_fd, off.fdt_max_fds, "{off:?}");
+        assert!(off.task_files > 0, "{off:?}");
     }
 
     #[test]

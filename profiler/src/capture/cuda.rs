@@ -45,6 +45,12 @@ pub fn is_cuda_runtime(path: &str) -> bool {
 /// The CUDA runtime libraries among the executable file mappings of a
 /// /proc/<pid>/maps text, each once.
 pub fn cuda_libraries(maps: &str) -> Vec<MappedLibrary> {
+    mapped_libraries(maps, is_cuda_runtime)
+}
+
+/// The executable file mappings of a /proc/<pid>/maps text whose path
+/// `wanted` accepts, each file once.
+pub fn mapped_libraries(maps: &str, wanted: fn(&str) -> bool) -> Vec<MappedLibrary> {
     let mut out: Vec<MappedLibrary> = Vec::new();
     for line in maps.lines() {
         // start-end perms offset dev inode [path, which may contain spaces]
@@ -61,7 +67,7 @@ pub fn cuda_libraries(maps: &str) -> Vec<MappedLibrary> {
         };
         let path = path.trim_start();
         // A deleted file cannot be probed by path any more.
-        if !perms.contains('x') || !is_cuda_runtime(path) || path.ends_with(" (deleted)") {
+        if !perms.contains('x') || !wanted(path) || path.ends_with(" (deleted)") {
             continue;
         }
         let Ok(inode) = inode.parse() else { continue };

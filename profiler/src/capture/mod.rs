@@ -42,6 +42,7 @@ mod session;
 mod signals;
 mod stacks;
 mod symbols;
+mod torch;
 pub mod tracefs;
 mod unwind;
 

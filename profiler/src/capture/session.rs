@@ -36,6 +36,7 @@ use super::pipeline::Pipeline;
 use super::programs::{Expired, KernelPrograms};
 use super::python::tracker::PythonTracker;
 use super::signals::{FINISHING, Signals};
+use super::torch::TorchTracer;
 use super::{RecordOptions, RecordOutcome, StopReason, limits, procfs};
 use tprof_core::recording::{
     self, ClockAnchor, Event, Footer, GpuInfo, Header, LostCounts, Origin, ProcessInfo, ThreadInfo,
@@ -50,6 +51,9 @@ const DRAIN_EVERY: Duration = Duration::from_millis(50);
 const YOUNG_FOR: Duration = Duration::from_secs(2);
 /// How often /proc/stat is sampled (every other drain).
 const SAMPLE_EVERY_TICKS: u32 = 2;
+/// How often (in drain ticks) the targets are scanned for libtorch until
+/// one maps it: every 200 ms.
+const TORCH_SCAN_EVERY_TICKS: u32 = 4;
 /// How often the status line and the lost counts are refreshed, and the
 /// /proc/<pid>/maps snapshots of live processes (for dlopen'd libraries,
 /// and a CUDA runtime loaded after tracking began).
@@ -129,6 +133,8 @@ pub(super) struct Session {
     gpu_info: GpuInfo,
     gpu: Option<GpuSampler>,
     cuda: CudaTracer,
+    /// libtorch probes for step marks, and whether pipes are traced.
+    torch: TorchTracer,
     /// Which processes run CPython (when Python frames are wanted).
     python: PythonTracker,
     python_frames: bool,
@@ -144,7 +150,9 @@ impl Session {
         (gpu_info, gpu): (GpuInfo, Option<GpuSampler>),
     ) -> Session {
         let python_frames = programs.python_frames();
+        let torch = TorchTracer::new(&programs);
         Session {
+            torch,
             programs,
             out,
             roots: Vec::new(),
@@ -256,6 +264,7 @@ impl Session {
                 self.snapshot_process(pid, Origin::Attached)?;
                 self.track_threads(pid)?;
                 self.cuda.scan(&mut self.programs, pid, monotonic_ns())?;
+                self.torch.scan(&mut self.programs, pid, monotonic_ns())?;
                 self.scan_python(pid)?;
             }
             let all: Vec<u32> = self.known.iter().copied().collect();
@@ -425,6 +434,15 @@ impl Session {
             self.expire_in_flight();
         }
         self.ticks += 1;
+        if self.ticks.is_multiple_of(TORCH_SCAN_EVERY_TICKS) && !self.torch.found() {
+            // A job imports torch seconds after it starts, and its first
+            // iteration follows: probe libtorch well before that.
+            let now = monotonic_ns();
+            for pid in self.roots.clone() {
+                self.torch.scan(&mut self.programs, pid, now)?;
+            }
+            self.write_step_probes()?;
+        }
         if self.ticks.is_multiple_of(SAMPLE_EVERY_TICKS)
             && let Some(sample) = procfs::system_sample(monotonic_ns())
         {
@@ -480,6 +498,7 @@ impl Session {
             // An exec may have brought the CUDA runtime in (a launched job,
             // a worker started with spawn).
             self.cuda.scan(&mut self.programs, pid, monotonic_ns())?;
+            self.torch.scan(&mut self.programs, pid, monotonic_ns())?;
         }
         self.out.send_events(batch)?;
         // After the events: the writer forgets an exec'd process's old
@@ -489,7 +508,16 @@ impl Session {
             self.scan_python(pid)?;
         }
         self.write_cuda()?;
+        self.write_step_probes()?;
         Ok(())
+    }
+
+    /// Writes the STEP_PROBES record when it changed.
+    fn write_step_probes(&mut self) -> Result<()> {
+        match self.torch.take_changed() {
+            Some(info) => self.out.write_json(record::STEP_PROBES, &info),
+            None => Ok(()),
+        }
     }
 
     /// Moves the GPU samples gathered so far into the recording.
@@ -596,7 +624,9 @@ impl Session {
         let pids: Vec<u32> = self.known.iter().copied().collect();
         for pid in pids {
             self.cuda.scan(&mut self.programs, pid, now)?;
+            self.torch.scan(&mut self.programs, pid, now)?;
         }
+        self.write_step_probes()?;
         self.cuda.refresh_launches(&self.programs)?;
         self.write_cuda()
     }
@@ -673,6 +703,7 @@ impl Session {
         let path = self.out.path().to_path_buf();
         let (mut file, stack_counts) = self.out.finish()?;
         file.write_json(record::CUDA, self.cuda.info())?;
+        file.write_json(record::STEP_PROBES, self.torch.info())?;
         let mut lost = self.programs.lost_counts()?;
         lost.tracking_full += self.untracked;
         stack_counts.add_to(&mut lost);

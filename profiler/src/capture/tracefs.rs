@@ -181,6 +181,16 @@ pub fn tracepoint_offsets() -> Result<TracepointOffsets> {
     })
 }
 
+/// The `ret` of `sys_exit_read`, which the pipe program reads.
+pub fn read_ret_offset() -> Result<u16> {
+    offset(
+        &fields("syscalls", "sys_exit_read")?,
+        "sys_exit_read",
+        "ret",
+        8,
+    )
+}
+
 /// `rwbs` is `char[8]` on older kernels and `char[10]` on newer; the
 /// programs read its first 8 bytes either way.
 fn rwbs_offset(fields: &[Field]) -> Result<u16> {

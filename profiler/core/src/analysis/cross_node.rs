@@ -502,7 +502,10 @@ mod tests {
             start_ns: start,
             end_ns: start + len,
             data_wait_ns: data_wait,
+            wait_start_ns: 0,
+            delivered_ns: 0,
             cuda_sync_ns: 0,
+            end_estimated: false,
             trainer: Breakdown {
                 on_cpu: len - data_wait,
                 sleep: data_wait,

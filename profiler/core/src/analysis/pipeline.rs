@@ -34,9 +34,11 @@ const NS: f64 = 1e9;
 /// The input pipeline over the training phase.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Pipeline {
-    /// The training phase: from when the trainer began waiting for the
-    /// first batch it waited for to the last such batch's arrival; the
-    /// whole window when it waited for fewer than two.
+    /// The training phase: the steady state of the steps (the first
+    /// iteration's start to the last one's end) when iterations were
+    /// seen; else from when the trainer began waiting for the first batch
+    /// it waited for to the last such batch's arrival; the whole window
+    /// when it waited for fewer than two.
     pub start_ns: u64,
     pub end_ns: u64,
     /// True when the phase is the whole window (no batches to bound it).
@@ -214,6 +216,13 @@ impl Pipeline {
 
 /// The training phase (see [`Pipeline::start_ns`]).
 fn phase(model: &Model, steps: &StepStats) -> (u64, u64, bool) {
+    // The steady state, where iterations were seen: startup (imports,
+    // worker start) and teardown say nothing about the loader.
+    if steps.source.confidence != Some("low")
+        && let Some((start, end)) = steps.steady().filter(|(s, e)| e > s)
+    {
+        return (start, end, false);
+    }
     match (steps.deliveries.first(), steps.deliveries.last()) {
         (Some(first), Some(last))
             if steps.deliveries.len() >= 2 && last.ts_ns > first.wait_start_ns =>

@@ -78,16 +78,15 @@ pub fn derive(model: &Model, summary: &Summary) -> TimelineFacts {
             args: step_args(step),
         })
         .collect();
-    // Step k ends with delivery k + 1, and carries its blame.
+    // A step's last waited-for delivery, with the step's blame.
     let mut stalls: Vec<Stall> = stats
         .steps
         .iter()
-        .zip(stats.deliveries.iter().skip(1))
-        .filter(|(step, _)| step.data_wait_ns > 0)
-        .map(|(step, delivery)| Stall {
+        .filter(|step| step.data_wait_ns > 0 && step.delivered_ns > step.wait_start_ns)
+        .map(|step| Stall {
             tid: trainer,
-            start_ns: delivery.wait_start_ns,
-            end_ns: delivery.ts_ns,
+            start_ns: step.wait_start_ns,
+            end_ns: step.delivered_ns,
             annotation: blame(model, step),
         })
         .collect();
@@ -126,7 +125,9 @@ fn step_args(step: &Step) -> Map<String, Value> {
         ("trainer_io_ms", json!(ms(t.io))),
         ("trainer_futex_ms", json!(ms(t.futex))),
         ("trainer_sleep_ms", json!(ms(t.sleep))),
+        ("cuda_sync_ms", json!(ms(step.cuda_sync_ns))),
         ("worker_pid", json!(step.worker_pid)),
+        ("cause", json!(step.cause().0)),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -177,6 +178,8 @@ mod tests {
             start_ns: start,
             end_ns: end,
             data_wait_ns: wait,
+            wait_start_ns: end - wait,
+            delivered_ns: end,
             cuda_sync_ns: 0,
             trainer: Breakdown {
                 on_cpu: end - start - wait,
@@ -185,6 +188,7 @@ mod tests {
             },
             blame,
             worker_pid: 7,
+            end_estimated: false,
         }
     }
 

@@ -85,6 +85,31 @@ pub struct WakeEdge {
     pub flags: u32,
 }
 
+/// A tracked thread entered a probed libtorch function
+/// (`profiler_ebpf::mark`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mark {
+    pub ts: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    /// One of `profiler_ebpf::mark`.
+    pub what: u32,
+    /// A `record_function` region's name; empty for a backward pass.
+    pub name: String,
+}
+
+/// A tracked thread's pipe transfer that moved bytes; `ts` is its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PipeOp {
+    pub ts: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    /// The pipe, while it lives (its `pipe_inode_info` address).
+    pub pipe: u64,
+    pub bytes: u64,
+    pub write: bool,
+}
+
 /// Everything analysis needs, in one value.
 #[derive(Debug, Clone, Default)]
 pub struct Model {
@@ -136,6 +161,12 @@ pub struct Model {
     pub cpu_limit: Option<crate::recording::CpuLimit>,
     /// CUDA runtime calls and the libraries they were seen in.
     pub cuda: Cuda,
+    /// libtorch marks, in time order.
+    pub marks: Vec<Mark>,
+    /// Pipe transfers of tracked threads, in time order.
+    pub pipes: Vec<PipeOp>,
+    /// What step detection could see, when the recording says.
+    pub step_probes: Option<crate::recording::StepProbes>,
     /// The machine it was recorded on (its node name).
     pub hostname: String,
     /// Its kernel (`uname -r`).
@@ -209,6 +240,7 @@ impl<'a> Assembly<'a> {
             node: rec.header.node.clone(),
             start_anchor: rec.header.start,
             end_anchor: rec.footer.as_ref().map(|f| f.end),
+            step_probes: rec.step_probes.clone(),
             ..Default::default()
         };
         Assembly {
@@ -326,6 +358,34 @@ impl Model {
                     waker: None,
                 });
             }
+            Event::Mark {
+                ts,
+                tid,
+                tgid,
+                what,
+                ref name,
+            } => self.marks.push(Mark {
+                ts,
+                tid,
+                tgid,
+                what,
+                name: name.clone(),
+            }),
+            Event::Pipe {
+                ts,
+                tid,
+                tgid,
+                pipe,
+                bytes,
+                write,
+            } => self.pipes.push(PipeOp {
+                ts,
+                tid,
+                tgid,
+                pipe,
+                bytes,
+                write,
+            }),
             Event::CudaCall(ref call) => cuda_raw.push(cuda::RawCall {
                 tid: call.tid,
                 tgid: call.tgid,

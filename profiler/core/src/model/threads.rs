@@ -563,7 +563,9 @@ impl Builder {
             Event::BlockIo(_)
             | Event::FutexWait { .. }
             | Event::CudaCall(_)
-            | Event::Sample { .. } => {}
+            | Event::Sample { .. }
+            | Event::Mark { .. }
+            | Event::Pipe { .. } => {}
         }
     }
 

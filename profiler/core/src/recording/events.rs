@@ -7,7 +7,8 @@
 
 use profiler_ebpf::{
     BlockIoEvent, CUDA_ARGS, CommEvent, CudaCallEvent, EventHeader, ExecEvent, ExitEvent,
-    ForkEvent, FutexEvent, NO_STACK_KIND, SampleEvent, SwitchEvent, WakeupEvent, event_size, kind,
+    ForkEvent, FutexEvent, MarkEvent, NO_STACK_KIND, PipeEvent, SampleEvent, SwitchEvent,
+    WakeupEvent, event_size, kind, pipe_op,
 };
 
 use super::StackKind;
@@ -94,6 +95,26 @@ pub enum Event {
     },
     /// A completed CUDA runtime call (boxed: rare and large).
     CudaCall(Box<CudaCall>),
+    /// A tracked thread entered a probed libtorch function
+    /// (`profiler_ebpf::mark`): a `record_function` region named `name`,
+    /// or a backward pass.
+    Mark {
+        ts: u64,
+        tid: u32,
+        tgid: u32,
+        what: u32,
+        name: String,
+    },
+    /// A tracked thread's pipe read or write that moved `bytes`; `ts` is
+    /// its return. `pipe` identifies the pipe while it lives.
+    Pipe {
+        ts: u64,
+        tid: u32,
+        tgid: u32,
+        pipe: u64,
+        bytes: u64,
+        write: bool,
+    },
 }
 
 /// Where a thread left the CPU: the kind its off-CPU time counts under
@@ -152,7 +173,9 @@ impl Event {
             | Event::Exit { ts, .. }
             | Event::Comm { ts, .. }
             | Event::FutexWait { ts, .. }
-            | Event::Sample { ts, .. } => ts,
+            | Event::Sample { ts, .. }
+            | Event::Mark { ts, .. }
+            | Event::Pipe { ts, .. } => ts,
             Event::BlockIo(ref io) => io.ts,
             Event::CudaCall(ref call) => call.ts,
         }
@@ -386,6 +409,27 @@ pub fn decode(bytes: &[u8], framing: Framing) -> Result<(Option<Event>, usize), 
                 out_ptr: e.out_ptr,
             }))
         }
+        kind::MARK => {
+            let e: MarkEvent = read_plain(bytes)?;
+            Event::Mark {
+                ts: hdr.ts_ns,
+                tid: e.tid,
+                tgid: e.tgid,
+                what: e.what,
+                name: comm_string(&e.name),
+            }
+        }
+        kind::PIPE => {
+            let e: PipeEvent = read_plain(bytes)?;
+            Event::Pipe {
+                ts: hdr.ts_ns,
+                tid: e.tid,
+                tgid: e.tgid,
+                pipe: e.pipe,
+                bytes: e.bytes,
+                write: e.op == pipe_op::WRITE,
+            }
+        }
         // Only length framing gets here with a kind it does not know.
         _ => return Ok((None, size)),
     };
@@ -449,6 +493,8 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::SAMPLE => "sample",
         kind::STACK_COPY => "stack_copy",
         kind::PY_STACK => "py_stack",
+        kind::MARK => "mark",
+        kind::PIPE => "pipe",
         _ => "unknown",
     }
 }

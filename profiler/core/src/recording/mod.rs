@@ -80,6 +80,11 @@ pub mod record {
     /// [`super::StackBatch`]: stacks interned since the last one, made of
     /// frames already written (since v4).
     pub const STACK_DEFS: u32 = 13;
+    /// [`super::StepProbes`]: what step detection could see: the libtorch
+    /// files probed for marks and whether pipe transfers were traced
+    /// (version 4, later addition). Rewritten when it changes; the last
+    /// one holds.
+    pub const STEP_PROBES: u32 = 14;
 }
 
 /// A pair of clock readings taken together, to convert between CLOCK_MONOTONIC
@@ -614,7 +619,23 @@ pub struct CudaInfo {
     pub launches: std::collections::BTreeMap<u32, u64>,
 }
 
-/// One CUDA runtime library file, found in a tracked process's maps.
+/// What step detection could see (`analysis::steps`): written by capture
+/// when it changes and once at the end. Absent in older recordings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepProbes {
+    /// Pipe transfers of tracked threads were traced (kernel event
+    /// `PIPE`).
+    pub pipes: bool,
+    /// Why they were not, when not.
+    #[serde(default)]
+    pub pipes_status: Option<String>,
+    /// libtorch files found in tracked processes' maps and the functions
+    /// probed in each for marks (kernel event `MARK`).
+    pub libraries: Vec<CudaLibrary>,
+}
+
+/// One probed library file (a CUDA runtime, or libtorch for step marks),
+/// found in a tracked process's maps.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CudaLibrary {
     /// The path as the process that mapped it sees it.

@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 use super::{
     CudaInfo, FORMAT_VERSION, Footer, GpuInfo, GpuSeries, Header, LostCounts, MAGIC,
     MAX_RECORD_LEN, OLDEST_READABLE_VERSION, PREAMBLE_LEN, ProcessInfo, StackDictionary,
-    StackTable, SystemSample, ThreadInfo,
+    StackTable, StepProbes, SystemSample, ThreadInfo,
     events::{self, Framing},
     record,
 };
@@ -53,6 +53,9 @@ pub struct Recording {
     pub dictionary: StackDictionary,
     /// CUDA tracing's latest state; None before v3 (or cut off before it).
     pub cuda: Option<CudaInfo>,
+    /// What step detection could see; None in recordings made before it
+    /// was written.
+    pub step_probes: Option<StepProbes>,
     /// Present when recording ended normally.
     pub footer: Option<Footer>,
     /// The file ends inside a record: the recording was killed mid-write.
@@ -430,6 +433,7 @@ fn apply_metadata(rec: &mut Recording, kind: u32, payload: &[u8]) -> Result<(), 
         record::GPU_SAMPLES => rec.gpu_series.push(json(payload)?),
         record::STACKS => rec.stacks = Some(json(payload)?),
         record::CUDA => rec.cuda = Some(json(payload)?),
+        record::STEP_PROBES => rec.step_probes = Some(json(payload)?),
         record::FOOTER => rec.footer = Some(json::<Footer>(payload)?),
         record::FRAMES => rec.dictionary.add_frames(json(payload)?)?,
         record::STACK_DEFS => rec.dictionary.add_stacks(json(payload)?)?,

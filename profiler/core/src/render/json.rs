@@ -14,18 +14,21 @@ use crate::analysis::{
     gpu::GpuStats,
     pipeline::{Advice, Helper, PoolGroup, Workers},
     stacks::StackQuality,
-    steps::{Blame, GpuIdleAlignment},
+    steps::{Blame, GpuIdleAlignment, Phase, StepSource},
 };
 use crate::recording::UserStacks;
 
 /// Version of the JSON contract (not of the recording format).
-pub const JSON_VERSION: u32 = 2;
+pub const JSON_VERSION: u32 = 3;
 
 #[derive(Serialize)]
 struct Report<'a> {
     json_version: u32,
     /// Ranked causes, largest `explains_frac` first.
     findings: &'a [Verdict],
+    /// Where the window begins on CLOCK_MONOTONIC (ns): the `_s` times
+    /// below are relative to it.
+    start_monotonic_ns: u64,
     duration_s: f64,
     cores: u32,
     cores_effective: f64,
@@ -288,6 +291,7 @@ pub fn render(summary: &Summary) -> String {
         findings: &summary.findings,
         cores_effective: summary.cores_effective,
         cores_source: summary.cores_source,
+        start_monotonic_ns: summary.window_start_ns,
         duration_s: summary.duration_s,
         cores: summary.cores,
         events: summary.events,
@@ -443,20 +447,33 @@ fn pipeline(summary: &Summary) -> Pipeline<'_> {
     }
 }
 
-/// Batches the trainer waited for, and who it waited on.
+/// The training iterations, and who the trainer waited on.
 #[derive(Serialize)]
 struct Steps<'a> {
     trainer_tid: Option<u32>,
+    source: &'a StepSource,
     count: usize,
     p50_s: f64,
     p90_s: f64,
     p99_s: f64,
+    startup: Option<Span>,
+    teardown: Option<Span>,
+    steady_s: f64,
+    deliveries: usize,
     data_wait_frac: f64,
     data_wait_s: f64,
     blame: &'a Blame,
     worker_top_functions: Vec<TopFunction<'a>>,
     gpu_idle: Option<&'a GpuIdleAlignment>,
     items: Vec<StepItem>,
+    slowest: Vec<Slowest>,
+}
+
+#[derive(Serialize)]
+struct Span {
+    start_s: f64,
+    end_s: f64,
+    duration_s: f64,
 }
 
 #[derive(Serialize)]
@@ -469,21 +486,49 @@ struct TopFunction<'a> {
 struct StepItem {
     start_s: f64,
     end_s: f64,
+    duration_s: f64,
+    end_estimated: bool,
     data_wait_s: f64,
+    on_cpu_s: f64,
+    runnable_s: f64,
+    io_s: f64,
+    futex_s: f64,
+    sleep_s: f64,
     /// The trainer's time in CUDA syncs and synchronous copies in the step.
     cuda_sync_s: f64,
-    worker_pid: u32,
+    worker_pid: Option<u32>,
+    cause: &'static str,
+}
+
+#[derive(Serialize)]
+struct Slowest {
+    /// 1-based, as the report and the timeline number steps.
+    step: usize,
+    duration_s: f64,
+    cause: &'static str,
+    cause_s: f64,
 }
 
 fn steps(summary: &Summary) -> Steps<'_> {
     let s = &summary.steps;
     let rel = |ns: u64| ns.saturating_sub(summary.window_start_ns) as f64 / 1e9;
+    let secs = |ns: u64| ns as f64 / 1e9;
+    let span = |p: &Phase| Span {
+        start_s: rel(p.start_ns),
+        end_s: rel(p.end_ns),
+        duration_s: p.duration_s(),
+    };
     Steps {
         trainer_tid: s.trainer_tid,
+        source: &s.source,
         count: s.count,
         p50_s: s.p50_s,
         p90_s: s.p90_s,
         p99_s: s.p99_s,
+        startup: s.startup.as_ref().map(span),
+        teardown: s.teardown.as_ref().map(span),
+        steady_s: s.steady().map_or(0.0, |(a, b)| secs(b - a)),
+        deliveries: s.deliveries.len(),
         data_wait_frac: s.data_wait_frac,
         data_wait_s: s.data_wait_s,
         blame: &s.blame,
@@ -502,9 +547,31 @@ fn steps(summary: &Summary) -> Steps<'_> {
             .map(|st| StepItem {
                 start_s: rel(st.start_ns),
                 end_s: rel(st.end_ns),
-                data_wait_s: st.data_wait_ns as f64 / 1e9,
-                cuda_sync_s: st.cuda_sync_ns as f64 / 1e9,
-                worker_pid: st.worker_pid,
+                duration_s: secs(st.duration_ns()),
+                end_estimated: st.end_estimated,
+                data_wait_s: secs(st.data_wait_ns),
+                on_cpu_s: secs(st.trainer.on_cpu),
+                runnable_s: secs(st.trainer.runnable),
+                io_s: secs(st.trainer.io),
+                futex_s: secs(st.trainer.futex),
+                sleep_s: secs(st.trainer.sleep),
+                cuda_sync_s: secs(st.cuda_sync_ns),
+                worker_pid: (st.worker_pid != 0).then_some(st.worker_pid),
+                cause: st.cause().0,
+            })
+            .collect(),
+        slowest: s
+            .slowest
+            .iter()
+            .map(|&i| {
+                let st = &s.steps[i];
+                let (cause, ns) = st.cause();
+                Slowest {
+                    step: i + 1,
+                    duration_s: secs(st.duration_ns()),
+                    cause,
+                    cause_s: secs(ns),
+                }
             })
             .collect(),
     }

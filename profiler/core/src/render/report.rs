@@ -182,10 +182,16 @@ fn pipeline(out: &mut String, s: &Summary) {
         "\nTraining: {:.1} s, {}; the job wanted {:.1} CPUs there ({running:.1} running + {waiting:.1} waiting for a CPU).",
         c.duration_s,
         if p.whole_window {
-            "the whole recording (the trainer waited for fewer than two batches)".to_string()
+            "the whole recording (no steps, and the trainer waited for fewer than two batches)"
+                .to_string()
         } else {
+            let bounds = if s.steps.steady() == Some((p.start_ns, p.end_ns)) {
+                "the first step's start to the last one's end"
+            } else {
+                "the first batch the trainer waited for to the last"
+            };
             format!(
-                "from {:.1} s to {:.1} s (the first batch the trainer waited for to the last)",
+                "from {:.1} s to {:.1} s ({bounds})",
                 from_start(p.start_ns),
                 from_start(p.end_ns)
             )
@@ -359,30 +365,74 @@ fn no_finding(s: &Summary) -> String {
     }
 }
 
-/// Batches, data waits, and what the workers were doing meanwhile.
+/// Steps, data waits, and what the workers were doing meanwhile.
 fn steps(out: &mut String, s: &Summary) {
     let st = &s.steps;
+    if st.count == 0 {
+        let _ = writeln!(out, "\nSteps: none: {}.", st.source.why);
+        if st.deliveries.is_empty() || st.trainer_tid.is_none() {
+            return;
+        }
+    }
     let Some(trainer) = st.trainer_tid else {
         return;
     };
-    if st.count == 0 {
+    let ms = |secs: f64| secs * 1e3;
+    if st.count > 0 {
+        let what = match st.source.detector {
+            "torch_marks" if st.source.confidence == Some("high") => "training iterations",
+            "waited_batches" => "batches waited for",
+            _ => "batches",
+        };
         let _ = writeln!(
             out,
-            "\nSteps: no batch deliveries seen: the trainer (tid {trainer}) was never woken by a \
-             data worker while it waited (data was always ready, or the job has no loader processes)."
+            "\nSteps: {} {what} of the trainer (tid {trainer}), from {} (confidence {}); step time \
+             p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms.",
+            st.count,
+            st.source.detector,
+            st.source.confidence.unwrap_or("none"),
+            ms(st.p50_s),
+            ms(st.p90_s),
+            ms(st.p99_s)
+        );
+        let _ = writeln!(out, "  How: {}.", st.source.why);
+        if let (Some(up), Some(down), Some((a, b))) = (&st.startup, &st.teardown, st.steady()) {
+            let _ = writeln!(
+                out,
+                "  Startup {:.2} s (until the first step), steady state {:.2} s, teardown {:.2} s; \
+                 the verdict's shares are of the steady state.",
+                up.duration_s(),
+                (b - a) as f64 / 1e9,
+                down.duration_s()
+            );
+        }
+        let slow: Vec<String> = st
+            .slowest
+            .iter()
+            .take(3)
+            .map(|&i| {
+                let step = &st.steps[i];
+                let (cause, ns) = step.cause();
+                format!(
+                    "step {} {:.1} ms ({} {:.1} ms)",
+                    i + 1,
+                    step.duration_ns() as f64 / 1e6,
+                    cause.replace('_', " "),
+                    ns as f64 / 1e6
+                )
+            })
+            .collect();
+        if !slow.is_empty() {
+            let _ = writeln!(out, "  Slowest: {}.", slow.join("; "));
+        }
+    }
+    if st.deliveries.is_empty() {
+        let _ = writeln!(
+            out,
+            "The trainer never waited for a batch: every one was ready when it asked."
         );
         return;
     }
-    let ms = |secs: f64| secs * 1e3;
-    let _ = writeln!(
-        out,
-        "\nSteps: {} batch{} the trainer (tid {trainer}) waited for; step time p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms.",
-        st.count,
-        if st.count == 1 { "" } else { "es" },
-        ms(st.p50_s),
-        ms(st.p90_s),
-        ms(st.p99_s)
-    );
     let b = &st.blame;
     let pct = |x: f64| 100.0 * x;
     let top: Vec<String> = st
@@ -397,7 +447,7 @@ fn steps(out: &mut String, s: &Summary) {
     };
     let _ = writeln!(
         out,
-        "The trainer waited {:.0}% of its life in the recording for data ({:.0}% of the training). During those \
+        "The trainer waited {:.0}% of the steady state for data ({:.0}% of the training phase). During those \
          waits the delivering workers were {:.0}% waiting for a CPU, {:.0}% on-CPU{on_cpu_detail}, {:.0}% in \
          block IO, {:.0}% in futex waits, {:.0}% in other sleep.",
         pct(st.data_wait_frac),

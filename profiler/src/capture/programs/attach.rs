@@ -12,7 +12,7 @@ use aya::{
     },
     util::online_cpus,
 };
-use profiler_ebpf::{cuda_fn, names::program as name};
+use profiler_ebpf::{cuda_fn, mark, names::program as name};
 
 use super::{KernelPrograms, find_program};
 use crate::capture::tracefs;
@@ -82,6 +82,9 @@ const TRACEPOINTS: &[Attachment] = &[
     optional(name::FUTEX_EXIT, "syscalls", "sys_exit_futex_waitv"),
 ];
 
+/// The pipe program, attached when the kernel's BTF gave its offsets.
+const PIPES: [(&str, &str); 1] = [(name::PIPE_READ, "sys_exit_read")];
+
 /// What attaching to one CUDA runtime library did.
 #[derive(Debug, Default)]
 pub struct CudaProbes {
@@ -104,6 +107,15 @@ impl KernelPrograms {
                 program
                     .attach("sched", tracepoint)
                     .with_context(|| format!("{}; is the kernel built with it?", what()))?;
+            }
+        }
+        if self.pipes.is_ok() {
+            for (program, tracepoint) in PIPES {
+                let program: &mut TracePoint = find_program(&mut self.ebpf, program)?.try_into()?;
+                if let Err(e) = program.attach("syscalls", tracepoint) {
+                    self.pipes = Err(format!("attaching to syscalls/{tracepoint} failed: {e}"));
+                    break;
+                }
             }
         }
         for a in TRACEPOINTS {
@@ -178,6 +190,47 @@ impl KernelPrograms {
             out.probed.push(symbol.to_string());
         }
         Ok(out)
+    }
+
+    /// Probes the libtorch functions in `profiler_ebpf::mark` in the
+    /// library file at `library` for every process mapping it, by the
+    /// mangled symbols `symbols` (found in its dynamic symbol table, one
+    /// per mark; None where the library lacks it).
+    pub fn attach_torch(
+        &mut self,
+        library: &Path,
+        symbols: &[(u32, Option<String>)],
+    ) -> Result<CudaProbes> {
+        let mut out = CudaProbes::default();
+        for (what, symbol) in symbols {
+            let Some(symbol) = symbol else {
+                let prefix = mark::ALL
+                    .iter()
+                    .find(|(w, _)| w == what)
+                    .map_or("?", |(_, p)| p);
+                out.missing.push(format!("{prefix}…: not exported"));
+                continue;
+            };
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::Symbol(symbol),
+                cookie: Some(u64::from(*what)),
+            };
+            match self
+                .uprobe(name::TORCH_MARK)?
+                .attach(point, library, UProbeScope::AllProcesses)
+            {
+                Ok(_) => out.probed.push(symbol.clone()),
+                Err(e) => out
+                    .missing
+                    .push(format!("{symbol}: {:#}", anyhow::Error::from(e))),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether pipe transfers are traced, or why not.
+    pub fn pipes(&self) -> std::result::Result<(), &str> {
+        self.pipes.as_ref().map(|_| ()).map_err(String::as_str)
     }
 
     fn uprobe(&mut self, name: &str) -> Result<&mut UProbe> {

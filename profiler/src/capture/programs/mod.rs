@@ -36,8 +36,8 @@ use aya::{
     util::{nr_cpus, online_cpus},
 };
 use profiler_ebpf::{
-    BPF_NOEXIST, COPY_RING_BUFFER_BYTES, EVENT_SHARDS, LOST_TRACK_FULL, MAX_BIO_OWNERS,
-    MAX_CUDA_CALLS, MAX_REQUESTS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, PyProcInfo,
+    BPF_NOEXIST, COPY_RING_BUFFER_BYTES, EVENT_SHARDS, FileOffsets, LOST_TRACK_FULL,
+    MAX_BIO_OWNERS, MAX_CUDA_CALLS, MAX_REQUESTS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, PyProcInfo,
     RING_BUFFER_BYTES, ThreadState, TracepointOffsets, kind, lost_map, lost_stack,
     names::{global, map},
     stack_mode,
@@ -45,9 +45,9 @@ use profiler_ebpf::{
 
 use super::{btf, procfs};
 use attach::SCHED;
-pub use in_flight::Expired;
+pub(super) use in_flight::Expired;
 use in_flight::InFlight;
-pub use stacks::StackSource;
+pub(super) use stacks::StackSource;
 use tprof_core::recording::{LostCounts, UserStacks, events::kind_name};
 
 /// The object built by build.rs from profiler-ebpf.
@@ -59,12 +59,12 @@ static OBJECT: &[u8] = &[];
 
 /// Set to 1 to use the classic scheduler tracepoints even where the raw
 /// ones work (to compare the two, and to test the fallback).
-pub const CLASSIC_SCHED_ENV: &str = "TPROF_CLASSIC_SCHED";
+pub(super) const CLASSIC_SCHED_ENV: &str = "TPROF_CLASSIC_SCHED";
 
 /// Set to 1 to take user stacks by frame-pointer walks in the kernel even
 /// where copying them works (to compare the two, and to test the mode
 /// kernels without BTF get).
-pub const FRAME_POINTER_STACKS_ENV: &str = "TPROF_FRAME_POINTER_STACKS";
+pub(super) const FRAME_POINTER_STACKS_ENV: &str = "TPROF_FRAME_POINTER_STACKS";
 
 /// Set to a raw scheduler program's name to have it treated as refused by
 /// the verifier: the tests' way to exercise the fallback a kernel with BTF
@@ -74,6 +74,10 @@ const REFUSE_RAW_ENV: &str = "TPROF_REFUSE_RAW_SCHED";
 /// a kernel before 5.17, without `bpf_loop`, refuses it): the tests' way
 /// to exercise recording without Python frames.
 const REFUSE_PYTHON_ENV: &str = "TPROF_REFUSE_PYTHON_WALK";
+/// Set to 1 to leave the pipe programs unattached, as on a kernel without
+/// BTF: to measure what they cost (docs/benchmarks.md) and to test steps
+/// without pipe events.
+const NO_PIPES_ENV: &str = "TPROF_NO_PIPES";
 
 /// Sizes of the kernel maps that bound what tprof can follow, and how long
 /// an entry of a map of things in flight may wait for its end. The
@@ -112,7 +116,7 @@ impl Default for MapLimits {
 /// entry is taken for one whose end the kernel will never report. Devices
 /// time out a command after 30 s (SCSI's and NVMe's defaults); a request
 /// still waiting after twice that has been retried or aborted.
-pub const IN_FLIGHT_EXPIRY: Duration = Duration::from_secs(60);
+pub(super) const IN_FLIGHT_EXPIRY: Duration = Duration::from_secs(60);
 
 pub struct KernelPrograms {
     // Field order is drop order: maps first, then the programs and links.
@@ -138,6 +142,9 @@ pub struct KernelPrograms {
     python_frames: bool,
     /// The raw scheduler programs are loaded (else the classic ones).
     raw_sched: bool,
+    /// The pipe programs are loaded (attached by [`KernelPrograms::attach`]),
+    /// or why not.
+    pipes: std::result::Result<(), String>,
     /// How user stacks are taken ([`stack_mode`]), and how much a copy
     /// takes.
     stack_mode: u32,
@@ -237,8 +244,19 @@ impl KernelPrograms {
             offsets: &offsets,
             ..*globals
         };
-        let mut ebpf = open_object(&globals, limits)?;
+        // Without them the pipe programs do nothing and are not attached.
+        let files = if std::env::var_os(NO_PIPES_ENV).is_some_and(|v| v == "1") {
+            Err(anyhow!("pipe tracing was off ({NO_PIPES_ENV}=1)"))
+        } else {
+            file_offsets()
+        };
+        let mut ebpf = open_object(
+            &globals,
+            files.as_ref().copied().unwrap_or_default(),
+            limits,
+        )?;
         load_programs(&mut ebpf)?;
+        let pipes = files.map(|_| ()).map_err(|e| format!("{e:#}"));
         let raw_sched = load_sched_programs(&mut ebpf, raw_sched)?;
         find_program(&mut ebpf, profiler_ebpf::names::program::SAMPLE)?;
         Ok(KernelPrograms {
@@ -257,6 +275,7 @@ impl KernelPrograms {
             python_threads_by_fsbase: offsets.task_fsbase != 0,
             python_frames: globals.python_frames,
             raw_sched,
+            pipes,
             stack_mode: globals.stack_mode,
             stack_copy_bytes: globals.stack_copy_bytes,
             ebpf,
@@ -437,7 +456,7 @@ struct Globals<'a> {
 
 /// Opens the object with the globals and map sizes set, its maps created
 /// and no program loaded yet.
-fn open_object(globals: &Globals, limits: MapLimits) -> Result<Ebpf> {
+fn open_object(globals: &Globals, files: FileOffsets, limits: MapLimits) -> Result<Ebpf> {
     let sample_stacks = u32::from(globals.sample_stacks);
     let python_frames = u32::from(globals.python_frames);
     // Two stack copy buffers per possible CPU (the switch programs', the
@@ -464,6 +483,7 @@ fn open_object(globals: &Globals, limits: MapLimits) -> Result<Ebpf> {
         .override_global(global::STACK_MODE, &globals.stack_mode, true)
         .override_global(global::STACK_COPY_BYTES, &globals.stack_copy_bytes, true)
         .override_global(global::PYTHON_FRAMES, &python_frames, true)
+        .override_global(global::FILE_OFFSETS, &files, true)
         .map_max_entries(map::STACK_SCRATCH, scratch)
         .map_max_entries(map::TRACKED_TIDS, limits.tracked_threads)
         .map_max_entries(map::REQUESTS, limits.in_flight.min(MAX_REQUESTS))
@@ -494,6 +514,14 @@ fn load_programs(ebpf: &mut Ebpf) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Where the pipe program finds an fd's pipe: the kernel's BTF and the
+/// syscall tracepoint's field.
+fn file_offsets() -> Result<FileOffsets> {
+    let mut files = btf::file_offsets()?;
+    files.exit_ret = super::tracefs::read_ret_offset()?;
+    Ok(files)
 }
 
 /// Loads the raw scheduler programs where they load (`raw`) and the classic

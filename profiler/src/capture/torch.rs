@@ -1,0 +1,158 @@
+//! Step detection's probes, userspace half: finds the libtorch (the file
+//! holding the autograd engine and `record_function`, `libtorch_cpu.so`)
+//! each tracked process has mapped and probes it once per file, for every
+//! process mapping it (the kernel program keeps tracked processes only);
+//! and says whether pipe transfers are traced. The result is the
+//! recording's STEP_PROBES record.
+//!
+//! A job imports torch after it starts, so the targets are scanned every
+//! few drains until one maps libtorch (its first iteration is seconds of
+//! imports later), and every process once a second as CUDA's are.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use object::{Object as _, ObjectSymbol as _};
+
+use super::cuda::MappedLibrary;
+use super::programs::KernelPrograms;
+use tprof_core::recording::{CudaLibrary, StepProbes};
+
+/// True for the libtorch file that holds the probed functions:
+/// libtorch_cpu.so (torch ≥ 1.8 splits libtorch into it and the device
+/// libraries).
+pub(super) fn is_libtorch(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with("libtorch_cpu") && name.contains(".so")
+}
+
+/// The libtorch files among the executable file mappings of a
+/// /proc/<pid>/maps text, each once.
+pub(super) fn torch_libraries(maps: &str) -> Vec<MappedLibrary> {
+    super::cuda::mapped_libraries(maps, is_libtorch)
+}
+
+/// The full mangled symbol of each probed function in the library's
+/// dynamic symbol table (`profiler_ebpf::mark::ALL`), read lazily (the
+/// file is hundreds of megabytes; its symbol table a few).
+pub(super) fn mark_symbols(file: &File) -> Result<Vec<(u32, Option<String>)>> {
+    let cache = object::ReadCache::new(file);
+    let elf = object::File::parse(&cache)?;
+    let mut out: Vec<(u32, Option<String>)> = profiler_ebpf::mark::ALL
+        .iter()
+        .map(|&(what, _)| (what, None))
+        .collect();
+    for sym in elf.dynamic_symbols() {
+        if sym.address() == 0 || !sym.is_definition() {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        for (slot, &(_, prefix)) in out.iter_mut().zip(&profiler_ebpf::mark::ALL) {
+            if slot.1.is_none() && name.starts_with(prefix) {
+                slot.1 = Some(name.to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub(super) struct TorchTracer {
+    /// Files already probed (or tried), by (dev, inode).
+    seen: HashSet<(String, u64)>,
+    info: StepProbes,
+    dirty: bool,
+}
+
+impl TorchTracer {
+    pub(super) fn new(programs: &KernelPrograms) -> TorchTracer {
+        let pipes = programs.pipes();
+        TorchTracer {
+            seen: HashSet::new(),
+            info: StepProbes {
+                pipes: pipes.is_ok(),
+                pipes_status: pipes.err().map(str::to_string),
+                libraries: Vec::new(),
+            },
+            dirty: true,
+        }
+    }
+
+    /// Whether some libtorch is probed already.
+    pub(super) fn found(&self) -> bool {
+        !self.info.libraries.is_empty()
+    }
+
+    /// Probes the libtorch files `pid` has mapped that no other tracked
+    /// process had. A process that is gone has nothing to scan.
+    pub(super) fn scan(
+        &mut self,
+        programs: &mut KernelPrograms,
+        pid: u32,
+        now_ns: u64,
+    ) -> Result<()> {
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return Ok(());
+        };
+        for lib in torch_libraries(&maps) {
+            if !self.seen.insert((lib.dev.clone(), lib.inode)) {
+                continue;
+            }
+            let path = PathBuf::from(format!("/proc/{pid}/root{}", lib.path));
+            let symbols = match File::open(&path)
+                .map_err(anyhow::Error::from)
+                .and_then(|f| mark_symbols(&f))
+            {
+                Ok(symbols) => symbols,
+                Err(e) => {
+                    eprintln!("tprof: note: cannot read {}'s symbols: {e:#}", lib.path);
+                    continue;
+                }
+            };
+            let probes = programs.attach_torch(&path, &symbols)?;
+            eprintln!(
+                "tprof: tracing training steps in {} ({} of {} functions)",
+                lib.path,
+                probes.probed.len(),
+                profiler_ebpf::mark::ALL.len()
+            );
+            self.info.libraries.push(CudaLibrary {
+                path: lib.path,
+                pid,
+                attached_ns: now_ns,
+                probed: probes.probed,
+                missing: probes.missing,
+            });
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
+    /// The record, if it changed since the last call.
+    pub(super) fn take_changed(&mut self) -> Option<StepProbes> {
+        std::mem::take(&mut self.dirty).then(|| self.info.clone())
+    }
+
+    pub(super) fn info(&self) -> &StepProbes {
+        &self.info
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_libtorch_once() {
+        let maps = "\
+7f0000000000-7f0000010000 r--p 00000000 fe:01 42 /venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so
+7f0000010000-7f0000080000 r-xp 00010000 fe:01 42 /venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so
+7f0000090000-7f00000a0000 r-xp 00000000 fe:01 43 /venv/lib/python3.11/site-packages/torch/lib/libtorch_python.so
+";
+        let libs = torch_libraries(maps);
+        assert_eq!(libs.len(), 1);
+        assert_eq!(libs[0].inode, 42);
+        assert!(!is_libtorch("/x/libtorch.so"));
+    }
+}

@@ -39,7 +39,7 @@ mod stacks;
 
 #[derive(ClapArgs)]
 #[command(args_conflicts_with_subcommands = true)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     which: Option<Which>,
     /// Rounds of the overhead comparison (each runs every configuration).
@@ -155,7 +155,7 @@ enum Which {
     Stacks(stacks::Args),
 }
 
-pub fn run(args: &Args) -> Result<()> {
+pub(crate) fn run(args: &Args) -> Result<()> {
     match &args.which {
         Some(Which::Real(real)) => return real::run(real),
         Some(Which::Stacks(stacks)) => return stacks::run(stacks),

@@ -32,7 +32,7 @@ use crate::cmd::{self, cargo, command, run as run_cmd};
 use crate::setup;
 
 #[derive(ClapArgs)]
-pub struct Args {
+pub(crate) struct Args {
     /// Rounds of the cost comparison (each runs every configuration).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
@@ -58,7 +58,7 @@ const FUNCTIONS: [(&str, &str); 3] = [
     ("compress_loop", "zlib_ns"),
 ];
 
-pub fn run(args: &Args) -> Result<()> {
+pub(crate) fn run(args: &Args) -> Result<()> {
     if !cmd::is_root() {
         bail!("cargo xtask bench-python needs root (tprof loads eBPF programs): run it with sudo");
     }

@@ -23,7 +23,7 @@ use crate::cmd::{self, cargo, command, run as run_cmd};
 use crate::setup;
 
 #[derive(ClapArgs)]
-pub struct Args {
+pub(super) struct Args {
     /// Rounds: each runs every configuration once.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -116,7 +116,7 @@ pub(super) fn data_dir() -> PathBuf {
     PathBuf::from("/dev/shm/tprof-train-job-images")
 }
 
-pub fn run(args: &Args) -> Result<()> {
+pub(super) fn run(args: &Args) -> Result<()> {
     if !cmd::is_root() {
         bail!("cargo xtask bench real needs root (tprof loads eBPF programs): run it with sudo");
     }

@@ -41,7 +41,7 @@ use crate::cmd::{self, cargo, command, run as run_cmd};
 use crate::setup;
 
 #[derive(ClapArgs)]
-pub struct Args {
+pub(super) struct Args {
     /// Rounds: each runs every configuration once.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -94,7 +94,7 @@ struct Run {
     copies: u64,
 }
 
-pub fn run(args: &Args) -> Result<()> {
+pub(super) fn run(args: &Args) -> Result<()> {
     if !cmd::is_root() {
         bail!("cargo xtask bench stacks needs root (tprof loads eBPF programs): run it with sudo");
     }

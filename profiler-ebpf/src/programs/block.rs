@@ -75,7 +75,7 @@ fn set_request(key: &RequestKey, times: &RequestTimes) {
 }
 
 #[tracepoint]
-pub fn tprof_bio_queue(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_bio_queue(ctx: TracePointContext) -> u32 {
     let _ = try_bio_queue(&ctx);
     0
 }
@@ -101,7 +101,7 @@ fn try_bio_queue(ctx: &TracePointContext) -> Result<(), i32> {
 /// A tracked bio split in two: the second part, resubmitted without a
 /// block_bio_queue, has the same submitter.
 #[tracepoint]
-pub fn tprof_bio_split(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_bio_split(ctx: TracePointContext) -> u32 {
     let _ = try_bio_split(&ctx);
     0
 }
@@ -121,7 +121,7 @@ fn try_bio_split(ctx: &TracePointContext) -> Result<(), i32> {
 /// A tracked bio merged onto the back of a request: it starts no request,
 /// so nothing will claim its owner entry. Runs in the submitter's context.
 #[tracepoint]
-pub fn tprof_bio_backmerge(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_bio_backmerge(ctx: TracePointContext) -> u32 {
     let _ = try_bio_backmerge(&ctx);
     0
 }
@@ -143,7 +143,7 @@ fn try_bio_backmerge(ctx: &TracePointContext) -> Result<(), i32> {
 /// if it was already inserted, else its first bio's owner. Every device, as
 /// `REQUESTS` is; front merges are rare.
 #[tracepoint]
-pub fn tprof_bio_frontmerge(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_bio_frontmerge(ctx: TracePointContext) -> u32 {
     let _ = try_bio_frontmerge(&ctx);
     0
 }
@@ -197,7 +197,7 @@ fn claim_owner(key: &RequestKey) -> u64 {
 
 /// The request joined a scheduler queue: its wait starts here.
 #[tracepoint]
-pub fn tprof_rq_insert(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_rq_insert(ctx: TracePointContext) -> u32 {
     let _ = try_rq_insert(&ctx);
     0
 }
@@ -216,7 +216,7 @@ fn try_rq_insert(ctx: &TracePointContext) -> Result<(), i32> {
 
 /// The driver got the request (with no scheduler queue, this is its start).
 #[tracepoint]
-pub fn tprof_rq_issue(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_rq_issue(ctx: TracePointContext) -> u32 {
     let _ = try_rq_issue(&ctx);
     0
 }
@@ -240,7 +240,7 @@ fn try_rq_issue(ctx: &TracePointContext) -> Result<(), i32> {
 }
 
 #[tracepoint]
-pub fn tprof_rq_complete(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_rq_complete(ctx: TracePointContext) -> u32 {
     let _ = try_rq_complete(&ctx);
     0
 }

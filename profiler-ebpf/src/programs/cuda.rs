@@ -55,7 +55,7 @@ fn call_key(pid_tgid: u64, func: u32) -> u64 {
 /// Entry of any traced function but cudaLaunchKernel: keeps the arguments
 /// until the return.
 #[uprobe]
-pub fn tprof_cuda_enter(ctx: ProbeContext) -> u32 {
+pub(crate) fn tprof_cuda_enter(ctx: ProbeContext) -> u32 {
     let _ = try_cuda_enter(&ctx);
     0
 }
@@ -85,7 +85,7 @@ fn try_cuda_enter(ctx: &ProbeContext) -> Result<(), i32> {
 
 /// Return of any traced function: one event per completed call.
 #[uretprobe]
-pub fn tprof_cuda_return(ctx: RetProbeContext) -> u32 {
+pub(crate) fn tprof_cuda_return(ctx: RetProbeContext) -> u32 {
     let _ = try_cuda_return(&ctx);
     0
 }
@@ -126,7 +126,7 @@ fn try_cuda_return(ctx: &RetProbeContext) -> Result<(), i32> {
 /// training step launches hundreds to thousands of kernels; a ring-buffer
 /// event and a uretprobe trap for each would cost more than the launch.
 #[uprobe]
-pub fn tprof_cuda_launch(_ctx: ProbeContext) -> u32 {
+pub(crate) fn tprof_cuda_launch(_ctx: ProbeContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if !is_tracked_process(tgid) {
         return 0;

@@ -50,7 +50,7 @@ fn enter(uaddr: u64, op: u32, syscall: u32) -> Result<(), i32> {
 }
 
 #[tracepoint]
-pub fn tprof_futex_enter(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_futex_enter(ctx: TracePointContext) -> u32 {
     let _ = try_futex_enter(&ctx);
     0
 }
@@ -66,7 +66,7 @@ fn try_futex_enter(ctx: &TracePointContext) -> Result<(), i32> {
 }
 
 #[tracepoint]
-pub fn tprof_futex_wait_enter(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_futex_wait_enter(ctx: TracePointContext) -> u32 {
     let _ = try_futex_wait_enter(&ctx);
     0
 }
@@ -77,7 +77,7 @@ fn try_futex_wait_enter(ctx: &TracePointContext) -> Result<(), i32> {
 }
 
 #[tracepoint]
-pub fn tprof_futex_waitv_enter(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_futex_waitv_enter(ctx: TracePointContext) -> u32 {
     let _ = try_futex_waitv_enter(&ctx);
     0
 }
@@ -89,7 +89,7 @@ fn try_futex_waitv_enter(ctx: &TracePointContext) -> Result<(), i32> {
 
 /// Attached to the exit of all three syscalls (their layout is the same).
 #[tracepoint]
-pub fn tprof_futex_exit(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_futex_exit(ctx: TracePointContext) -> u32 {
     let _ = try_futex_exit(&ctx);
     0
 }

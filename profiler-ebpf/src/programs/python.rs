@@ -85,7 +85,7 @@ fn scratch() -> Option<&'static mut PyScratch> {
 /// have paired them with, so no stack goes out with Python frames missing
 /// or taken from another walk.
 #[inline(always)]
-pub fn record(cache: &mut PyThreadCache, tid: u32, tgid: u32, now: u64) -> bool {
+pub(crate) fn record(cache: &mut PyThreadCache, tid: u32, tgid: u32, now: u64) -> bool {
     if !python_enabled() {
         return true;
     }
@@ -227,7 +227,7 @@ extern "C" fn walk_callback(_index: u64, _ctx: *mut c_void) -> i64 {
 /// (false for a thread without a known Python thread state, whose walks
 /// are reused on the native stacks' terms alone).
 #[inline(always)]
-pub fn moved(cache: &PyThreadCache, tgid: u32) -> bool {
+pub(crate) fn moved(cache: &PyThreadCache, tgid: u32) -> bool {
     if !python_enabled() || cache.tstate == 0 {
         return false;
     }
@@ -255,7 +255,7 @@ fn fsbase() -> u64 {
 /// A new process forked from `parent`: the same address space, so the same
 /// interpreter layout until it execs.
 #[inline(always)]
-pub fn inherit(parent: u32, child: u32) {
+pub(crate) fn inherit(parent: u32, child: u32) {
     if let Some(info) = unsafe { PY_PROCS.get(&parent) } {
         let info = *info;
         let _ = PY_PROCS.insert(&child, &info, 0);
@@ -265,6 +265,6 @@ pub fn inherit(parent: u32, child: u32) {
 /// A process exec'd (its interpreter is gone, userspace looks again) or
 /// exited.
 #[inline(always)]
-pub fn forget(tgid: u32) {
+pub(crate) fn forget(tgid: u32) {
     let _ = PY_PROCS.remove(&tgid);
 }

@@ -34,7 +34,7 @@ use super::{emit, header, header_at, offsets, stacks, stacks_enabled, thread_sta
 /// Classic `sched/sched_switch`: used where the raw program below cannot be
 /// (no kernel BTF for its task_struct offsets, or a kernel before 5.18).
 #[tracepoint]
-pub fn tprof_switch(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_switch(ctx: TracePointContext) -> u32 {
     let _ = try_switch(&ctx);
     0
 }
@@ -57,7 +57,7 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i32> {
 /// need, next->pid (prev is `current`). Same event, same `prev_state`
 /// encoding as the classic tracepoint's.
 #[raw_tracepoint(tracepoint = "sched_switch")]
-pub fn tprof_switch_r(ctx: RawTracePointContext) -> u32 {
+pub(crate) fn tprof_switch_r(ctx: RawTracePointContext) -> u32 {
     let _ = try_switch_raw(&ctx);
     0
 }
@@ -130,14 +130,14 @@ fn switch<C: StackIdContext>(
 /// enqueue it; taking both from here spares a second program on every
 /// wakeup (sched_wakeup) and a map to carry the waker between the two.
 #[tracepoint]
-pub fn tprof_waking(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_waking(ctx: TracePointContext) -> u32 {
     let _ = try_wakeup(&ctx, false);
     0
 }
 
 /// The first wakeup of a new task, by its parent (current here).
 #[tracepoint]
-pub fn tprof_wakeup_new(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_wakeup_new(ctx: TracePointContext) -> u32 {
     let _ = try_wakeup(&ctx, true);
     0
 }
@@ -155,14 +155,14 @@ fn try_wakeup(ctx: &TracePointContext, new_task: bool) -> Result<(), i32> {
 /// the perf record (comm, pid, prio, target_cpu) the classic tracepoint
 /// fills for every wakeup on the machine.
 #[raw_tracepoint(tracepoint = "sched_waking")]
-pub fn tprof_waking_r(ctx: RawTracePointContext) -> u32 {
+pub(crate) fn tprof_waking_r(ctx: RawTracePointContext) -> u32 {
     let _ = try_wakeup_raw(&ctx, false);
     0
 }
 
 /// Raw `sched_wakeup_new(struct task_struct *p)`.
 #[raw_tracepoint(tracepoint = "sched_wakeup_new")]
-pub fn tprof_wakenew_r(ctx: RawTracePointContext) -> u32 {
+pub(crate) fn tprof_wakenew_r(ctx: RawTracePointContext) -> u32 {
     let _ = try_wakeup_raw(&ctx, true);
     0
 }

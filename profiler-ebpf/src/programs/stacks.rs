@@ -55,7 +55,7 @@ use super::{
 /// One cpu-clock tick on some CPU: a sample of the stacks of the thread it
 /// interrupted, if that thread is tracked.
 #[perf_event]
-pub fn tprof_sample(ctx: PerfEventContext) -> u32 {
+pub(crate) fn tprof_sample(ctx: PerfEventContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     // tid 0 is the idle task; thread_state filters everything else untracked.
@@ -112,7 +112,7 @@ fn sample_copy(state: &mut ThreadState, tid: u32, tgid: u32, now: u64) -> i32 {
 /// (user, kernel) stack ids of the current task, frame-pointer walks; -1
 /// for a missing one.
 #[inline(always)]
-pub fn stack_ids<C: StackIdContext>(ctx: &C) -> (i32, i32) {
+pub(crate) fn stack_ids<C: StackIdContext>(ctx: &C) -> (i32, i32) {
     (stack_id(ctx, BPF_F_USER_STACK), stack_id(ctx, 0))
 }
 
@@ -136,14 +136,14 @@ fn stack_id<C: StackIdContext>(ctx: &C, flags: u64) -> i32 {
 
 /// What a switch-out records about where a tracked thread left the CPU:
 /// (kind, user stack, kernel stack id).
-pub type SwitchOutStacks = (u32, i32, i32);
+pub(crate) type SwitchOutStacks = (u32, i32, i32);
 
 /// sched_switch, prev side: a tracked thread leaves the CPU. Runs in prev's
 /// context, so the stacks taken here are where it stopped. `state` is the
 /// thread's `TRACKED_TIDS` entry; `walk` false (no stack sampling) still
 /// gives the kind.
 #[inline(always)]
-pub fn switch_out<C: StackIdContext>(
+pub(crate) fn switch_out<C: StackIdContext>(
     ctx: &C,
     tid: u32,
     state: *mut ThreadState,

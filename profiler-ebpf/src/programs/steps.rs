@@ -49,7 +49,7 @@ static FILE_OFFSETS: FileOffsets = FileOffsets {
 
 /// Entry of a probed libtorch function.
 #[uprobe]
-pub fn tprof_torch_mark(ctx: ProbeContext) -> u32 {
+pub(crate) fn tprof_torch_mark(ctx: ProbeContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if !is_tracked_process(tgid) {
@@ -80,7 +80,7 @@ pub fn tprof_torch_mark(ctx: ProbeContext) -> u32 {
 }
 
 #[tracepoint]
-pub fn tprof_pipe_read(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_pipe_read(ctx: TracePointContext) -> u32 {
     pipe_read(&ctx);
     0
 }

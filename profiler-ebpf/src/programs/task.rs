@@ -33,7 +33,7 @@ use super::{
 /// which tell a new thread from a new process without reading task_struct.
 /// It fires in the parent, after the child has its pid and before it can run.
 #[tracepoint]
-pub fn tprof_newtask(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_newtask(ctx: TracePointContext) -> u32 {
     let _ = try_newtask(&ctx);
     0
 }
@@ -77,7 +77,7 @@ fn try_newtask(ctx: &TracePointContext) -> Result<(), i32> {
 }
 
 #[tracepoint]
-pub fn tprof_exec(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_exec(ctx: TracePointContext) -> u32 {
     let _ = try_exec(&ctx);
     0
 }
@@ -107,7 +107,7 @@ fn try_exec(ctx: &TracePointContext) -> Result<(), i32> {
 }
 
 #[tracepoint]
-pub fn tprof_exit(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_exit(ctx: TracePointContext) -> u32 {
     let _ = try_exit(&ctx);
     0
 }
@@ -138,7 +138,7 @@ fn try_exit(ctx: &TracePointContext) -> Result<(), i32> {
 }
 
 #[tracepoint]
-pub fn tprof_rename(ctx: TracePointContext) -> u32 {
+pub(crate) fn tprof_rename(ctx: TracePointContext) -> u32 {
     let _ = try_rename(&ctx);
     0
 }

@@ -202,20 +202,8 @@ fn offcpu_walked<C: StackIdContext>(
         let last = &state.last_stacks[slot];
         return (last.user_stack_id, last.kernel_stack_id);
     }
-    let (mut user_stack_id, kernel_stack_id) = stack_ids(ctx);
-    let mut walked_ns = now;
-    if !python::record(&mut state.py, tid, state.tgid, now) {
-        // Its Python frames were lost: lose the user stack with them, and
-        // walk again next time rather than lend this one out.
-        user_stack_id = -1;
-        walked_ns = 0;
-    }
-    state.last_stacks[slot] = LastStacks {
-        walked_ns,
-        user_stack_id,
-        kernel_stack_id,
-    };
-    (user_stack_id, kernel_stack_id)
+    let (user_stack_id, kernel_stack_id) = stack_ids(ctx);
+    remember_walk(state, slot, tid, now, now, user_stack_id, kernel_stack_id)
 }
 
 /// Copy mode: the kernel stack walked, or the last walk's when
@@ -239,15 +227,42 @@ fn offcpu_copied<C: StackIdContext>(
     } else {
         stack_id(ctx, 0)
     };
-    let mut user_stack_id = offcpu_copy(state, tid, now);
+    let user_stack_id = offcpu_copy(state, tid, now);
     if reuse && user_stack_id == last.user_stack_id {
         return (user_stack_id, kernel_stack_id);
     }
-    let mut walked_ns = if reuse { last.walked_ns } else { now };
-    if !python::record(&mut state.py, tid, state.tgid, now) {
-        user_stack_id = -1;
-        walked_ns = 0;
-    }
+    let walked_ns = if reuse { last.walked_ns } else { now };
+    remember_walk(
+        state,
+        slot,
+        tid,
+        now,
+        walked_ns,
+        user_stack_id,
+        kernel_stack_id,
+    )
+}
+
+/// Sends the thread's Python frames with a switch-out's new stacks and
+/// keeps those as its last walk for reason `slot` (walked at `walked_ns`).
+/// Frames that could not be sent lose the user stack with them, and the
+/// next switch-out walks again rather than lend this one out.
+#[inline(always)]
+fn remember_walk(
+    state: &mut ThreadState,
+    slot: usize,
+    tid: u32,
+    now: u64,
+    walked_ns: u64,
+    user_stack_id: i32,
+    kernel_stack_id: i32,
+) -> (i32, i32) {
+    let sent = python::record(&mut state.py, tid, state.tgid, now);
+    let (walked_ns, user_stack_id) = if sent {
+        (walked_ns, user_stack_id)
+    } else {
+        (0, -1)
+    };
     state.last_stacks[slot] = LastStacks {
         walked_ns,
         user_stack_id,

@@ -355,7 +355,7 @@ pub struct ThreadState {
     pub tgid: u32,
     pub _pad: u32,
 }
-const _: () = assert!(size_of::<ThreadState>() == 248);
+const _: () = assert!(size_of::<ThreadState>() == 256);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
 // derived bytemuck::Pod checks it): every bit pattern is a valid value.
 #[cfg(feature = "user")]
@@ -384,6 +384,7 @@ impl ThreadState {
             py: PyThreadCache {
                 tstate: 0,
                 missed_ns: 0,
+                missed_mark: 0,
                 position: 0,
             },
             tgid,

@@ -42,7 +42,9 @@ pub const MAX_THREAD_NODES: usize = 256;
 /// is the furthest); 128 are read, so a masked index never leaves them.
 pub const FRAME_WORDS: usize = 16;
 /// A thread with no Python thread state is looked up again at most this
-/// often (PyTorch's pool threads have none, and a miss walks the list).
+/// often while its process's thread list stays as it was (PyTorch's pool
+/// threads have none, and a miss walks the list); at once when the list
+/// gains a thread ([`list_mark`]).
 pub const PY_RETRY_NS: u64 = 100_000_000;
 
 /// [`PyProcInfo::layout`]: where a thread's innermost frame is and what
@@ -226,13 +228,15 @@ pub struct PyThreadCache {
     /// Its `PyThreadState` (checked at each use), 0 when not known.
     pub tstate: u64,
     /// When the thread list last had no state for it: not looked up again
-    /// before [`PY_RETRY_NS`] later.
+    /// before [`PY_RETRY_NS`] later unless the list changed since.
     pub missed_ns: u64,
+    /// The list's [`list_mark`] at that miss.
+    pub missed_mark: u64,
     /// Its [`position`] at its last walk: a switch-out reuses an earlier
     /// walk's stacks only if the thread's Python code has not moved since.
     pub position: u64,
 }
-const _: () = assert!(size_of::<PyThreadCache>() == 24);
+const _: () = assert!(size_of::<PyThreadCache>() == 32);
 
 /// Reads the walked process's memory: `bpf_probe_read_user` in the kernel,
 /// `process_vm_readv` in capture's tests.
@@ -304,6 +308,22 @@ pub fn position<M: ReadMem>(
         frame = word(buf, info.fr_back);
     }
     folded
+}
+
+/// What changes when a thread state joins the first interpreter's list:
+/// its head (CPython puts a new thread state first), 0 while there is no
+/// interpreter or no thread yet. A thread that missed is looked up again
+/// as soon as this moves, so one whose miss came while the interpreter
+/// was starting (userspace hands the kernel a process as soon as its
+/// libpython is mapped) or before its own state was linked is not left
+/// without Python frames for [`PY_RETRY_NS`]. None when a read fails.
+#[inline(always)]
+pub fn list_mark<M: ReadMem>(mem: &M, info: &PyProcInfo) -> Option<u64> {
+    let interp = mem.read_u64(info.runtime + info.interp_head as u64)?;
+    if interp == 0 {
+        return Some(0);
+    }
+    mem.read_u64(interp + info.threads_head as u64)
 }
 
 /// Where a search of the thread lists is. The search runs one

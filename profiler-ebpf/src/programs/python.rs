@@ -24,7 +24,8 @@ use profiler_ebpf::{
     EventHeader, MAX_TRACKED_TGIDS, PyProcInfo, PyStackEvent, PyThreadCache, kind,
     python::{
         FRAME_WORDS, FindState, MAX_PY_STEPS, MAX_THREAD_NODES, PY_NO_THREAD, PY_RETRY_NS,
-        PyStackRecord, ReadMem, WalkState, find_step, info_flags, owns, position, walk_step,
+        PyStackRecord, ReadMem, WalkState, find_step, info_flags, list_mark, owns, position,
+        walk_step,
     },
 };
 
@@ -123,8 +124,9 @@ pub(crate) fn record(cache: &mut PyThreadCache, tid: u32, tgid: u32, now: u64) -
 }
 
 /// The thread's state from its cache, checked, or from the thread list
-/// (at most once per PY_RETRY_NS for a thread without one); then its walk
-/// into `s.rec`. Returns the record's flags.
+/// (for a thread without one: at most once per PY_RETRY_NS while the list
+/// stays as it was); then its walk into `s.rec`. Returns the record's
+/// flags.
 #[inline(always)]
 fn walk_thread(s: &mut PyScratch, cache: &mut PyThreadCache, tid: u32, now: u64) -> u16 {
     s.rec.head.frames = 0;
@@ -143,7 +145,13 @@ fn walk_thread(s: &mut PyScratch, cache: &mut PyThreadCache, tid: u32, now: u64)
         cache.tstate = 0;
     }
     if tstate == 0 {
-        if cache.missed_ns != 0 && now.saturating_sub(cache.missed_ns) < PY_RETRY_NS {
+        let Some(mark) = list_mark(&mem, &s.info) else {
+            return PY_NO_THREAD;
+        };
+        if cache.missed_ns != 0
+            && cache.missed_mark == mark
+            && now.saturating_sub(cache.missed_ns) < PY_RETRY_NS
+        {
             return PY_NO_THREAD;
         }
         let Some(find) = FindState::start(&mem, &s.info, key) else {
@@ -158,6 +166,7 @@ fn walk_thread(s: &mut PyScratch, cache: &mut PyThreadCache, tid: u32, now: u64)
         tstate = s.find.found;
         if tstate == 0 {
             cache.missed_ns = now;
+            cache.missed_mark = mark;
             return PY_NO_THREAD;
         }
         cache.tstate = tstate;
@@ -223,17 +232,28 @@ extern "C" fn walk_callback(_index: u64, _ctx: *mut c_void) -> i64 {
     }
 }
 
-/// Whether the current thread's Python code moved since its last walk
-/// (false for a thread without a known Python thread state, whose walks
-/// are reused on the native stacks' terms alone).
+/// Whether the current thread's Python code may have moved since its last
+/// walk, which then may not be reused. A thread whose Python thread state
+/// is known moved when its [`position`] did. One without: when it was
+/// never looked up (its last walk may predate userspace finding the
+/// interpreter) or its process's thread list gained a thread since it
+/// missed ([`list_mark`]); else it is no Python thread (a pool thread) and
+/// its walks are reused on the native stacks' terms alone. Without the
+/// first two, a main thread whose native registers in `queue.get()` were
+/// those of an earlier wait in `Thread.start()` (Python calls do not grow
+/// the C stack in 3.11+) kept that early walk's empty Python frames for its
+/// whole wait.
 #[inline(always)]
 pub(crate) fn moved(cache: &PyThreadCache, tgid: u32) -> bool {
-    if !python_enabled() || cache.tstate == 0 {
+    if !python_enabled() {
         return false;
     }
     let Some(info) = (unsafe { PY_PROCS.get(&tgid) }) else {
         return false;
     };
+    if cache.tstate == 0 {
+        return cache.missed_ns == 0 || list_mark(&UserMemory, info) != Some(cache.missed_mark);
+    }
     let Some(s) = scratch() else {
         return false;
     };

@@ -49,6 +49,15 @@ use tprof_core::recording::{
 const DRAIN_EVERY: Duration = Duration::from_millis(50);
 /// How long after it appears a process's maps are re-read on every drain.
 const YOUNG_FOR: Duration = Duration::from_secs(2);
+/// How often a process that just appeared or exec'd is looked at for
+/// CPython until found, and for how long. The kernel walks no Python frames
+/// before userspace hands it the interpreter, and a switch-out's stacks
+/// are taken once, when it begins: a script that blocks 30 ms after exec
+/// (in `queue.get()`, say) kept native frames only for the whole wait when
+/// the look came with the next 50 ms drain. A python maps its libpython a
+/// millisecond after exec and runs its first Python code some ten later.
+const PYTHON_WATCH_EVERY: Duration = Duration::from_millis(2);
+const PYTHON_WATCH_FOR: Duration = Duration::from_millis(300);
 /// How often /proc/stat is sampled (every other drain).
 const SAMPLE_EVERY_TICKS: u32 = 2;
 /// How often (in drain ticks) the targets are scanned for libtorch until
@@ -107,6 +116,9 @@ pub(super) struct Session {
     /// Processes that appeared or exec'd lately, whose libraries are still
     /// being mapped: their maps are re-read every tick, not every second.
     young: Vec<(u32, Instant)>,
+    /// Young processes whose CPython, if any, is not found yet: looked at
+    /// every PYTHON_WATCH_EVERY.
+    python_watch: Vec<(u32, Instant)>,
     sample_hz: Option<u64>,
     events: u64,
     /// User stack copies drained, and their bytes (ring-buffer records,
@@ -161,6 +173,7 @@ impl Session {
             stopping: None,
             known: HashSet::new(),
             young: Vec::new(),
+            python_watch: Vec::new(),
             sample_hz: opts.sample_hz,
             events: 0,
             copies: 0,
@@ -214,6 +227,8 @@ impl Session {
         self.roots = vec![pid];
         self.programs.track_process(pid)?;
         self.programs.track_thread(pid, pid)?;
+        // Looked at from now: its exec event waits for the next drain.
+        self.python_watch.push((pid, Instant::now()));
         self.write_header(start, Some(argv.to_vec()))?;
         let info = ProcessInfo {
             pid,
@@ -351,12 +366,17 @@ impl Session {
         duration: Option<Duration>,
     ) -> Result<StopReason> {
         let mut tick = tokio::time::interval(DRAIN_EVERY);
+        let mut python_tick = tokio::time::interval(PYTHON_WATCH_EVERY);
+        python_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let deadline = duration.map(|d| self.started + d);
         loop {
             tokio::select! {
                 // A stop request wins over another drain: the user is waiting.
                 biased;
                 reason = signals.next() => return Ok(reason),
+                _ = python_tick.tick(), if !self.python_watch.is_empty() => {
+                    self.watch_python()?;
+                }
                 _ = tick.tick() => {
                     self.on_tick()?;
                     if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -480,12 +500,12 @@ impl Session {
             } else {
                 self.events += 1;
             }
-            if let Some((pid, parent)) = process_change(bytes) {
+            if let Some((pid, parent, ts)) = process_change(bytes) {
                 if let Some(parent) = parent {
                     self.out.set_parent(pid, parent)?;
                 }
                 // A new image, or a new process (maybe under a reused pid).
-                self.python.forget(pid);
+                self.python.forget(pid, ts);
                 new_processes.push(pid);
             }
         }
@@ -505,7 +525,10 @@ impl Session {
         // interpreter at its exec event. (A forked child's first frames,
         // in this batch, are named through its parent's.)
         for pid in new_processes {
-            self.scan_python(pid)?;
+            if !self.scan_python(pid)? && self.python_frames {
+                self.python_watch.retain(|&(p, _)| p != pid);
+                self.python_watch.push((pid, Instant::now()));
+            }
         }
         self.write_cuda()?;
         self.write_step_probes()?;
@@ -575,14 +598,31 @@ impl Session {
         Ok(())
     }
 
+    /// Looks at the processes on the Python watch again; one whose
+    /// interpreter turns up has its maps re-read too (the writer names its
+    /// libpython frames against them).
+    fn watch_python(&mut self) -> Result<()> {
+        self.python_watch
+            .retain(|(_, since)| since.elapsed() < PYTHON_WATCH_FOR);
+        let watched: Vec<u32> = self.python_watch.iter().map(|&(pid, _)| pid).collect();
+        for pid in watched {
+            if self.scan_python(pid)? {
+                self.out.snapshot_maps(pid)?;
+                self.python_watch.retain(|&(p, _)| p != pid);
+            }
+        }
+        Ok(())
+    }
+
     /// Looks for the CPython `pid` runs, if not known yet, and has the
     /// kernel walk its threads' Python frames and the writer name them.
-    fn scan_python(&mut self, pid: u32) -> Result<()> {
+    /// True when found now.
+    fn scan_python(&mut self, pid: u32) -> Result<bool> {
         if !self.python_frames {
-            return Ok(());
+            return Ok(false);
         }
         let Some(interp) = self.python.scan(pid) else {
-            return Ok(());
+            return Ok(false);
         };
         self.python
             .note(&interp, self.programs.python_threads_by_fsbase());
@@ -591,7 +631,8 @@ impl Session {
         {
             eprintln!("tprof: note: {e:#}");
         }
-        self.out.add_interpreter(interp)
+        self.out.add_interpreter(interp)?;
+        Ok(true)
     }
 
     /// Re-reads the maps of live processes, so libraries loaded since the
@@ -757,7 +798,8 @@ fn is_stack_copy(bytes: &[u8]) -> bool {
 
 /// The pid of a process that a raw event says was created (with its parent)
 /// or exec'd.
-fn process_change(bytes: &[u8]) -> Option<(u32, Option<u32>)> {
+fn process_change(bytes: &[u8]) -> Option<(u32, Option<u32>, u64)> {
+    let ts = u64::from_le_bytes(bytes.get(0..8)?.try_into().ok()?);
     let kind = u16::from_le_bytes(bytes.get(8..10)?.try_into().ok()?);
     if kind != kind::FORK && kind != kind::EXEC {
         return None;
@@ -767,8 +809,8 @@ fn process_change(bytes: &[u8]) -> Option<(u32, Option<u32>)> {
             parent_tgid,
             child_tgid,
             ..
-        } if child_tgid != parent_tgid => Some((child_tgid, Some(parent_tgid))),
-        Event::Exec { tgid, .. } => Some((tgid, None)),
+        } if child_tgid != parent_tgid => Some((child_tgid, Some(parent_tgid), ts)),
+        Event::Exec { tgid, .. } => Some((tgid, None, ts)),
         _ => None,
     }
 }

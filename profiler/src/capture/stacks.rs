@@ -236,7 +236,7 @@ impl StackResolver {
             }
             kind::EXEC => {
                 if let Some(e) = read::<profiler_ebpf::ExecEvent>(event) {
-                    self.python.exec(e.tgid);
+                    self.python.exec(e.tgid, hdr.ts_ns);
                 }
             }
             kind::EXIT => {

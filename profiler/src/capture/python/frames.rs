@@ -59,11 +59,18 @@ impl PythonFrames {
         self.parents.insert(child, parent);
     }
 
-    /// `tgid` exec'd: what was known about its memory is void. (The
-    /// session hands on the new image's interpreter after the events of
-    /// the drain that saw the exec.)
-    pub(crate) fn exec(&mut self, tgid: u32) {
-        self.interpreters.remove(&tgid);
+    /// `tgid` exec'd at `ts`: what was known about its memory is void,
+    /// except an interpreter found after the exec (the session looks at a
+    /// just exec'd process every few milliseconds, before its exec event
+    /// is drained).
+    pub(crate) fn exec(&mut self, tgid: u32, ts: u64) {
+        if self
+            .interpreters
+            .get(&tgid)
+            .is_some_and(|i| i.found_ns < ts)
+        {
+            self.interpreters.remove(&tgid);
+        }
         self.parents.remove(&tgid);
         self.codes.retain(|&(pid, _, _), _| pid != tgid);
     }
@@ -262,6 +269,7 @@ mod tests {
                 fixed_address: false,
             }),
             runtime: 0,
+            found_ns: 0,
         })
     }
 
@@ -308,6 +316,21 @@ mod tests {
         py.take_record(&record(5, 200, 0, &[FRAME]));
         assert_eq!(py.for_sample(5, 300), None);
         assert_eq!(py.for_sample(5, 200), None);
+    }
+
+    #[test]
+    fn an_exec_forgets_only_an_interpreter_found_before_it() {
+        let mut py = PythonFrames::default();
+        let mut found = |at: u64| {
+            let mut interp = (*interpreter(7, Err(Unsupported::UnknownVersion))).clone();
+            interp.found_ns = at;
+            py.add_interpreter(Arc::new(interp));
+        };
+        found(500);
+        py.exec(7, 400);
+        assert!(py.marks(7), "found after the exec: the new image's");
+        py.exec(7, 600);
+        assert!(!py.marks(7), "found before the exec: the old image's");
     }
 
     #[test]

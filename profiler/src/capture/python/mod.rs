@@ -32,6 +32,9 @@ pub(super) struct Interpreter {
     pub build: Arc<Build>,
     /// `&_PyRuntime` in the process.
     pub runtime: u64,
+    /// When it was found (CLOCK_MONOTONIC): an exec event older than this
+    /// is the one that brought it in, not one that replaced it.
+    pub found_ns: u64,
 }
 
 impl Interpreter {
@@ -84,8 +87,7 @@ impl Finder {
                 .builds
                 .entry((meta.dev(), meta.ino()))
                 .or_insert_with(|| {
-                    fs::read(&file)
-                        .ok()
+                    map_file(&file)
                         .and_then(|data| elf::inspect(&data, &m.path))
                         .map(Arc::new)
                 })
@@ -99,10 +101,21 @@ impl Finder {
                 path: m.path.clone(),
                 runtime: bias + build.runtime_vaddr,
                 build,
+                found_ns: super::clock::monotonic_ns(),
             });
         }
         None
     }
+}
+
+/// A file's bytes, mapped: only the pages inspecting it reads (its symbol
+/// tables, a few words of data) come in.
+fn map_file(path: &str) -> Option<memmap2::Mmap> {
+    let file = fs::File::open(path).ok()?;
+    // SAFETY: a file a process runs as its code: changing it in place would
+    // break that process too, and a truncation is a SIGBUS tprof shares
+    // with it. Nothing here outlives the inspection.
+    unsafe { memmap2::Mmap::map(&file) }.ok()
 }
 
 /// A file that may hold CPython: `python3.11`, `libpython3.11.so.1.0`,

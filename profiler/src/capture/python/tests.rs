@@ -10,7 +10,8 @@ use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Child, Command, Stdio};
 
 use profiler_ebpf::python::{
-    MAX_PY_FRAMES, PY_NO_THREAD, PyFrame, PyStackEvent, PyStackRecord, find_thread_state, walk,
+    MAX_PY_FRAMES, PY_NO_THREAD, PyFrame, PyStackEvent, PyStackRecord, find_thread_state,
+    list_mark, walk,
 };
 use serde_json::Value;
 
@@ -126,6 +127,23 @@ fn park(python: &str, dir: &std::path::Path) -> Parked {
         .unwrap();
     let truth: Value =
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{python} printed {out:?}: {e}"));
+    // The main thread printed before it reached `readline`: walking it
+    // before it sleeps there may find it on the line of the print.
+    let stat = format!("/proc/{}/stat", child.id());
+    let asleep = || {
+        std::fs::read_to_string(&stat).is_ok_and(|s| {
+            s.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('S'))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !asleep() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{python} never waits in readline"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     Parked { child, truth }
 }
 
@@ -170,17 +188,22 @@ fn named(pid: u32, interp: &Interpreter, frames: &[PyFrame]) -> Vec<(String, Str
         .collect()
 }
 
-fn walk_thread(pid: u32, interp: &Interpreter, thread: &Value) -> (u16, Vec<PyFrame>) {
-    let info = interp.proc_info().unwrap();
-    let mem = ProcessMemory { pid };
-    // 3.10 lists threads by pthread_self(), which the kernel reads as the
-    // thread's fsbase; the script printed it as the thread's ident.
-    let key = if interp.layout().unwrap().version == Version::new(3, 10) {
+/// What the kernel finds `thread` by: 3.10 lists threads by
+/// pthread_self(), which the kernel reads as the thread's fsbase (the
+/// script printed it as the thread's ident); later versions by tid.
+fn key(interp: &Interpreter, thread: &Value) -> u64 {
+    if interp.layout().unwrap().version == Version::new(3, 10) {
         thread["ident"].as_u64().unwrap()
     } else {
         thread["tid"].as_u64().unwrap()
-    };
-    let tstate = find_thread_state(&mem, &info, key).expect("the thread is in the thread list");
+    }
+}
+
+fn walk_thread(pid: u32, interp: &Interpreter, thread: &Value) -> (u16, Vec<PyFrame>) {
+    let info = interp.proc_info().unwrap();
+    let mem = ProcessMemory { pid };
+    let tstate = find_thread_state(&mem, &info, key(interp, thread))
+        .expect("the thread is in the thread list");
     let mut rec = Box::new(PyStackRecord {
         head: PyStackEvent::default(),
         frames: [PyFrame::default(); MAX_PY_FRAMES],
@@ -249,6 +272,12 @@ fn walks_every_installed_interpreter() {
             };
             assert_eq!(boundaries, expected, "{python} {role}: {all:?}");
         }
+        // The newest thread heads the list: what tells a thread that
+        // missed that the list has gained one since.
+        let info = interp.proc_info().unwrap();
+        let mem = ProcessMemory { pid };
+        let worker = find_thread_state(&mem, &info, key(&interp, &parked.truth["worker"]));
+        assert_eq!(list_mark(&mem, &info), worker, "{python}");
         eprintln!("{python}: both threads' frames and lines match");
         let _ = parked.child.stdin.as_ref().unwrap().write_all(b"\n");
     }

@@ -32,10 +32,12 @@ impl PythonTracker {
         Some(interp)
     }
 
-    /// `pid` exec'd or was just created: its interpreter, if any, is to be
-    /// looked up again.
-    pub(crate) fn forget(&mut self, pid: u32) {
-        self.known.remove(&pid);
+    /// `pid` exec'd or was just created at `ts`: its interpreter, if any,
+    /// is to be looked up again, unless it was found after that.
+    pub(crate) fn forget(&mut self, pid: u32, ts: u64) {
+        if self.known.get(&pid).is_some_and(|i| i.found_ns < ts) {
+            self.known.remove(&pid);
+        }
     }
 
     /// Says once per kind of problem why a process gets no Python frames:

@@ -49,8 +49,9 @@ fn eight_workers_recorded_from_the_start() {
     check_steps(&run, Recorded::FromStart);
 }
 
-/// Eight workers with pin_memory, recorded from the start: the steps are
-/// the iterations, though the pin-memory thread reads every batch.
+/// Eight workers with pin_memory, recorded from the start: the eight
+/// workers and the pin-memory thread are named, and the steps are the
+/// iterations, though the pin-memory thread reads every batch.
 #[test]
 fn eight_workers_with_pin_memory() {
     let Some(job) = job() else { return };
@@ -59,6 +60,7 @@ fn eight_workers_with_pin_memory() {
             .pin_memory(true)
             .iterations(20),
     );
+    check_roles(&run);
     check_steps(&run, Recorded::FromStart);
 }
 

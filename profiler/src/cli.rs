@@ -101,7 +101,7 @@ pub(crate) struct RecordArgs {
     pub no_stacks: bool,
     /// Most bytes of each thread's user stack copied at a sample or a new
     /// off-CPU site, then unwound with the binaries' CFI: 4k to 64k, in
-    /// steps of 4k. Deeper stacks are cut there, under a [truncated] frame
+    /// steps of 4k. Deeper stacks are cut there, under a `[truncated]` frame
     /// (the report counts them); a copy stops where the stack does.
     #[arg(long, value_name = "SIZE", default_value = "64k", value_parser = parse_stack_size,
           conflicts_with = "no_stacks")]

@@ -20,7 +20,7 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Compiles tests/workloads/<name>.c into target/workloads/<name> unless
+/// Compiles `tests/workloads/<name>.c` into `target/workloads/<name>` unless
 /// the binary is newer than its sources, and returns the binary's path.
 pub fn build_workload(name: &str) -> PathBuf {
     let sources = workspace_root().join("tests/workloads");

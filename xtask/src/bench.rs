@@ -337,8 +337,8 @@ fn rate_sweep(paths: &Paths, base: Job, rounds: usize, md: &mut String) -> Resul
 const SWEEP_SWITCHES: [u64; 4] = [50_000, 100_000, 200_000, 400_000];
 
 /// `rounds` runs of `job` under each of `tools`, the order rotating each
-/// round so no tool always runs first (warm caches, drift); runs[i] are
-/// tools[i]'s.
+/// round so no tool always runs first (warm caches, drift); `runs[i]` are
+/// `tools[i]`'s.
 fn alternate(paths: &Paths, job: Job, tools: &[Tool], rounds: usize) -> Result<Vec<Vec<Run>>> {
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); tools.len()];
     for round in 0..rounds {

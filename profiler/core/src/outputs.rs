@@ -1,5 +1,5 @@
 //! Every output tprof makes of a recording, in one registry: [`Output`]
-//! names each, [`write`] makes its bytes. The `tprof` binary
+//! names each, [`write()`] makes its bytes. The `tprof` binary
 //! (profiler/src/main.rs) writes them to stdout and files; the golden tests
 //! (profiler/core/tests/golden.rs) compare them with committed files; the
 //! fuzz target and the odd-recording tests run [`Output::all`] over

@@ -43,12 +43,12 @@ pub fn is_cuda_runtime(path: &str) -> bool {
 }
 
 /// The CUDA runtime libraries among the executable file mappings of a
-/// /proc/<pid>/maps text, each once.
+/// `/proc/<pid>/maps` text, each once.
 pub fn cuda_libraries(maps: &str) -> Vec<MappedLibrary> {
     mapped_libraries(maps, is_cuda_runtime)
 }
 
-/// The executable file mappings of a /proc/<pid>/maps text whose path
+/// The executable file mappings of a `/proc/<pid>/maps` text whose path
 /// `wanted` accepts, each file once.
 pub fn mapped_libraries(maps: &str, wanted: fn(&str) -> bool) -> Vec<MappedLibrary> {
     let mut out: Vec<MappedLibrary> = Vec::new();

@@ -23,7 +23,7 @@ pub fn cpu_limit(pid: u32) -> CpuLimit {
     }
 }
 
-/// CPUs in `Cpus_allowed_list:` of a /proc/<pid>/status text ("0-3,8,10-11").
+/// CPUs in `Cpus_allowed_list:` of a `/proc/<pid>/status` text ("0-3,8,10-11").
 pub fn cpus_allowed(status: &str) -> Option<u32> {
     let list = status
         .lines()

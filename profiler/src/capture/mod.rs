@@ -6,7 +6,7 @@
 //! [`record`] is the entry point; the stages it runs are modules of their
 //! own: [`privileges`] checks, [`programs`] (the kernel side, the only
 //! module that uses aya), [`launch`] (the command `record --` starts),
-//! [`session`] (the recording loop), [`signals`] (how it stops), [`file`]
+//! [`session`] (the recording loop), [`signals`] (how it stops), [`file`](mod@file)
 //! (the recording file written) and [`clock`].
 //!
 //! Architecture invariant: the only module that needs root and the only one
@@ -23,6 +23,9 @@
 //! CLOCK_MONOTONIC) is resolved here, at record time. Whatever stops a
 //! recording (a signal, a second signal, a full disk, an error), the file
 //! on disk is a readable prefix and no program or map outlives the process.
+// The map above names private stages: it is for readers of the source
+// (`cargo doc --document-private-items`).
+#![allow(rustdoc::private_intra_doc_links)]
 
 mod btf;
 mod clock;

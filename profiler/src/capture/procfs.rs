@@ -13,7 +13,7 @@ use tprof_core::recording::SystemSample;
 /// Task is a kernel thread (PF_KTHREAD in /proc/…/stat flags).
 const PF_KTHREAD: u64 = 0x0020_0000;
 
-/// The fields of /proc/<pid>/stat tprof uses.
+/// The fields of `/proc/<pid>/stat` tprof uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stat {
     pub comm: String,
@@ -174,14 +174,14 @@ pub fn block_devices() -> std::collections::BTreeMap<u32, String> {
     out
 }
 
-/// An executable mapping of /proc/<pid>/maps.
+/// An executable mapping of `/proc/<pid>/maps`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapping {
     pub start: u64,
     pub end: u64,
     /// File offset of `start`.
     pub offset: u64,
-    /// The file, "[vdso]"-style pseudo name, or "" for anonymous memory
+    /// The file, `[vdso]`-style pseudo name, or "" for anonymous memory
     /// (JIT code).
     pub path: String,
 }
@@ -193,7 +193,7 @@ pub fn exec_maps(pid: u32) -> Option<Vec<Mapping>> {
     ))
 }
 
-/// Parses the executable mappings out of a /proc/<pid>/maps text.
+/// Parses the executable mappings out of a `/proc/<pid>/maps` text.
 pub fn parse_exec_maps(text: &str) -> Vec<Mapping> {
     text.lines().filter_map(parse_maps_line).collect()
 }

@@ -2,7 +2,7 @@
 //! the kernel's events into the recording's pipeline ([`Pipeline`]: a
 //! writer thread names their stacks and writes them), snapshots new
 //! processes, samples /proc/stat, and once a second refreshes lost counts,
-//! GPU samples, /proc/<pid>/maps and the CUDA state; at the end writes the
+//! GPU samples, `/proc/<pid>/maps` and the CUDA state; at the end writes the
 //! totals and the footer.
 //!
 //! The loop in detail: every tick (`DRAIN_EVERY`, 50 ms) it drains the
@@ -64,7 +64,7 @@ const SAMPLE_EVERY_TICKS: u32 = 2;
 /// one maps it: every 200 ms.
 const TORCH_SCAN_EVERY_TICKS: u32 = 4;
 /// How often the status line and the lost counts are refreshed, and the
-/// /proc/<pid>/maps snapshots of live processes (for dlopen'd libraries,
+/// `/proc/<pid>/maps` snapshots of live processes (for dlopen'd libraries,
 /// and a CUDA runtime loaded after tracking began).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// How often the maps of things in flight are checked for entries whose end

@@ -2,7 +2,7 @@
 //! kernel, JIT code, a pseudo mapping) and, in batches, which function
 //! ([`Namer`]).
 //!
-//! User addresses are resolved against /proc/<pid>/maps snapshots that
+//! User addresses are resolved against `/proc/<pid>/maps` snapshots that
 //! capture takes while each process is alive ([`AddressSpaces`]), then looked
 //! up in the mapped files on disk, so a DataLoader worker that exited long
 //! before the recording ended still gets names. Symbolization happens here,
@@ -45,7 +45,7 @@ pub(super) struct AddressSpaces {
 }
 
 impl AddressSpaces {
-    /// Adds a /proc/<pid>/maps snapshot. Mappings from an earlier snapshot
+    /// Adds a `/proc/<pid>/maps` snapshot. Mappings from an earlier snapshot
     /// that the new one does not overlap are kept: samples taken before a
     /// dlclose or an exec still resolve.
     pub(super) fn add_snapshot(&mut self, pid: u32, fresh: Vec<Mapping>) {
@@ -122,7 +122,7 @@ pub(super) enum Site {
     File(String, u64),
     /// JIT code: (pid whose perf map to read, address).
     Anon(u32, u64),
-    /// A pseudo mapping such as [vdso]: (name, offset).
+    /// A pseudo mapping such as `[vdso]`: (name, offset).
     Pseudo(String, u64),
     Kernel(u64),
     /// An address in no mapping tprof saw.
@@ -310,7 +310,7 @@ fn resolve(
     }
 }
 
-/// One line of a /tmp/perf-<pid>.map file.
+/// One line of a `/tmp/perf-<pid>.map` file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct PerfMapEntry {
     start: u64,

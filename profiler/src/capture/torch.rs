@@ -29,7 +29,7 @@ pub(super) fn is_libtorch(path: &str) -> bool {
 }
 
 /// The libtorch files among the executable file mappings of a
-/// /proc/<pid>/maps text, each once.
+/// `/proc/<pid>/maps` text, each once.
 pub(super) fn torch_libraries(maps: &str) -> Vec<MappedLibrary> {
     super::cuda::mapped_libraries(maps, is_libtorch)
 }

@@ -101,7 +101,8 @@ pub(super) struct Unwinder {
 struct ProcessUnwinder {
     unwinder: UnwinderX86_64<Arc<[u8]>>,
     cache: CacheX86_64,
-    /// The [`AddressSpaces::generation`] of the mappings it was built from.
+    /// The generation of the mappings it was built from
+    /// ([`AddressSpaces::mappings`]).
     generation: u64,
     last_used: u64,
 }

@@ -195,8 +195,8 @@ pub fn reason_label(kind: StackKind) -> Option<&'static str> {
 }
 
 /// How a frame reads in a flamegraph: its symbol, else its module and
-/// offset (never a bare "[unknown]" when the module is known). Kernel frames
-/// end in "_[k]", which flamegraph palettes color apart; Python frames read
+/// offset (never a bare `[unknown]` when the module is known). Kernel frames
+/// end in `_[k]`, which flamegraph palettes color apart; Python frames read
 /// `function (file.py)`.
 pub fn frame_label(frame: &Frame) -> String {
     label(frame, false)

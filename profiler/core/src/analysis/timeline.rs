@@ -40,7 +40,7 @@ pub struct Stall {
     pub annotation: String,
 }
 
-/// Everything [`derive`] finds.
+/// Everything [`derive()`] finds.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TimelineFacts {
     pub steps: Vec<TimelineStep>,

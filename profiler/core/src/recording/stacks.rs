@@ -51,7 +51,7 @@ pub enum FrameKind {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(from = "FrameWire")]
 pub struct Frame {
-    /// Executable, library or "[kernel]" / "[vdso]" / "[anon]"; empty when
+    /// Executable, library or `[kernel]` / `[vdso]` / `[anon]`; empty when
     /// the address was in no known mapping, or for a marker.
     pub module: String,
     /// Offset in `module` (file offset for files, address for the kernel).

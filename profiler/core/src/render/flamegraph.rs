@@ -25,7 +25,7 @@ const WAIT_BLUE: Color = Color {
 };
 
 /// Kernel frames of the off-CPU graph: violet against its blues (inferno
-/// shows "_[k]" frames without the suffix, so color is what marks them).
+/// shows `_[k]` frames without the suffix, so color is what marks them).
 const KERNEL_VIOLET: Color = Color {
     r: 170,
     g: 110,

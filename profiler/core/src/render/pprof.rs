@@ -150,7 +150,7 @@ struct Builder<'a> {
     strings: HashMap<String, i64>,
     /// Location id of each frame id.
     locations: HashMap<u32, u64>,
-    /// Location id of each marker frame ("[futex]", …).
+    /// Location id of each marker frame (`[futex]`, …).
     markers: HashMap<String, u64>,
     /// Function id by (name, module).
     functions: HashMap<(String, String), u64>,

@@ -27,7 +27,7 @@ use super::procfs;
 #[derive(Debug, Clone)]
 pub(super) struct Interpreter {
     pub pid: u32,
-    /// The file holding `_PyRuntime`, as /proc/<pid>/maps names it.
+    /// The file holding `_PyRuntime`, as `/proc/<pid>/maps` names it.
     pub path: String,
     pub build: Arc<Build>,
     /// `&_PyRuntime` in the process.

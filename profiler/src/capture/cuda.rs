@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use super::programs::KernelPrograms;
+use super::programs::{CudaProbes, KernelPrograms};
 use tprof_core::recording::{CudaInfo, CudaLibrary};
 
 /// A library file mapped executable by a process.
@@ -40,12 +40,6 @@ pub struct MappedLibrary {
 pub fn is_cuda_runtime(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     name.starts_with("libcudart") && name.contains(".so")
-}
-
-/// The CUDA runtime libraries among the executable file mappings of a
-/// `/proc/<pid>/maps` text, each once.
-pub fn cuda_libraries(maps: &str) -> Vec<MappedLibrary> {
-    mapped_libraries(maps, is_cuda_runtime)
 }
 
 /// The executable file mappings of a `/proc/<pid>/maps` text whose path
@@ -82,11 +76,65 @@ pub fn mapped_libraries(maps: &str, wanted: fn(&str) -> bool) -> Vec<MappedLibra
     out
 }
 
+/// Library files of one kind to probe, each once, as processes map them.
+#[derive(Default)]
+pub(super) struct NewLibraries {
+    /// Files already returned (probed, or tried), by (dev, inode).
+    seen: HashSet<(String, u64)>,
+}
+
+impl NewLibraries {
+    /// The files `wanted` accepts among `pid`'s executable mappings that no
+    /// earlier call returned, each with the path to open it by: through
+    /// the process's root, so a job in another mount namespace (a
+    /// container) resolves to its own file. None when the process is gone.
+    pub(super) fn in_process(
+        &mut self,
+        pid: u32,
+        wanted: fn(&str) -> bool,
+    ) -> Vec<(MappedLibrary, PathBuf)> {
+        let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return Vec::new();
+        };
+        mapped_libraries(&maps, wanted)
+            .into_iter()
+            .filter(|lib| self.seen.insert((lib.dev.clone(), lib.inode)))
+            .map(|lib| {
+                let file = PathBuf::from(format!("/proc/{pid}/root{}", lib.path));
+                (lib, file)
+            })
+            .collect()
+    }
+}
+
+/// A library's probes, said on stderr ("tprof: tracing WHAT in PATH (N of
+/// ALL functions)") and as the recording keeps them.
+pub(super) fn probed_library(
+    what: &str,
+    lib: MappedLibrary,
+    pid: u32,
+    now_ns: u64,
+    probes: CudaProbes,
+    all: usize,
+) -> CudaLibrary {
+    eprintln!(
+        "tprof: tracing {what} in {} ({} of {all} functions)",
+        lib.path,
+        probes.probed.len(),
+    );
+    CudaLibrary {
+        path: lib.path,
+        pid,
+        attached_ns: now_ns,
+        probed: probes.probed,
+        missing: probes.missing,
+    }
+}
+
 /// The libraries found so far and what was probed in each.
 pub struct CudaTracer {
     enabled: bool,
-    /// Files already probed (or tried), by (dev, inode).
-    seen: HashSet<(String, u64)>,
+    libraries: NewLibraries,
     info: CudaInfo,
     /// `info` changed since it was last written.
     dirty: bool,
@@ -98,7 +146,7 @@ impl CudaTracer {
     pub fn new(enabled: bool) -> CudaTracer {
         CudaTracer {
             enabled,
-            seen: HashSet::new(),
+            libraries: NewLibraries::default(),
             info: CudaInfo {
                 status: (!enabled).then(|| "CUDA tracing was off (--no-cuda)".to_string()),
                 ..Default::default()
@@ -113,30 +161,11 @@ impl CudaTracer {
         if !self.enabled {
             return Ok(());
         }
-        let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
-            return Ok(());
-        };
-        for lib in cuda_libraries(&maps) {
-            if !self.seen.insert((lib.dev.clone(), lib.inode)) {
-                continue;
-            }
-            // Through the process's root, so a job in another mount
-            // namespace (a container) resolves to the same file.
-            let file = PathBuf::from(format!("/proc/{pid}/root{}", lib.path));
+        for (lib, file) in self.libraries.in_process(pid, is_cuda_runtime) {
             let probes = programs.attach_cuda(&file)?;
-            eprintln!(
-                "tprof: tracing CUDA runtime calls in {} ({} of {} functions)",
-                lib.path,
-                probes.probed.len(),
-                profiler_ebpf::cuda_fn::ALL.len()
-            );
-            self.info.libraries.push(CudaLibrary {
-                path: lib.path,
-                pid,
-                attached_ns: now_ns,
-                probed: probes.probed,
-                missing: probes.missing,
-            });
+            let all = profiler_ebpf::cuda_fn::ALL.len();
+            let library = probed_library("CUDA runtime calls", lib, pid, now_ns, probes, all);
+            self.info.libraries.push(library);
             self.dirty = true;
         }
         Ok(())
@@ -181,7 +210,7 @@ mod tests {
 7f00000b0000-7f00000c0000 r-xp 00000000 fe:02 5 /opt/my libs/libcudart-fake.so
 7f00000c0000-7f00000d0000 rw-p 00000000 00:00 0 
 ";
-        let libs = cuda_libraries(maps);
+        let libs = mapped_libraries(maps, is_cuda_runtime);
         assert_eq!(
             libs,
             vec![

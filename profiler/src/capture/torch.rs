@@ -9,16 +9,14 @@
 //! few drains until one maps libtorch (its first iteration is seconds of
 //! imports later), and every process once a second as CUDA's are.
 
-use std::collections::HashSet;
 use std::fs::File;
-use std::path::PathBuf;
 
 use anyhow::Result;
 use object::{Object as _, ObjectSymbol as _};
 
-use super::cuda::MappedLibrary;
+use super::cuda::{NewLibraries, probed_library};
 use super::programs::KernelPrograms;
-use tprof_core::recording::{CudaLibrary, StepProbes};
+use tprof_core::recording::StepProbes;
 
 /// True for the libtorch file that holds the probed functions:
 /// libtorch_cpu.so (torch ≥ 1.8 splits libtorch into it and the device
@@ -26,12 +24,6 @@ use tprof_core::recording::{CudaLibrary, StepProbes};
 pub(super) fn is_libtorch(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     name.starts_with("libtorch_cpu") && name.contains(".so")
-}
-
-/// The libtorch files among the executable file mappings of a
-/// `/proc/<pid>/maps` text, each once.
-pub(super) fn torch_libraries(maps: &str) -> Vec<MappedLibrary> {
-    super::cuda::mapped_libraries(maps, is_libtorch)
 }
 
 /// The full mangled symbol of each probed function in the library's
@@ -59,8 +51,7 @@ pub(super) fn mark_symbols(file: &File) -> Result<Vec<(u32, Option<String>)>> {
 }
 
 pub(super) struct TorchTracer {
-    /// Files already probed (or tried), by (dev, inode).
-    seen: HashSet<(String, u64)>,
+    libraries: NewLibraries,
     info: StepProbes,
     dirty: bool,
 }
@@ -69,7 +60,7 @@ impl TorchTracer {
     pub(super) fn new(programs: &KernelPrograms) -> TorchTracer {
         let pipes = programs.pipes();
         TorchTracer {
-            seen: HashSet::new(),
+            libraries: NewLibraries::default(),
             info: StepProbes {
                 pipes: pipes.is_ok(),
                 pipes_status: pipes.err().map(str::to_string),
@@ -92,14 +83,7 @@ impl TorchTracer {
         pid: u32,
         now_ns: u64,
     ) -> Result<()> {
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
-            return Ok(());
-        };
-        for lib in torch_libraries(&maps) {
-            if !self.seen.insert((lib.dev.clone(), lib.inode)) {
-                continue;
-            }
-            let path = PathBuf::from(format!("/proc/{pid}/root{}", lib.path));
+        for (lib, path) in self.libraries.in_process(pid, is_libtorch) {
             let symbols = match File::open(&path)
                 .map_err(anyhow::Error::from)
                 .and_then(|f| mark_symbols(&f))
@@ -111,19 +95,9 @@ impl TorchTracer {
                 }
             };
             let probes = programs.attach_torch(&path, &symbols)?;
-            eprintln!(
-                "tprof: tracing training steps in {} ({} of {} functions)",
-                lib.path,
-                probes.probed.len(),
-                profiler_ebpf::mark::ALL.len()
-            );
-            self.info.libraries.push(CudaLibrary {
-                path: lib.path,
-                pid,
-                attached_ns: now_ns,
-                probed: probes.probed,
-                missing: probes.missing,
-            });
+            let all = profiler_ebpf::mark::ALL.len();
+            let library = probed_library("training steps", lib, pid, now_ns, probes, all);
+            self.info.libraries.push(library);
             self.dirty = true;
         }
         Ok(())
@@ -142,6 +116,7 @@ impl TorchTracer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::cuda::mapped_libraries;
 
     #[test]
     fn finds_libtorch_once() {
@@ -150,7 +125,7 @@ mod tests {
 7f0000010000-7f0000080000 r-xp 00010000 fe:01 42 /venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so
 7f0000090000-7f00000a0000 r-xp 00000000 fe:01 43 /venv/lib/python3.11/site-packages/torch/lib/libtorch_python.so
 ";
-        let libs = torch_libraries(maps);
+        let libs = mapped_libraries(maps, is_libtorch);
         assert_eq!(libs.len(), 1);
         assert_eq!(libs[0].inode, 42);
         assert!(!is_libtorch("/x/libtorch.so"));

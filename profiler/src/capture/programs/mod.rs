@@ -22,6 +22,7 @@
 //! both ways.
 
 mod attach;
+pub(super) use attach::CudaProbes;
 mod in_flight;
 mod info;
 mod stacks;

@@ -174,8 +174,8 @@ enum Recorded {
 /// The steps are the job's iterations: PyTorch's markers defined them, one
 /// step per iteration (±1: an iteration at an edge), the median step
 /// within 5% of the job's median iteration, the first step's start within
-/// 5 ms of the first iteration's, and imports and setup before it are
-/// startup.
+/// 5 ms of the first iteration's (20 ms when the job's pools oversubscribe
+/// the cores), and imports and setup before it are startup.
 fn check_steps(run: &RealRun, recorded: Recorded) {
     let steps = &run.report.steps;
     let summary = &run.truth.summary;
@@ -241,8 +241,16 @@ fn check_steps(run: &RealRun, recorded: Recorded) {
     let first = steps.items.first().expect("steps");
     let first_ns = run.report.start_monotonic_ns as f64 + first.start_s * 1e9;
     let off_ms = (first_ns - iterations[0].start_ns as f64) / 1e6;
+    // The step begins at the DataLoader's `__next__`, a statement after
+    // the job's timestamp. With default pools the cores are oversubscribed
+    // and the trainer may wait a scheduler slice between the two (9.95 ms
+    // in one CI run); with one thread per process it does not.
+    let slack_ms = match run.config.threads {
+        Threads::One => 5.0,
+        Threads::Default => 20.0,
+    };
     assert!(
-        off_ms.abs() <= 5.0,
+        off_ms.abs() <= slack_ms,
         "first step {off_ms:.2} ms from the first iteration: {}",
         context()
     );

@@ -140,6 +140,20 @@ struct Paths {
     io_file: PathBuf,
 }
 
+/// `tprof record` recording only: no report, flamegraphs or timelines
+/// after it, so tprof's CPU and memory are those of capture.
+pub(crate) fn tprof_record(tprof: &Path) -> Command {
+    let mut c = command(tprof.to_str().expect("utf-8 path"));
+    c.args([
+        "record",
+        "--force",
+        "--no-report",
+        "--no-flamegraphs",
+        "--no-timeline",
+    ]);
+    c
+}
+
 /// Benchmarks other than the overhead one (the default).
 #[derive(clap::Subcommand)]
 enum Which {
@@ -402,20 +416,10 @@ fn start_tool(paths: &Paths, tool: Tool, pid: u32) -> Result<Vec<Child>> {
     Ok(match tool {
         Tool::None => Vec::new(),
         Tool::Tprof | Tool::TprofNoStacks => {
-            let mut c = command(paths.tprof.to_str().unwrap());
-            // Recording only: no report, flamegraphs or timelines after it,
-            // so tprof's CPU and memory are those of capture.
-            c.args([
-                "record",
-                "--force",
-                "--no-report",
-                "--no-flamegraphs",
-                "--no-timeline",
-                "-p",
-                &pid,
-            ])
-            .args(["-d", &format!("{secs}s"), "-o"])
-            .arg(paths.dir.join("bench.tprof"));
+            let mut c = tprof_record(&paths.tprof);
+            c.args(["-p", &pid])
+                .args(["-d", &format!("{secs}s"), "-o"])
+                .arg(paths.dir.join("bench.tprof"));
             if tool == Tool::TprofNoStacks {
                 c.arg("--no-stacks");
             }

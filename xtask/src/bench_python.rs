@@ -131,8 +131,9 @@ fn job_truth(truth_file: &Path) -> Result<serde_json::Value> {
         .context("the job printed no done line")
 }
 
-/// Folded stacks as (frames, count).
-fn parse_folded(text: &str) -> Vec<(Vec<String>, u64)> {
+/// Folded stacks (`tprof flamegraph --folded`, `py-spy --format raw`) as
+/// (frames root to leaf, count).
+pub(crate) fn parse_folded(text: &str) -> Vec<(Vec<String>, u64)> {
     text.lines()
         .filter_map(|line| {
             let (stack, count) = line.rsplit_once(' ')?;
@@ -430,16 +431,8 @@ fn cost_run(dir: &Path, python: &str, config: Config, depth: u32, seconds: u64) 
     let mut c = match config {
         Config::Untraced => command(python),
         _ => {
-            let mut c = command(tprof().to_str().unwrap());
-            c.args([
-                "record",
-                "--force",
-                "--no-report",
-                "--no-flamegraphs",
-                "--no-timeline",
-            ])
-            .arg("-o")
-            .arg(dir.join("python-cost.tprof"));
+            let mut c = crate::bench::tprof_record(&tprof());
+            c.arg("-o").arg(dir.join("python-cost.tprof"));
             if config == Config::NoPython {
                 c.arg("--no-python-frames");
             }

@@ -35,8 +35,8 @@ use clap::Args as ClapArgs;
 use serde_json::Value;
 
 use super::real::{Config, data_dir};
-use super::{Job, Paths, median, prepare, read_counts};
-use crate::bench_python::program_stats;
+use super::{Job, Paths, median, prepare, read_counts, tprof_record};
+use crate::bench_python::{parse_folded, program_stats};
 use crate::cmd::{self, cargo, command, run as run_cmd};
 use crate::setup;
 
@@ -178,18 +178,6 @@ fn per_run(stats: &BTreeMap<String, (u64, u64)>, name: &str) -> (f64, u64) {
         .map_or((0.0, 0), |&(cnt, ns)| (ns as f64 / cnt.max(1) as f64, cnt))
 }
 
-fn tprof_record(paths: &Paths) -> Command {
-    let mut c = command(paths.tprof.to_str().expect("utf-8 path"));
-    c.args([
-        "record",
-        "--force",
-        "--no-report",
-        "--no-flamegraphs",
-        "--no-timeline",
-    ]);
-    c
-}
-
 const PACED_MODES: [Mode; 3] = [Mode::Untraced, Mode::Copies, Mode::FramePointers];
 
 /// The paced, pinned pingpong job under each mode.
@@ -214,7 +202,7 @@ fn paced_cost(paths: &Paths, args: &Args, md: &mut String) -> Result<()> {
             let stats = if mode == Mode::Untraced {
                 BTreeMap::new()
             } else {
-                let mut c = tprof_record(paths);
+                let mut c = tprof_record(&paths.tprof);
                 c.args(["-p", &child.id().to_string()])
                     .args(["-d", &format!("{}s", super::RUN_S - 1), "-o"])
                     .arg(paths.dir.join("stacks-paced.tprof"))
@@ -348,7 +336,7 @@ fn record_real(
     let job = real_config().command(python, iterations);
     let truth = paths.dir.join("stacks-real-truth.jsonl");
     let _ = std::fs::remove_file(&truth);
-    let mut c = tprof_record(paths);
+    let mut c = tprof_record(&paths.tprof);
     c.arg("-o")
         .arg(recording)
         .arg("--")
@@ -562,20 +550,6 @@ fn shares(counts: &HashMap<String, u64>) -> Vec<(String, f64)> {
     v
 }
 
-/// tprof's folded stacks (thread frames first, root to leaf) as (frames,
-/// count).
-fn parse_folded(text: &str) -> Vec<(Vec<String>, u64)> {
-    text.lines()
-        .filter_map(|line| {
-            let (stack, count) = line.rsplit_once(' ')?;
-            Some((
-                stack.split(';').map(str::to_string).collect(),
-                count.parse().ok()?,
-            ))
-        })
-        .collect()
-}
-
 /// The group of tprof's leaf frame: kernel frames end in `_[k]`, Python
 /// frames are `function (file.py)` (the interpreter executing them),
 /// unnamed ones `module+0xOFFSET`, named ones are looked up in what perf
@@ -640,7 +614,7 @@ fn weights(paths: &Paths, python: &Path, args: &Args, md: &mut String) -> Result
     let recording = paths.dir.join("stacks-both.tprof");
     let perf_data = paths.dir.join("stacks-perf.data");
     let job = real_config().command(python, args.iterations);
-    let mut both = tprof_record(paths);
+    let mut both = tprof_record(&paths.tprof);
     both.arg("-o")
         .arg(&recording)
         .args([

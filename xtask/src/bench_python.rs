@@ -362,13 +362,7 @@ fn cost(dir: &Path, python: &str, args: &Args, md: &mut String) -> Result<()> {
          tprof_switch_r ns/run | samples/run |\n|---|---|---|---|---|---|---|\n",
         args.seconds, args.rounds
     ));
-    let stats_before = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
-        .unwrap_or_default()
-        .trim()
-        .to_string();
-    std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1")
-        .context("enable kernel.bpf_stats_enabled")?;
-    let result = (|| -> Result<()> {
+    let result = with_bpf_stats(|| {
         for depth in [0u32, 100] {
             let mut runs: BTreeMap<usize, Vec<Run>> = BTreeMap::new();
             for round in 0..args.rounds {
@@ -413,9 +407,19 @@ fn cost(dir: &Path, python: &str, args: &Args, md: &mut String) -> Result<()> {
             }
         }
         Ok(())
-    })();
-    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", stats_before);
+    });
     md.push('\n');
+    result
+}
+
+/// Runs `f` with the kernel's per-program run counts and times on
+/// (`kernel.bpf_stats_enabled`), then puts the setting back as it was.
+pub(crate) fn with_bpf_stats(f: impl FnOnce() -> Result<()>) -> Result<()> {
+    const SETTING: &str = "/proc/sys/kernel/bpf_stats_enabled";
+    let before = std::fs::read_to_string(SETTING).unwrap_or_default();
+    std::fs::write(SETTING, "1").context("enable kernel.bpf_stats_enabled")?;
+    let result = f();
+    let _ = std::fs::write(SETTING, before.trim());
     result
 }
 

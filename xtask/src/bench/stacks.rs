@@ -36,7 +36,7 @@ use serde_json::Value;
 
 use super::real::{Config, data_dir};
 use super::{Job, Paths, median, prepare, read_counts, tprof_record};
-use crate::bench_python::{parse_folded, program_stats};
+use crate::bench_python::{parse_folded, program_stats, with_bpf_stats};
 use crate::cmd::{self, cargo, command, run as run_cmd};
 use crate::setup;
 
@@ -109,18 +109,10 @@ pub(super) fn run(args: &Args) -> Result<()> {
             .arg("--generate-only"),
     )?;
     let mut md = header(args);
-    let stats_before = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
-        .unwrap_or_default()
-        .trim()
-        .to_string();
-    std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1")
-        .context("enable kernel.bpf_stats_enabled")?;
-    let result = (|| -> Result<()> {
+    with_bpf_stats(|| {
         paced_cost(&paths, args, &mut md)?;
         real_cost(&paths, &python, args, &mut md)
-    })();
-    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", stats_before);
-    result?;
+    })?;
     weights(&paths, &python, args, &mut md)?;
     md.push_str(&format!("Load average at the end: {}\n", load_average()));
     let out = paths.dir.join("stacks.md");

@@ -525,7 +525,8 @@ impl Session {
         // interpreter at its exec event. (A forked child's first frames,
         // in this batch, are named through its parent's.)
         for pid in new_processes {
-            if !self.scan_python(pid)? && self.python_frames {
+            // Not found yet, and not found by the watch since its exec.
+            if !self.scan_python(pid)? && self.python_frames && !self.python.knows(pid) {
                 self.python_watch.retain(|&(p, _)| p != pid);
                 self.python_watch.push((pid, Instant::now()));
             }

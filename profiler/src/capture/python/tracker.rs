@@ -32,6 +32,11 @@ impl PythonTracker {
         Some(interp)
     }
 
+    /// Whether `pid`'s interpreter is known.
+    pub(crate) fn knows(&self, pid: u32) -> bool {
+        self.known.contains_key(&pid)
+    }
+
     /// `pid` exec'd or was just created at `ts`: its interpreter, if any,
     /// is to be looked up again, unless it was found after that.
     pub(crate) fn forget(&mut self, pid: u32, ts: u64) {

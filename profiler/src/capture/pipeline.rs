@@ -88,7 +88,6 @@ impl Pipeline {
                         .map(|(source, mode)| StackResolver::new(source, mode, counts_stage)),
                     in_flight: in_flight_stage,
                     recycle,
-                    scratch: Vec::new(),
                 };
                 stage.run(rx)
             })
@@ -190,16 +189,14 @@ struct Stage {
     stacks: Option<StackResolver>,
     in_flight: Arc<AtomicUsize>,
     recycle: mpsc::Sender<DrainBatch>,
-    /// One batch's events with their stack ids rewritten, and each's end.
-    scratch: Vec<u8>,
 }
 
 impl Stage {
     fn run(mut self, rx: mpsc::Receiver<Msg>) -> Result<RecordingFile> {
         for msg in rx {
             match msg {
-                Msg::Events(batch) => {
-                    let written = self.events(&batch);
+                Msg::Events(mut batch) => {
+                    let written = self.events(&mut batch);
                     self.in_flight.fetch_sub(1, Ordering::AcqRel);
                     let _ = self.recycle.send(batch);
                     written?;
@@ -229,28 +226,13 @@ impl Stage {
     /// One drain's events: their stacks interned and written first, then
     /// the events with the recording's stack ids (stack copies are used up
     /// here, not written).
-    fn events(&mut self, batch: &DrainBatch) -> Result<()> {
-        let Some(stacks) = &mut self.stacks else {
-            for event in batch.in_order() {
-                self.out.push_event(event)?;
-            }
-            return Ok(());
-        };
-        self.scratch.clear();
-        let mut ends = Vec::with_capacity(batch.len());
-        for event in batch.in_order() {
-            let start = self.scratch.len();
-            self.scratch.extend_from_slice(event);
-            match stacks.rewrite(&mut self.scratch[start..]) {
-                Keep::Yes => ends.push(self.scratch.len()),
-                Keep::No => self.scratch.truncate(start),
-            }
+    fn events(&mut self, batch: &mut DrainBatch) -> Result<()> {
+        if let Some(stacks) = &mut self.stacks {
+            batch.rewrite(|event| stacks.rewrite(event) == Keep::Yes);
+            stacks.write_new(&mut self.out)?;
         }
-        stacks.write_new(&mut self.out)?;
-        let mut start = 0;
-        for end in ends {
-            self.out.push_event(&self.scratch[start..end])?;
-            start = end;
+        for event in batch.in_order() {
+            self.out.push_event(event)?;
         }
         Ok(())
     }

@@ -27,13 +27,15 @@
 //! into the LOST record.
 
 use std::{
-    collections::HashMap,
     rc::Rc,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use anyhow::Result;
+// The writer looks these up for every switch-out and sample: SipHash's
+// resistance to chosen keys buys nothing against the kernel's ids.
+use foldhash::{HashMap, HashMapExt as _};
 use profiler_ebpf::{
     CopySection, EventHeader, ExitEvent, NO_STACK_KIND, SAMPLE_SLOT, STACK_SLOTS, SampleEvent,
     StackCopyEvent, SwitchEvent, UserRegs as AbiRegs, copy_ref_parts, kind, section, stack_mode,

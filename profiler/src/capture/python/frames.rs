@@ -11,7 +11,10 @@
 //! drops the native stack of a walk whose Python record it could not
 //! emit, so a lost record never lends its place to another).
 
-use std::{collections::HashMap, rc::Rc, sync::Arc};
+use std::{rc::Rc, sync::Arc};
+
+// The writer looks these up for every switch-out and sample.
+use foldhash::HashMap;
 
 use profiler_ebpf::{
     PyStackEvent,
@@ -117,6 +120,9 @@ impl PythonFrames {
         user: i32,
         kernel: i32,
     ) -> Option<Rc<PyStack>> {
+        if self.pending.is_empty() && self.last_walk.is_empty() {
+            return None;
+        }
         if let Some(stack) = self.paired(tid, ts) {
             self.last_walk
                 .insert((tid, kind), (user, kernel, Rc::clone(&stack)));
@@ -193,6 +199,10 @@ impl PythonFrames {
     /// The interpreter of `tgid`, or of its nearest ancestor that has one
     /// known (a worker forked before capture looked at it).
     fn interpreter(&self, tgid: u32) -> Option<Arc<Interpreter>> {
+        // Asked for every switch-out: a job with no Python pays one test.
+        if self.interpreters.is_empty() {
+            return None;
+        }
         self.lineage(tgid)
             .into_iter()
             .find_map(|pid| self.interpreters.get(&pid).cloned())

@@ -736,6 +736,9 @@ impl Session {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.drain()?;
+        // Nothing after the last drain is kept, so the job stops paying
+        // for the programs now, not once the file is written.
+        self.programs.detach();
         if let Some(gpu) = &mut self.gpu {
             gpu.stop();
         }

@@ -101,20 +101,25 @@ impl KernelPrograms {
             let what = || format!("attaching to tracepoint sched/{tracepoint} failed");
             if self.raw_sched {
                 let program: &mut RawTracePoint = find_program(&mut self.ebpf, raw)?.try_into()?;
-                program.attach(tracepoint).with_context(what)?;
+                let id = program.attach(tracepoint).with_context(what)?;
+                self.links.keep(program.take_link(id)?);
             } else {
                 let program: &mut TracePoint = find_program(&mut self.ebpf, classic)?.try_into()?;
-                program
+                let id = program
                     .attach("sched", tracepoint)
                     .with_context(|| format!("{}; is the kernel built with it?", what()))?;
+                self.links.keep(program.take_link(id)?);
             }
         }
         if self.pipes.is_ok() {
             for (program, tracepoint) in PIPES {
                 let program: &mut TracePoint = find_program(&mut self.ebpf, program)?.try_into()?;
-                if let Err(e) = program.attach("syscalls", tracepoint) {
-                    self.pipes = Err(format!("attaching to syscalls/{tracepoint} failed: {e}"));
-                    break;
+                match program.attach("syscalls", tracepoint) {
+                    Ok(id) => self.links.keep(program.take_link(id)?),
+                    Err(e) => {
+                        self.pipes = Err(format!("attaching to syscalls/{tracepoint} failed: {e}"));
+                        break;
+                    }
                 }
             }
         }
@@ -123,12 +128,13 @@ impl KernelPrograms {
                 continue;
             }
             let program: &mut TracePoint = find_program(&mut self.ebpf, a.program)?.try_into()?;
-            program.attach(a.category, a.tracepoint).with_context(|| {
+            let id = program.attach(a.category, a.tracepoint).with_context(|| {
                 format!(
                     "attaching to tracepoint {}/{} failed; is the kernel built with it?",
                     a.category, a.tracepoint
                 )
             })?;
+            self.links.keep(program.take_link(id)?);
         }
         Ok(())
     }
@@ -140,7 +146,7 @@ impl KernelPrograms {
         let program: &mut PerfEvent = find_program(&mut self.ebpf, name::SAMPLE)?.try_into()?;
         let cpus = online_cpus().map_err(|(what, e)| anyhow!("cannot list CPUs ({what}): {e}"))?;
         for cpu in cpus {
-            program
+            let id = program
                 .attach(
                     PerfEventConfig::Software(SoftwareEvent::CpuClock),
                     PerfEventScope::AllProcessesOneCpu { cpu },
@@ -148,6 +154,7 @@ impl KernelPrograms {
                     false,
                 )
                 .with_context(|| format!("attaching the cpu-clock sampler on CPU {cpu} failed"))?;
+            self.links.keep(program.take_link(id)?);
         }
         Ok(())
     }
@@ -179,14 +186,22 @@ impl KernelPrograms {
             };
             if func != cuda_fn::LAUNCH_KERNEL {
                 let ret = self.uprobe(name::CUDA_RETURN)?;
-                if let Err(e) = ret.attach(point(), library, UProbeScope::AllProcesses) {
-                    out.missing
-                        .push(format!("{symbol} (return): {:#}", anyhow::Error::from(e)));
-                    // An entry without its return would only fill CUDA_CALLS.
-                    self.uprobe(entry_name)?.detach(entry_link)?;
-                    continue;
+                match ret.attach(point(), library, UProbeScope::AllProcesses) {
+                    Ok(id) => {
+                        let link = ret.take_link(id)?;
+                        self.links.keep(link);
+                    }
+                    Err(e) => {
+                        out.missing
+                            .push(format!("{symbol} (return): {:#}", anyhow::Error::from(e)));
+                        // An entry without its return would only fill CUDA_CALLS.
+                        self.uprobe(entry_name)?.detach(entry_link)?;
+                        continue;
+                    }
                 }
             }
+            let entry = self.uprobe(entry_name)?.take_link(entry_link)?;
+            self.links.keep(entry);
             out.probed.push(symbol.to_string());
         }
         Ok(out)
@@ -215,11 +230,13 @@ impl KernelPrograms {
                 location: UProbeAttachLocation::Symbol(symbol),
                 cookie: Some(u64::from(*what)),
             };
-            match self
-                .uprobe(name::TORCH_MARK)?
-                .attach(point, library, UProbeScope::AllProcesses)
-            {
-                Ok(_) => out.probed.push(symbol.clone()),
+            let program = self.uprobe(name::TORCH_MARK)?;
+            match program.attach(point, library, UProbeScope::AllProcesses) {
+                Ok(id) => {
+                    let link = program.take_link(id)?;
+                    self.links.keep(link);
+                    out.probed.push(symbol.clone());
+                }
                 Err(e) => out
                     .missing
                     .push(format!("{symbol}: {:#}", anyhow::Error::from(e))),

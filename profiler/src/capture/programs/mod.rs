@@ -25,6 +25,7 @@ mod attach;
 pub(super) use attach::CudaProbes;
 mod in_flight;
 mod info;
+mod links;
 mod stacks;
 
 use std::{collections::BTreeMap, time::Duration};
@@ -48,6 +49,7 @@ use super::{btf, procfs};
 use attach::SCHED;
 pub(super) use in_flight::Expired;
 use in_flight::InFlight;
+use links::Links;
 pub(super) use stacks::StackSource;
 use tprof_core::recording::{LostCounts, UserStacks, events::kind_name};
 
@@ -120,7 +122,10 @@ impl Default for MapLimits {
 pub(super) const IN_FLIGHT_EXPIRY: Duration = Duration::from_secs(60);
 
 pub struct KernelPrograms {
-    // Field order is drop order: maps first, then the programs and links.
+    // Field order is drop order: the links first (detaching is what ends
+    // the programs' cost to the job), then the maps, then the programs.
+    /// Every attachment, detached together.
+    links: Links,
     /// The event shards, `EVENTS0`… (CPU c writes to shard c % EVENT_SHARDS).
     events: Vec<RingBuf<MapData>>,
     /// The stack copy shards, `COPIES0`…, likewise.
@@ -279,6 +284,7 @@ impl KernelPrograms {
             pipes,
             stack_mode: globals.stack_mode,
             stack_copy_bytes: globals.stack_copy_bytes,
+            links: Links::default(),
             ebpf,
         })
     }
@@ -327,6 +333,12 @@ impl KernelPrograms {
                 each(&item);
             }
         }
+    }
+
+    /// Detaches every program, all at once (see `links`); the maps stay
+    /// readable. Dropping the programs does the same.
+    pub fn detach(&mut self) {
+        self.links.detach_all();
     }
 
     /// The stack map, for the thread that reads it from now on (None the

@@ -58,6 +58,11 @@ pub(crate) struct Args {
     /// capacity.
     #[arg(long)]
     paced_only: bool,
+    /// Another tprof binary (an earlier build) to run as one more
+    /// configuration of the overhead tables, alternating with this one:
+    /// the two compared on the same machine in the same hour.
+    #[arg(long, value_name = "TPROF")]
+    against: Option<PathBuf>,
 }
 
 /// One setting of the overhead job.
@@ -97,24 +102,42 @@ enum Tool {
     /// tprof without stacks: what the scheduler, IO and futex events cost
     /// on their own.
     TprofNoStacks,
+    /// tprof without the step detector's pipe program
+    /// (`TPROF_NO_PIPES=1`), which runs at every `read` exit.
+    TprofNoPipes,
+    /// The `--against` build, default settings.
+    TprofAgainst,
     LibbpfTools,
     PerfSched,
 }
 
 impl Tool {
-    const ALL: [Tool; 5] = [
+    const ALL: [Tool; 6] = [
         Tool::None,
         Tool::Tprof,
         Tool::TprofNoStacks,
+        Tool::TprofNoPipes,
         Tool::LibbpfTools,
         Tool::PerfSched,
     ];
+
+    /// The overhead table's configurations: [`Tool::ALL`], and the
+    /// `--against` build when there is one.
+    fn overhead_set(paths: &Paths) -> Vec<Tool> {
+        let mut tools = Tool::ALL.to_vec();
+        if paths.against.is_some() {
+            tools.push(Tool::TprofAgainst);
+        }
+        tools
+    }
 
     fn name(self) -> &'static str {
         match self {
             Tool::None => "untraced",
             Tool::Tprof => "tprof record",
             Tool::TprofNoStacks => "tprof record --no-stacks",
+            Tool::TprofNoPipes => "tprof record, TPROF_NO_PIPES=1 (no pipe program)",
+            Tool::TprofAgainst => "tprof record, the `--against` build",
             Tool::LibbpfTools => "offcputime + runqlat + biolatency",
             Tool::PerfSched => "perf sched record",
         }
@@ -138,6 +161,8 @@ struct Paths {
     tprof: PathBuf,
     pingpong: PathBuf,
     io_file: PathBuf,
+    /// `--against`'s tprof.
+    against: Option<PathBuf>,
 }
 
 /// `tprof record` recording only: no report, flamegraphs or timelines
@@ -180,7 +205,15 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     }
     setup::run()?;
     run_cmd(cargo().args(["build", "--release", "-p", "profiler"]))?;
-    let paths = prepare()?;
+    let paths = Paths {
+        against: args.against.clone(),
+        ..prepare()?
+    };
+    if let Some(against) = &paths.against
+        && !against.is_file()
+    {
+        bail!("--against {}: no such file; pass the path of another tprof binary", against.display());
+    }
     let mut md = header(args);
     let full_tilt = Job {
         name: "full tilt",
@@ -236,6 +269,7 @@ fn prepare() -> Result<Paths> {
         dir,
         pingpong,
         io_file,
+        against: None,
     })
 }
 
@@ -248,7 +282,15 @@ fn header(args: &Args) -> String {
         args.rounds,
         args.pairs,
         args.switches,
-        if args.paced_only { " --paced-only" } else { "" },
+        match (args.paced_only, &args.against) {
+            (false, None) => String::new(),
+            (true, None) => " --paced-only".to_string(),
+            (paced, Some(against)) => format!(
+                "{} --against {}",
+                if paced { " --paced-only" } else { "" },
+                against.display()
+            ),
+        },
         kernel.trim(),
         std::fs::read_to_string("/proc/loadavg")
             .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -278,7 +320,8 @@ fn calibrate(paths: &Paths, mut job_kind: Job, switches: u64) -> Result<Job> {
 }
 
 fn overhead(paths: &Paths, job: Job, rounds: usize, md: &mut String) -> Result<()> {
-    let runs = alternate(paths, job, &Tool::ALL, rounds)?;
+    let tools = Tool::overhead_set(paths);
+    let runs = alternate(paths, job, &tools, rounds)?;
     md.push_str(&format!(
         "## Overhead on the job: {}\n\n\
          pingpong with {} producer/consumer pairs{} plus futex and O_DIRECT traffic, \
@@ -294,7 +337,7 @@ fn overhead(paths: &Paths, job: Job, rounds: usize, md: &mut String) -> Result<(
         median(runs[0].iter().map(|r| r.switches).collect()),
         RUN_S - 1
     ));
-    for (i, tool) in Tool::ALL.iter().enumerate() {
+    for (i, tool) in tools.iter().enumerate() {
         let ratio = median_ratio(&runs[i], &runs[0]);
         md.push_str(&format!(
             "| {} | {:.0} | {:.3} | {:.1}% | {:.2} | {:.1} |\n",
@@ -415,8 +458,15 @@ fn start_tool(paths: &Paths, tool: Tool, pid: u32) -> Result<Vec<Child>> {
     };
     Ok(match tool {
         Tool::None => Vec::new(),
-        Tool::Tprof | Tool::TprofNoStacks => {
-            let mut c = tprof_record(&paths.tprof);
+        Tool::Tprof | Tool::TprofNoStacks | Tool::TprofNoPipes | Tool::TprofAgainst => {
+            let binary = match (tool, &paths.against) {
+                (Tool::TprofAgainst, Some(against)) => against,
+                _ => &paths.tprof,
+            };
+            let mut c = tprof_record(binary);
+            if tool == Tool::TprofNoPipes {
+                c.env("TPROF_NO_PIPES", "1");
+            }
             c.args(["-p", &pid])
                 .args(["-d", &format!("{secs}s"), "-o"])
                 .arg(paths.dir.join("bench.tprof"));

@@ -212,7 +212,10 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     if let Some(against) = &paths.against
         && !against.is_file()
     {
-        bail!("--against {}: no such file; pass the path of another tprof binary", against.display());
+        bail!(
+            "--against {}: no such file; pass the path of another tprof binary",
+            against.display()
+        );
     }
     let mut md = header(args);
     let full_tilt = Job {

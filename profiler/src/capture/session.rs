@@ -764,6 +764,8 @@ impl Session {
         };
         file.write_json(record::FOOTER, &footer)?;
         file.finish()?;
+        // The recording is whole: what is left is the kernel's.
+        self.programs.wait_detached();
         drop(self.programs);
         if std::env::var_os(STACK_COPY_STATS_ENV).is_some_and(|v| v == "1") {
             eprintln!(

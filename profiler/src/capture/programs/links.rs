@@ -1,5 +1,5 @@
 //! The programs' attachments, kept apart from the programs so that they
-//! can be detached all at once.
+//! can be detached all at once, without waiting for the kernel to finish.
 //!
 //! Detaching a program attached through a perf event (a classic or syscall
 //! tracepoint, a uprobe, the cpu-clock sampler) waits for an RCU
@@ -9,38 +9,63 @@
 //! detaches a program's links one after another: `tprof record -d 5s` on
 //! the paced benchmark job took 20 s to return, its last 15 s spent
 //! detaching about twenty links while the programs still left attached
-//! kept tracing, and costing, the job. Waits that overlap share one grace
-//! period, so each link is dropped on a thread of its own.
+//! kept tracing, and costing, the job. The program leaves its tracepoint
+//! before that wait, and waits that overlap share one grace period, so
+//! each link is dropped on a thread of its own: the job is free at once.
+//! Destroying the perf events behind the links cannot be hurried: the
+//! kernel does it one event at a time (`perf_trace_destroy` holds
+//! `event_mutex` across another grace period), which is why the threads
+//! are joined only once the recording is written.
 
-/// Every attachment the programs made, detached together when dropped.
+use std::thread::JoinHandle;
+
+/// Every attachment the programs made; detached on [`Links::detach_all`]
+/// or when dropped, which also waits for the kernel to finish.
 #[derive(Default)]
-pub(super) struct Links(Vec<Box<dyn Send>>);
+pub(super) struct Links {
+    held: Vec<Box<dyn Send>>,
+    detaching: Vec<JoinHandle<()>>,
+}
 
 impl Links {
     /// Keeps `link` (an aya link taken from its program with `take_link`)
     /// until the programs are detached.
     pub(super) fn keep(&mut self, link: impl Send + 'static) {
-        self.0.push(Box::new(link));
+        self.held.push(Box::new(link));
     }
 
-    /// Detaches every link kept so far, concurrently; returns when all
-    /// are detached.
+    /// Detaches every link kept so far, each on a thread of its own, and
+    /// returns without waiting for them.
     pub(super) fn detach_all(&mut self) {
-        let links = std::mem::take(&mut self.0);
-        std::thread::scope(|scope| {
-            for link in links {
-                // When no thread can be had, the refused closure is dropped
-                // at once, and the link with it: detached here instead.
-                let _ = std::thread::Builder::new()
-                    .name("tprof-detach".into())
-                    .spawn_scoped(scope, move || drop(link));
+        for link in self.held.drain(..) {
+            // When no thread can be had, the refused closure is dropped
+            // at once, and the link with it: detached here instead.
+            if let Ok(handle) = std::thread::Builder::new()
+                .name("tprof-detach".into())
+                .spawn(move || drop(link))
+            {
+                self.detaching.push(handle);
             }
-        });
+        }
+    }
+
+    /// Whether every detach has finished in the kernel.
+    pub(super) fn detached(&self) -> bool {
+        self.held.is_empty() && self.detaching.iter().all(JoinHandle::is_finished)
+    }
+
+    /// Detaches what is left and waits until the kernel is done with
+    /// every link.
+    pub(super) fn wait(&mut self) {
+        self.detach_all();
+        for handle in self.detaching.drain(..) {
+            let _ = handle.join();
+        }
     }
 }
 
 impl Drop for Links {
     fn drop(&mut self) {
-        self.detach_all();
+        self.wait();
     }
 }

@@ -335,10 +335,23 @@ impl KernelPrograms {
         }
     }
 
-    /// Detaches every program, all at once (see `links`); the maps stay
-    /// readable. Dropping the programs does the same.
+    /// Detaches every program, all at once (see `links`), without waiting
+    /// for the kernel to finish; the maps stay readable.
     pub fn detach(&mut self) {
         self.links.detach_all();
+    }
+
+    /// Waits until the kernel is done detaching (dropping the programs
+    /// waits too): on a busy machine, seconds. Says so on stderr when it
+    /// is not done yet.
+    pub fn wait_detached(&mut self) {
+        if !self.links.detached() {
+            eprintln!(
+                "tprof: waiting for the kernel to release the tracepoints (up to a second each \
+                 while the machine is busy)…"
+            );
+        }
+        self.links.wait();
     }
 
     /// The stack map, for the thread that reads it from now on (None the

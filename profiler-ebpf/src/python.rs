@@ -310,20 +310,30 @@ pub fn position<M: ReadMem>(
     folded
 }
 
-/// What changes when a thread state joins the first interpreter's list:
-/// its head (CPython puts a new thread state first), 0 while there is no
-/// interpreter or no thread yet. A thread that missed is looked up again
-/// as soon as this moves, so one whose miss came while the interpreter
-/// was starting (userspace hands the kernel a process as soon as its
-/// libpython is mapped) or before its own state was linked is not left
-/// without Python frames for [`PY_RETRY_NS`]. None when a read fails.
+/// What changes when a thread state joins the first interpreter's list,
+/// or when the newest one takes its thread's identity: its head (CPython
+/// puts a new thread state first) folded with the head's match key, 0
+/// while there is no interpreter or no thread yet. A thread that missed
+/// is looked up again as soon as this moves, so one whose miss came while
+/// the interpreter was starting (userspace hands the kernel a process as
+/// soon as its libpython is mapped), before its own state was linked, or
+/// in a forked child before CPython gave the surviving state the child's
+/// tid (3.11+ match on the native tid, and a DataLoader worker forked from
+/// a trainer whose only Python thread heads the list keeps that head) is
+/// not left without Python frames for [`PY_RETRY_NS`]. None when a read
+/// fails.
 #[inline(always)]
 pub fn list_mark<M: ReadMem>(mem: &M, info: &PyProcInfo) -> Option<u64> {
     let interp = mem.read_u64(info.runtime + info.interp_head as u64)?;
     if interp == 0 {
         return Some(0);
     }
-    mem.read_u64(interp + info.threads_head as u64)
+    let head = mem.read_u64(interp + info.threads_head as u64)?;
+    if head == 0 {
+        return Some(0);
+    }
+    let key = mem.read_u64(head + info.ts_match as u64)?;
+    Some(head ^ key.rotate_left(32))
 }
 
 /// Where a search of the thread lists is. The search runs one

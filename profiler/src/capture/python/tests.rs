@@ -272,12 +272,19 @@ fn walks_every_installed_interpreter() {
             };
             assert_eq!(boundaries, expected, "{python} {role}: {all:?}");
         }
-        // The newest thread heads the list: what tells a thread that
-        // missed that the list has gained one since.
+        // The newest thread heads the list, and the mark is its state
+        // folded with its key: what tells a thread that missed that the
+        // list has gained one since, or that the head took a new thread's
+        // identity (a forked child's).
         let info = interp.proc_info().unwrap();
         let mem = ProcessMemory { pid };
-        let worker = find_thread_state(&mem, &info, key(&interp, &parked.truth["worker"]));
-        assert_eq!(list_mark(&mem, &info), worker, "{python}");
+        let worker_key = key(&interp, &parked.truth["worker"]);
+        let worker = find_thread_state(&mem, &info, worker_key).expect("the worker's state");
+        assert_eq!(
+            list_mark(&mem, &info),
+            Some(worker ^ worker_key.rotate_left(32)),
+            "{python}"
+        );
         eprintln!("{python}: both threads' frames and lines match");
         let _ = parked.child.stdin.as_ref().unwrap().write_all(b"\n");
     }

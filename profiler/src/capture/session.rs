@@ -736,6 +736,10 @@ impl Session {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.drain()?;
+        // What the kernel lost up to the last drain: programs skipped
+        // after it (tprof's own map reads and detach threads below make
+        // the kernel skip some) lose nothing of the recording.
+        let mut lost = self.programs.lost_counts()?;
         // Nothing after the last drain is kept, so the job stops paying
         // for the programs now, not once the file is written.
         self.programs.detach();
@@ -749,7 +753,6 @@ impl Session {
         let (mut file, stack_counts) = self.out.finish()?;
         file.write_json(record::CUDA, self.cuda.info())?;
         file.write_json(record::STEP_PROBES, self.torch.info())?;
-        let mut lost = self.programs.lost_counts()?;
         lost.tracking_full += self.untracked;
         stack_counts.add_to(&mut lost);
         self.expired.count_in(&mut lost);

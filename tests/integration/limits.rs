@@ -52,7 +52,15 @@ fn thousands_of_threads() {
             report.summary()
         );
     }
-    assert_eq!(report.lost_events, 0, "{}", report.summary());
+    // Nothing lost to a full tracked set or ring buffer. (Runs the kernel
+    // skipped may be counted: each of the 3000 inserts into the tracked
+    // map, a syscall, holds off every BPF program on its CPU for its
+    // moment, and scheduler events of other tasks fall there.)
+    let lost = &report.lost;
+    let why = format!("{lost:?}; {} runs skipped", lost.recursion_misses);
+    assert_eq!(lost.tracking_full, 0, "{why}");
+    assert_eq!(lost.ring_buffer_full.values().sum::<u64>(), 0, "{why}");
+    assert_eq!(lost.undecodable, 0, "{why}");
     drop(workload);
 }
 

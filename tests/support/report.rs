@@ -12,6 +12,7 @@ pub struct Report {
     pub cores: u32,
     pub events: u64,
     pub lost_events: u64,
+    pub lost: Lost,
     pub threads: Vec<Thread>,
     pub processes: Vec<Process>,
     pub devices: Vec<Device>,
@@ -32,6 +33,15 @@ pub struct Report {
     pub machine: Option<Machine>,
     /// How whole the on-CPU samples' user stacks are; None without stacks.
     pub stacks: Option<Stacks>,
+}
+
+/// The kinds of loss `lost_events` sums (docs/json.md).
+#[derive(Debug, Deserialize)]
+pub struct Lost {
+    pub ring_buffer_full: std::collections::BTreeMap<String, u64>,
+    pub tracking_full: u64,
+    pub undecodable: u64,
+    pub recursion_misses: u64,
 }
 
 /// The machine around the job.

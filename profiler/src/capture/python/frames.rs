@@ -199,13 +199,16 @@ impl PythonFrames {
     /// The interpreter of `tgid`, or of its nearest ancestor that has one
     /// known (a worker forked before capture looked at it).
     fn interpreter(&self, tgid: u32) -> Option<Arc<Interpreter>> {
-        // Asked for every switch-out: a job with no Python pays one test.
-        if self.interpreters.is_empty() {
-            return None;
+        // Asked for every switch-out and sample: up the parents in place,
+        // not through `lineage`'s list. (16 steps also end a cycle.)
+        let mut pid = tgid;
+        for _ in 0..16 {
+            if let Some(interp) = self.interpreters.get(&pid) {
+                return Some(Arc::clone(interp));
+            }
+            pid = *self.parents.get(&pid)?;
         }
-        self.lineage(tgid)
-            .into_iter()
-            .find_map(|pid| self.interpreters.get(&pid).cloned())
+        None
     }
 
     fn lineage(&self, pid: u32) -> Vec<u32> {

@@ -222,7 +222,10 @@ fn check_steps(run: &RealRun, recorded: Recorded) {
     // its estimate (`end_estimated`), left out of its percentiles. The
     // job's iterations here range from 5 ms to hundreds, often
     // alternating between two lengths, so one value more or less can
-    // move a median by more than 5%.
+    // move a median by more than 5%. A step boundary may also trail the
+    // job's timestamp by a scheduler slice (see the first step below),
+    // which moves a median by at most that slice: 4.2 ms moved one from
+    // 33.8 to 29.6 ms in a CI run, all 40 boundaries otherwise matching.
     let measured = steps.items.iter().filter(|s| !s.end_estimated).count();
     let mut job: Vec<u64> = iterations
         .iter()
@@ -233,7 +236,7 @@ fn check_steps(run: &RealRun, recorded: Recorded) {
     let rank = job.len().div_ceil(2).max(1);
     let job_median = job[rank - 1] as f64 / 1e9;
     assert!(
-        (steps.p50_s - job_median).abs() <= 0.05 * job_median,
+        (steps.p50_s - job_median).abs() <= 0.05 * job_median + 0.010,
         "median step {:.4} s, the job's median iteration {job_median:.4} s: {}",
         steps.p50_s,
         context()

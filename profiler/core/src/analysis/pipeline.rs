@@ -257,13 +257,13 @@ fn threads_by_tid(model: &Model) -> HashMap<u32, &Thread> {
 
 /// The share of each thread's on-CPU time spent spinning for work: the
 /// share of its samples in an OpenMP runtime or sched_yield
-/// (roles::spin_shares); for a pool known only by how it waits, with no
-/// samples to tell, all of it.
+/// (roles::spin_shares); for a pool thread with no samples to tell that
+/// waits as a sched_yield loop does, all of it.
 fn spin_shares(model: &Model, roles: &Roles) -> HashMap<u32, f64> {
     let mut shares = super::roles::spin_shares(model);
-    for (tid, lib) in &roles.pool_library {
-        if *lib == PoolLibrary::Unknown {
-            shares.entry(*tid).or_insert(1.0);
+    for t in &model.threads {
+        if roles.pool_library.contains_key(&t.tid) && super::roles::spins_on_yield(t) {
+            shares.entry(t.tid).or_insert(1.0);
         }
     }
     shares

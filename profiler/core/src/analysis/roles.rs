@@ -8,7 +8,8 @@
 //! (a worker is a fork of the trainer's interpreter; a child that exec'd
 //! another program, such as the `ldconfig` that ctypes.util.find_library
 //! runs while torch imports, is a helper), wakeup edges (the trainer is the
-//! thread workers wake), how a thread waits (pool threads that spin on
+//! thread workers wake), the library a thread's stacks start in (a pool
+//! library created it), how a thread waits (pool threads that spin on
 //! sched_yield) and the libraries the stacks run in (libgomp, libmkl, …).
 //! PyTorch's thread names (`pt_data_worker`, `pt_data_pin`) only sharpen
 //! them.
@@ -18,6 +19,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::Serialize;
 
 use crate::model::{Model, Thread};
+use crate::recording::FrameKind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -156,13 +158,14 @@ impl Roles {
 
 pub fn classify(model: &Model) -> Roles {
     let samples = pool_samples(model);
+    let origins = thread_origins(model);
     let helpers = helper_processes(model);
     let mut by_tid = BTreeMap::new();
     let mut pool_library = BTreeMap::new();
     for t in &model.threads {
         let role = if helpers.contains(&(t.pid, process_start(model, t))) {
             Role::Helper
-        } else if let Some(library) = pool_of(t, &samples) {
+        } else if let Some(library) = pool_of(t, &samples, origins.get(&t.tid)) {
             pool_library.insert(t.tid, library);
             Role::Pool
         } else if t.comm == "pt_data_pin" {
@@ -238,16 +241,25 @@ fn helper_processes(model: &Model) -> HashSet<(u32, u64)> {
 }
 
 /// A thread other than its process's main thread that belongs to a pool:
-/// by name, by where its on-CPU samples run (a pool library, or
-/// sched_yield), or by waiting as a sched_yield loop does. A process's
-/// main thread is never a pool's.
-fn pool_of(t: &Thread, samples: &HashMap<u32, PoolSamples>) -> Option<PoolLibrary> {
-    if t.tid == t.pid {
+/// by name, by the function it was started in (a pool library's), by
+/// where its on-CPU samples run (a pool library, or sched_yield), or by
+/// waiting as a sched_yield loop does. A process's main thread is never a
+/// pool's, nor is a thread that ran Python code.
+fn pool_of(
+    t: &Thread,
+    samples: &HashMap<u32, PoolSamples>,
+    origin: Option<&ThreadOrigin>,
+) -> Option<PoolLibrary> {
+    if t.tid == t.pid || origin.is_some_and(|o| o.python) {
         return None;
     }
     let name = t.comm.to_ascii_lowercase();
     if POOL_NAME_PREFIXES.iter().any(|p| name.starts_with(p)) {
         return Some(PoolLibrary::from_thread_name(&name));
+    }
+    let started_in = origin.and_then(ThreadOrigin::start_library);
+    if started_in.is_some() {
+        return started_in;
     }
     let own = samples.get(&t.tid).filter(|s| s.total > 0);
     if let Some(s) = own {
@@ -261,11 +273,105 @@ fn pool_of(t: &Thread, samples: &HashMap<u32, PoolSamples>) -> Option<PoolLibrar
     spins_on_yield(t).then(|| own.map_or(PoolLibrary::Unknown, PoolSamples::library))
 }
 
+/// What a thread's stacks say of where it came from.
+#[derive(Debug, Default)]
+struct ThreadOrigin {
+    /// Stacks that reach the thread's root, by the pool library the
+    /// thread's start routine is in (None: in no pool library).
+    starts: BTreeMap<Option<PoolLibrary>, u64>,
+    /// Some stack of it holds a Python frame: the program's own thread.
+    python: bool,
+}
+
+impl ThreadOrigin {
+    /// The pool library most of its rooted stacks start in, if that is a
+    /// pool library.
+    fn start_library(&self) -> Option<PoolLibrary> {
+        self.starts
+            .iter()
+            .max_by_key(|&(lib, n)| (*n, std::cmp::Reverse(*lib)))
+            .and_then(|(lib, _)| *lib)
+    }
+}
+
+/// Per tid, where its stacks (on and off CPU) say it came from. A pool
+/// thread that an eight-worker job starts late on two cores may run too
+/// little to be known by its samples or by how it waits, but every stack
+/// it leaves begins where the library started it: glibc's `clone3` and
+/// `start_thread`, then the library's thread function
+/// (`cv::WorkerThread::thread_loop_wrapper` in cv2.abi3.so,
+/// `gomp_thread_start` in libgomp).
+fn thread_origins(model: &Model) -> HashMap<u32, ThreadOrigin> {
+    let Some(table) = &model.stacks else {
+        return HashMap::new();
+    };
+    let mut per_stack: HashMap<u32, (Option<Option<PoolLibrary>>, bool)> = HashMap::new();
+    let mut origins: HashMap<u32, ThreadOrigin> = HashMap::new();
+    for s in &table.samples {
+        let &mut (start, python) = per_stack.entry(s.stack).or_insert_with(|| {
+            let frames = table
+                .stacks
+                .get(s.stack as usize)
+                .map_or(&[][..], |f| &f[..]);
+            let python = frames.iter().any(|&f| {
+                table
+                    .frames
+                    .get(f as usize)
+                    .is_some_and(|f| f.kind == FrameKind::Python)
+            });
+            (start_routine_library(table, frames), python)
+        });
+        let origin = origins.entry(s.tid).or_default();
+        origin.python |= python;
+        if let Some(lib) = start {
+            *origin.starts.entry(lib).or_default() += 1;
+        }
+    }
+    origins
+}
+
+/// For a stack that reaches a thread's root (C library frames, then the
+/// thread's start routine), the pool library the start routine is in
+/// (Some(None): in none); None for a stack that does not reach the root
+/// (cut short, lost, or a main thread's, which starts at `_start`).
+fn start_routine_library(
+    table: &crate::recording::StackTable,
+    frames: &[u32],
+) -> Option<Option<PoolLibrary>> {
+    let mut frames = frames.iter().filter_map(|&f| table.frames.get(f as usize));
+    let first = frames.next()?;
+    if first.kind != FrameKind::Native || !is_libc(&first.module) {
+        return None;
+    }
+    let start = frames.find(|f| !(f.kind == FrameKind::Native && is_libc(&f.module)))?;
+    Some(
+        (start.kind == FrameKind::Native)
+            .then(|| pool_library_of(&start.module))
+            .flatten(),
+    )
+}
+
+/// The C library, where every thread's stack begins (`clone3`, then
+/// `start_thread`): glibc's `libc.so.6` (`libc-2.31.so` before 2.34) or musl.
+fn is_libc(module: &str) -> bool {
+    let base = module.rsplit('/').next().unwrap_or_default();
+    base.starts_with("libc.so") || base.starts_with("libc-") || base.starts_with("ld-musl")
+}
+
+/// The pool library a module is, by its file name.
+fn pool_library_of(module: &str) -> Option<PoolLibrary> {
+    let base = module.rsplit('/').next().unwrap_or_default();
+    POOL_LIBRARIES
+        .iter()
+        .find(|(prefix, _)| base.starts_with(prefix))
+        .map(|(_, lib)| *lib)
+}
+
 /// Switched out still runnable, over and over, after runs of a few
 /// microseconds, and waiting for a CPU far longer than it ran: a
 /// sched_yield loop. (A thread merely starved of CPU also waits runnable,
 /// but runs a time slice, milliseconds, each time it gets a CPU.)
-fn spins_on_yield(t: &Thread) -> bool {
+pub(crate) fn spins_on_yield(t: &Thread) -> bool {
     let switches = t.voluntary_switches + t.involuntary_switches;
     if t.involuntary_switches < SPIN_MIN_SWITCHES || t.involuntary_switches <= t.voluntary_switches
     {
@@ -317,13 +423,7 @@ fn pool_samples(model: &Model) -> HashMap<u32, PoolSamples> {
                 .rev()
                 .find(|&&f| !is_kernel(table, f))
                 .and_then(|&f| table.frames.get(f as usize))
-                .and_then(|frame| {
-                    let base = frame.module.rsplit('/').next().unwrap_or_default();
-                    POOL_LIBRARIES
-                        .iter()
-                        .find(|(prefix, _)| base.starts_with(prefix))
-                        .map(|(_, lib)| *lib)
-                })
+                .and_then(|frame| pool_library_of(&frame.module))
         };
         let entry = counts.entry(s.tid).or_default();
         // Weights come from the file: saturate rather than trust them.
@@ -590,6 +690,82 @@ mod tests {
         assert_eq!(roles.pool_library.get(&21), Some(&PoolLibrary::Unknown));
         assert_eq!(roles.of(22), Role::DataWorker);
         assert_eq!(roles.of(20), Role::DataWorker);
+    }
+
+    /// Stacks of a DataLoader worker's threads as the unwinder leaves them:
+    /// glibc's `clone3` and `start_thread`, then the thread's function.
+    fn worker_stacks() -> crate::recording::StackTable {
+        use crate::recording::{Frame, StackKind, StackSample, StackTable, stacks::markers};
+        let native = |module: &str, symbol: &str| Frame {
+            module: module.into(),
+            symbol: Some(symbol.into()),
+            ..Frame::default()
+        };
+        let python = Frame {
+            symbol: Some("__getitem__ (train.py)".into()),
+            kind: FrameKind::Python,
+            ..Frame::default()
+        };
+        let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        let cv2 = "/venv/site-packages/cv2/cv2.abi3.so";
+        let frames = vec![
+            native(libc, "clone3"),                                       // 0
+            native(libc, "start_thread"),                                 // 1
+            native(cv2, "thread_loop_wrapper"),                           // 2
+            native(libc, "pthread_cond_wait"),                            // 3
+            native("/venv/lib/libpython3.11.so.1.0", "pythread_wrapper"), // 4
+            python,                                                       // 5
+            native(cv2, "cv::resize"),                                    // 6
+            Frame::marker(markers::TRUNCATED),                            // 7
+        ];
+        let sample = |tid, kind, stack, weight| StackSample {
+            pid: 20,
+            tid,
+            kind,
+            stack,
+            weight,
+        };
+        StackTable {
+            sample_hz: 99,
+            frames,
+            stacks: vec![
+                vec![0, 1, 2, 3],    // OpenCV's pool thread, asleep
+                vec![0, 1, 4, 5, 6], // a Python thread resizing in cv2
+                vec![7, 6],          // cut short: says nothing of its start
+            ],
+            samples: vec![
+                sample(21, StackKind::Futex, 0, 3_000_000),
+                sample(22, StackKind::OnCpu, 1, 40),
+                sample(23, StackKind::OnCpu, 2, 40),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_thread_is_whose_start_routine_it_runs() {
+        // A pool thread that ran too little to be known by its samples or
+        // by how it waits: a few long runs, asleep in between.
+        let late = cycling(21, 20, 2_000_000, 50_000_000, 5);
+        let model = Model {
+            targets: vec![10],
+            processes: [(10, process(10, 1)), (20, process(20, 10))].into(),
+            threads: vec![
+                thread(10, 10, "python"),
+                thread(20, 20, "pt_data_worker"),
+                late,
+                thread(22, 20, "pt_data_worker"),
+                thread(23, 20, "pt_data_worker"),
+            ],
+            stacks: Some(worker_stacks()),
+            ..Default::default()
+        };
+        let roles = classify(&model);
+        assert_eq!(roles.of(21), Role::Pool);
+        assert_eq!(roles.pool_library.get(&21), Some(&PoolLibrary::OpenCv));
+        // All its samples in cv2, but it runs Python: the program's thread.
+        assert_eq!(roles.of(22), Role::DataWorker);
+        // A stack cut short leaves the samples to decide: all in cv2.
+        assert_eq!(roles.of(23), Role::Pool);
     }
 
     #[test]

@@ -22,10 +22,13 @@ const MIB: u64 = 1024 * 1024;
 /// on top of the sandbox's own process without running BPF programs (see
 /// "Accuracy of the measurements" in docs/diagnosis.md); and its block-IO
 /// wait lies between the time it spent blocked inside pread() less 5% and
-/// the time it spent off-CPU there (blocked or waiting for a CPU) plus 10%.
-/// (tprof's IO wait runs 3-7% above schedstat's blocked time here: the
-/// sched_switch tracepoint fires after the scheduler stops charging CPU
-/// time, and each of the ~64 reads loses tens of microseconds to that.)
+/// the time it spent off-CPU there (blocked or waiting for a CPU) plus 10%,
+/// the lower bound less what tprof counts runnable from `sched_waking` and
+/// schedstat blocked until the enqueue, and less a missed completion's share.
+/// (tprof's IO wait ran 0.98-1.07 of schedstat's blocked time in 15 runs
+/// here: the sched_switch tracepoint fires after the scheduler stops
+/// charging CPU time, which adds tens of microseconds to each of the ~64
+/// reads, and sched_waking comes before the enqueue, which takes some off.)
 #[test]
 fn direct_reads_are_attributed_to_the_reader() {
     require_root();
@@ -46,11 +49,31 @@ fn direct_reads_are_attributed_to_the_reader() {
     );
     let blocked = ns(truth, "read_blocked_ns");
     let off_cpu = ns(truth, "read_ns") - ns(truth, "read_on_cpu_ns");
+    // tprof's wait for a CPU starts at sched_waking, in the completion's
+    // softirq; schedstat's at the enqueue on the reader's CPU, after the
+    // wake IPI, tens of µs later on a VM with the other core busy. That
+    // time is runnable to tprof and blocked to schedstat: 0.5-2.3 ms of
+    // the reader's life in 15 runs here, and the lower that made io_s
+    // (0.946 of blocked in a CI run).
+    let waking_lead = (thread.runnable_s - ns(truth, "end_run_delay_ns")).max(0.0);
+    // A request whose completion the kernel ran no BPF program for
+    // (docs/diagnosis.md, "Accuracy") takes its wait out of io_s.
+    let seen = (thread.read_bytes as f64 / kernel_bytes).min(1.0);
+    let least = 0.95 * (blocked - waking_lead) * seen;
     assert!(
-        thread.io_s >= 0.95 * blocked && thread.io_s <= 1.10 * off_cpu,
-        "block-IO wait {:.4}s, blocked inside pread() {blocked:.4}s, off-CPU {off_cpu:.4}s: \
+        thread.io_s >= least && thread.io_s <= 1.10 * off_cpu,
+        "block-IO wait {:.4}s, blocked inside pread() {blocked:.4}s (at least {least:.4}s \
+         expected after {waking_lead:.4}s runnable from sched_waking and {:.1}% of the bytes \
+         seen), off-CPU {off_cpu:.4}s: {thread:#?}\n{truth}",
+        thread.io_s,
+        seen * 100.0
+    );
+    // That lead is wake latency, not IO: at most 100 µs per time it blocked.
+    assert!(
+        waking_lead <= thread.voluntary_switches as f64 * 100e-6,
+        "tprof's runnable {:.4}s exceeds schedstat's run delay by {waking_lead:.4}s: \
          {thread:#?}\n{truth}",
-        thread.io_s
+        thread.runnable_s
     );
     assert_five_states_sum_to_lifetime(&traced.report);
 }

@@ -42,7 +42,8 @@ use profiler_ebpf::{
     user_stack_flags,
 };
 use tprof_core::recording::{
-    FrameBatch, LostCounts, StackBatch, record, stacks::markers::TRUNCATED,
+    FrameBatch, LostCounts, StackBatch, record,
+    stacks::markers::{NO_MAPPINGS, TRUNCATED},
 };
 
 use super::file::RecordingFile;
@@ -239,6 +240,7 @@ impl StackResolver {
             kind::EXEC => {
                 if let Some(e) = read::<profiler_ebpf::ExecEvent>(event) {
                     self.python.exec(e.tgid, hdr.ts_ns);
+                    self.spaces.exec(e.tgid);
                 }
             }
             kind::EXIT => {
@@ -394,16 +396,19 @@ impl StackResolver {
             End::Root => {}
             End::PastCopy if flags & user_stack_flags::SHORT != 0 => counts.short += 1,
             End::PastCopy | End::TooDeep => counts.truncated += 1,
-            End::Cut => counts.cut += 1,
+            End::Cut | End::NoMappings => counts.cut += 1,
         }
     }
 
     /// The sites of an unwind, outermost first, under a [`TRUNCATED`]
-    /// marker when it did not reach the thread's root.
+    /// marker when it did not reach the thread's root ([`NO_MAPPINGS`]
+    /// when it could not begin).
     fn unwound_sites(&self, tgid: u32, unwound: &Unwound) -> Vec<Site> {
         let mut sites = Vec::with_capacity(unwound.addrs.len() + 1);
-        if unwound.end != End::Root {
-            sites.push(Site::Marker(TRUNCATED));
+        match unwound.end {
+            End::Root => {}
+            End::NoMappings => sites.push(Site::Marker(NO_MAPPINGS)),
+            _ => sites.push(Site::Marker(TRUNCATED)),
         }
         sites.extend(self.user_sites(tgid, &unwound.addrs));
         sites

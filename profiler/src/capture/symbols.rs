@@ -86,6 +86,15 @@ impl AddressSpaces {
         self.parents.insert(child, parent);
     }
 
+    /// `pid` exec'd: from now on its parent's mappings no longer stand for
+    /// its own (an `ldconfig` that torch's import runs, gone before its
+    /// mappings are read, would otherwise be named by the interpreter's).
+    /// Its own snapshot, if any, is kept: it may be the new image's, read
+    /// before this event was drained.
+    pub(super) fn exec(&mut self, pid: u32) {
+        self.parents.remove(&pid);
+    }
+
     /// `pid` and its known ancestors, nearest first.
     fn lineage(&self, pid: u32) -> Vec<u32> {
         let mut out = vec![pid];
@@ -392,5 +401,35 @@ mod tests {
             Site::File("/bin/x".into(), 0x410)
         );
         assert_eq!(user_site(&spaces, 12, 0x1010), Site::Unmapped(0x1010));
+    }
+
+    #[test]
+    fn an_execd_child_is_not_named_by_its_parent() {
+        let mut spaces = AddressSpaces::default();
+        spaces.add_snapshot(
+            10,
+            vec![Mapping {
+                start: 0x1000,
+                end: 0x2000,
+                offset: 0,
+                path: "/usr/bin/python3".into(),
+            }],
+        );
+        spaces.set_parent(11, 10);
+        spaces.exec(11);
+        assert_eq!(user_site(&spaces, 11, 0x1010), Site::Unmapped(0x1010));
+        assert!(spaces.mappings(11).is_none());
+        // Its own snapshot of the new image still names it.
+        let ldconfig = Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            offset: 0,
+            path: "/sbin/ldconfig".into(),
+        };
+        spaces.add_snapshot(11, vec![ldconfig]);
+        assert_eq!(
+            user_site(&spaces, 11, 0x1010),
+            Site::File("/sbin/ldconfig".into(), 0x10)
+        );
     }
 }

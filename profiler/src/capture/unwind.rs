@@ -73,6 +73,9 @@ pub(super) enum End {
     /// mapping, a stack pointer that did not grow, or a read below the
     /// stack.
     Cut,
+    /// Not begun: tprof has no mappings for the process (it was gone
+    /// before they were read), so only the leaf is known.
+    NoMappings,
 }
 
 /// An unwound stack.
@@ -122,7 +125,7 @@ impl Unwinder {
         let Some(owner) = self.process(spaces, pid) else {
             return Unwound {
                 addrs: vec![regs.ip],
-                end: End::Cut,
+                end: End::NoMappings,
                 unknown_address: true,
             };
         };

@@ -47,7 +47,9 @@ pub fn quality(model: &Model) -> Option<StackQuality> {
             .filter(|f| f.kind == FrameKind::Marker)
             .and_then(|f| f.symbol.as_deref());
         match marker {
-            Some(markers::TRUNCATED) => q.truncated = q.truncated.saturating_add(sample.weight),
+            Some(markers::TRUNCATED | markers::NO_MAPPINGS) => {
+                q.truncated = q.truncated.saturating_add(sample.weight)
+            }
             Some(markers::USER_STACK_LOST) => q.lost = q.lost.saturating_add(sample.weight),
             _ => rooted = rooted.saturating_add(sample.weight),
         }
@@ -83,12 +85,16 @@ mod tests {
                 native("main"),
                 Frame::marker(markers::TRUNCATED),
                 Frame::marker(markers::USER_STACK_LOST),
+                Frame::marker(markers::NO_MAPPINGS),
+                Frame::default(),
             ],
-            stacks: vec![vec![0, 1], vec![2, 1], vec![3]],
+            stacks: vec![vec![0, 1], vec![2, 1], vec![3], vec![4, 5]],
             samples: vec![
                 sample(0, StackKind::OnCpu, 7),
                 sample(1, StackKind::OnCpu, 2),
                 sample(2, StackKind::OnCpu, 1),
+                // A process gone before its mappings were read: not whole.
+                sample(3, StackKind::OnCpu, 3),
                 // Off-CPU weights are nanoseconds: not samples.
                 sample(1, StackKind::Sleep, 1_000_000),
             ],
@@ -105,7 +111,7 @@ mod tests {
         let q = quality(&model).unwrap();
         assert_eq!(
             (q.samples, q.rooted, q.truncated, q.lost),
-            (10, Some(7), 2, 1)
+            (13, Some(7), 5, 1)
         );
         // Frame-pointer walks: whether a stack is whole cannot be told.
         model.user_stacks = Some(UserStacks::FramePointers);

@@ -24,6 +24,10 @@ pub mod markers {
     /// thread's root: the copy ended, or unwinding met something that is
     /// not a frame.
     pub const TRUNCATED: &str = "[truncated]";
+    /// The outermost frame of a user stack taken in a process whose
+    /// mappings tprof never read (it exited, or exec'd and exited, before
+    /// the read): only the leaf's address is known, named by nothing.
+    pub const NO_MAPPINGS: &str = "[mappings not read]";
 }
 
 /// What a frame is. Python, JIT and marker frames have no module offset to

@@ -873,7 +873,8 @@ fn stacks(out: &mut String, q: &StackQuality, lost: &LostCounts) {
         let _ = writeln!(
             out,
             "  {} unwound stack(s) stopped at an address that is not code or a stack \
-             that did not unwind (code without CFI), {} had no readable stack",
+             that did not unwind (code without CFI, or a process gone before its mappings \
+             were read), {} had no readable stack",
             lost.stack_cut, lost.stack_copy_failed
         );
     }

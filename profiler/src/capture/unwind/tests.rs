@@ -253,6 +253,28 @@ fn an_address_in_no_module_is_cut() {
     );
 }
 
+/// A process whose mappings tprof never read (gone before the read, and
+/// exec'd, so its parent's do not stand for it): the leaf alone, marked.
+#[test]
+fn a_process_without_mappings_is_not_unwound() {
+    let captured = level1();
+    let (_, pid) = own_spaces();
+    let unwound = Unwinder::default().unwind(
+        &AddressSpaces::default(),
+        pid,
+        captured.regs,
+        &captured.stack,
+    );
+    assert_eq!(
+        unwound,
+        Unwound {
+            addrs: vec![captured.regs.ip],
+            end: End::NoMappings,
+            unknown_address: true
+        }
+    );
+}
+
 /// A frame without a symbol is named by its function's start, as its CFI
 /// gives it: here, the start of `capture` for an address inside it.
 #[test]

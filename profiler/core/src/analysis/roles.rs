@@ -257,9 +257,8 @@ fn pool_of(
     if POOL_NAME_PREFIXES.iter().any(|p| name.starts_with(p)) {
         return Some(PoolLibrary::from_thread_name(&name));
     }
-    let started_in = origin.and_then(ThreadOrigin::start_library);
-    if started_in.is_some() {
-        return started_in;
+    if let Some(library) = origin.and_then(ThreadOrigin::start_library) {
+        return Some(library);
     }
     let own = samples.get(&t.tid).filter(|s| s.total > 0);
     if let Some(s) = own {
@@ -344,11 +343,10 @@ fn start_routine_library(
         return None;
     }
     let start = frames.find(|f| !(f.kind == FrameKind::Native && is_libc(&f.module)))?;
-    Some(
-        (start.kind == FrameKind::Native)
-            .then(|| pool_library_of(&start.module))
-            .flatten(),
-    )
+    if start.kind != FrameKind::Native {
+        return Some(None);
+    }
+    Some(pool_library_of(&start.module))
 }
 
 /// The C library, where every thread's stack begins (`clone3`, then

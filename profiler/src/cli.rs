@@ -9,7 +9,11 @@ use std::{
 use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
 
-use profiler::analysis::flame;
+use profiler::analysis::{
+    flame,
+    roles::Role,
+    select::{self, Selection, Stretch},
+};
 use profiler::capture::{MapLimits, RecordOptions, gpu::GpuOptions, procfs};
 use profiler::output;
 pub(crate) use profiler::outputs::TimelineFormat;
@@ -196,9 +200,97 @@ pub(crate) struct FlamegraphArgs {
     /// `function (file.py)`.
     #[arg(long)]
     pub lines: bool,
+    #[command(flatten)]
+    pub select: SelectArgs,
+    /// Keep the interpreter's own frames between Python frames (by default
+    /// a Python stack reads as py-spy shows it: Python functions and the
+    /// native code they call, without CPython's eval loop in between).
+    #[arg(long)]
+    pub interpreter_frames: bool,
     /// Overwrite the SVG if it exists.
     #[arg(long)]
     pub force: bool,
+}
+
+/// Which part of a recording to show, cut the way the report's step
+/// anatomy cuts time.
+#[derive(Args, Debug, Clone, Default)]
+pub(crate) struct SelectArgs {
+    /// Which stretch of the run: startup (before the first step: imports,
+    /// worker start), steady (the steps), teardown (after the last step), or
+    /// all [default: steady when the recording has steps, else all; for
+    /// timelines, all].
+    #[arg(long, value_enum, value_name = "PHASE", conflicts_with_all = ["steps", "slowest"])]
+    pub phase: Option<PhaseArg>,
+    /// Only steps A to B (1-based, as the report numbers them), e.g. 10-20
+    /// or 7.
+    #[arg(long, value_name = "A-B", value_parser = parse_steps, conflicts_with = "slowest")]
+    pub steps: Option<(usize, usize)>,
+    /// Only the N slowest steps.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub slowest: Option<u64>,
+    /// Only threads of this role (repeatable): trainer, data_worker,
+    /// pin_memory, pool, helper, other.
+    #[arg(long = "role", value_name = "ROLE", value_parser = parse_role)]
+    pub roles: Vec<Role>,
+}
+
+impl SelectArgs {
+    pub(crate) fn selection(&self) -> Selection {
+        Selection {
+            stretch: self.phase.map(PhaseArg::stretch),
+            steps: self.steps,
+            slowest: self.slowest.map(|n| n as usize),
+            roles: self.roles.clone(),
+        }
+    }
+}
+
+/// `--phase`: clap's face of [`Stretch`].
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PhaseArg {
+    Startup,
+    Steady,
+    Teardown,
+    All,
+}
+
+impl PhaseArg {
+    fn stretch(self) -> Stretch {
+        match self {
+            PhaseArg::Startup => Stretch::Startup,
+            PhaseArg::Steady => Stretch::Steady,
+            PhaseArg::Teardown => Stretch::Teardown,
+            PhaseArg::All => Stretch::All,
+        }
+    }
+}
+
+/// `A-B` or `A`: 1-based step numbers, A ≤ B.
+fn parse_steps(text: &str) -> Result<(usize, usize), String> {
+    let number = |t: &str| {
+        t.trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n >= 1)
+            .ok_or_else(|| format!("`{text}` is not a step range (try 10-20, or 7 for one step)"))
+    };
+    let (a, b) = match text.split_once('-') {
+        Some((a, b)) => (number(a)?, number(b)?),
+        None => (number(text)?, number(text)?),
+    };
+    if a > b {
+        return Err(format!(
+            "`{text}`: the first step comes after the last (try {b}-{a})"
+        ));
+    }
+    Ok((a, b))
+}
+
+fn parse_role(text: &str) -> Result<Role, String> {
+    select::role_named(text).ok_or_else(|| {
+        format!("`{text}` is not a role: trainer, data_worker, pin_memory, pool, helper or other")
+    })
 }
 
 #[derive(Args, Debug)]
@@ -217,6 +309,8 @@ pub(crate) struct TimelineArgs {
     /// (a .pftrace is never capped).
     #[arg(long, value_name = "DURATION", default_value = "50us", value_parser = parse_duration)]
     pub min_slice: Duration,
+    #[command(flatten)]
+    pub select: SelectArgs,
     /// Overwrite the output if it exists.
     #[arg(long)]
     pub force: bool,
@@ -264,6 +358,11 @@ pub(crate) struct ExportArgs {
     /// pprof: only these threads (repeatable).
     #[arg(long = "tid", value_name = "TID")]
     pub tids: Vec<u32>,
+    #[command(flatten)]
+    pub select: SelectArgs,
+    /// pprof: keep the interpreter's own frames between Python frames.
+    #[arg(long)]
+    pub interpreter_frames: bool,
     /// Overwrite the output if it exists.
     #[arg(long)]
     pub force: bool,
@@ -290,6 +389,8 @@ impl ExportArgs {
             tids: self.tids.clone(),
             // Python frames by function, as the flamegraphs show them.
             lines: false,
+            interpreter_frames: self.interpreter_frames,
+            ..flame::Filter::default()
         }
     }
 }
@@ -341,6 +442,8 @@ impl FlamegraphArgs {
             pids: self.pids.clone(),
             tids: self.tids.clone(),
             lines: self.lines,
+            interpreter_frames: self.interpreter_frames,
+            ..flame::Filter::default()
         }
     }
 }
@@ -554,6 +657,16 @@ mod tests {
     }
 
     #[test]
+    fn step_ranges() {
+        assert_eq!(parse_steps("10-20"), Ok((10, 20)));
+        assert_eq!(parse_steps("7"), Ok((7, 7)));
+        assert!(parse_steps("20-10").unwrap_err().contains("try 10-20"));
+        assert!(parse_steps("0-3").is_err());
+        assert!(parse_steps("a-b").is_err());
+        assert!(parse_role("worker").unwrap_err().contains("data_worker"));
+    }
+
+    #[test]
     fn default_paths() {
         assert_eq!(
             timeline_path(Path::new("d/r.tprof"), TimelineFormat::Json),
@@ -566,6 +679,8 @@ mod tests {
             output: None,
             pids: vec![],
             tids: vec![],
+            select: SelectArgs::default(),
+            interpreter_frames: false,
             force: false,
         };
         let perfetto = export(ExportFormat::Perfetto, FlameKind::Cpu);

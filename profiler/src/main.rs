@@ -81,6 +81,7 @@ fn timeline(args: &cli::TimelineArgs) -> Result<()> {
         min_slice_ns: args.min_slice.as_nanos().max(1) as u64,
         ..Limits::default()
     };
+    input.selection = args.select.selection();
     write_file(Output::Timeline(format), &input, &out, args.force)?;
     eprintln!("tprof: wrote {}", out.display());
     Ok(())
@@ -92,6 +93,7 @@ fn export(args: &cli::ExportArgs) -> Result<()> {
     let model = load_model(&args.path)?;
     let mut input = Input::new(&model, &args.path);
     input.filter = args.filter();
+    input.selection = args.select.selection();
     let output = match args.format {
         cli::ExportFormat::Perfetto => {
             // Every interval as recorded: Perfetto loads them all.
@@ -129,6 +131,7 @@ fn flamegraph(args: &cli::FlamegraphArgs) -> Result<()> {
     let model = load_model(&args.path)?;
     let mut input = Input::new(&model, &args.path);
     input.filter = args.filter();
+    input.selection = args.select.selection();
     if args.folded {
         let mut text = Vec::new();
         outputs::write(Output::Folded(kind), &input, &mut text)?;

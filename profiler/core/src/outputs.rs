@@ -20,6 +20,7 @@ use anyhow::{Context as _, Result, bail};
 use crate::analysis::{
     self, Summary,
     flame::{self, Filter, FlameKind},
+    select::Selection,
 };
 use crate::model::{Assembly, Model};
 use crate::recording;
@@ -85,6 +86,9 @@ pub struct Input<'a> {
     pub limits: Limits,
     /// The processes and threads of flamegraphs and profiles.
     pub filter: Filter,
+    /// The part of the recording flamegraphs, profiles and timelines show
+    /// (`--phase`, `--steps`, `--slowest`, `--role`).
+    pub selection: Selection,
     /// The AFTER recording of a differential flamegraph, and its path.
     pub after: Option<(&'a Model, &'a Path)>,
 }
@@ -98,13 +102,18 @@ impl<'a> Input<'a> {
             path,
             limits: Limits::default(),
             filter: Filter::default(),
+            selection: Selection::default(),
             after: None,
         }
     }
 
     /// The model's analysis.
     pub fn summary(&self) -> &Summary {
-        self.summary.get_or_init(|| analysis::summarize(self.model))
+        self.summary.get_or_init(|| {
+            let mut summary = analysis::summarize(self.model);
+            summary.name_recording(&self.path.display().to_string());
+            summary
+        })
     }
 }
 
@@ -114,11 +123,13 @@ pub fn write(output: Output, input: &Input, mut out: impl io::Write) -> Result<(
     match output {
         Output::Report { json } => out.write_all(report(input.summary(), json).as_bytes())?,
         Output::Folded(kind) => {
-            let lines = folded(input.model, input.path, kind, &input.filter)?;
+            let filter = stack_filter(input, input.model, input.summary(), input.path)?;
+            let lines = folded(input.model, input.path, kind, &filter)?;
             out.write_all(flame::folded_text(&lines).as_bytes())?;
         }
         Output::Flamegraph(kind) => {
-            let lines = folded(input.model, input.path, kind, &input.filter)?;
+            let filter = stack_filter(input, input.model, input.summary(), input.path)?;
+            let lines = folded(input.model, input.path, kind, &filter)?;
             let note = render::loss_note(&input.model.lost, input.model.cut_short);
             let title = flamegraph_title(kind, input.path);
             render::flamegraph::svg(&lines, kind, &title, note.as_deref(), out)?;
@@ -130,7 +141,8 @@ pub fn write(output: Output, input: &Input, mut out: impl io::Write) -> Result<(
             no_stacks(model, input.path)?;
             let title = format!("tprof {} profile — {}", kind.name(), input.path.display());
             let roles = &input.summary().roles;
-            if render::pprof::write(model, roles, kind, &input.filter, &title, out)?.is_none() {
+            let filter = stack_filter(input, model, input.summary(), input.path)?;
+            if render::pprof::write(model, roles, kind, &filter, &title, out)?.is_none() {
                 bail!(
                     "{} has no {} stacks for the chosen processes and threads",
                     input.path.display(),
@@ -266,6 +278,30 @@ pub fn folded(model: &Model, path: &Path, kind: FlameKind, filter: &Filter) -> R
     Ok(lines)
 }
 
+/// The input's filter with its selection resolved for `model` (the
+/// recording at `path`): its time spans and the threads of its roles.
+fn stack_filter(input: &Input, model: &Model, summary: &Summary, path: &Path) -> Result<Filter> {
+    let resolved = input
+        .selection
+        .resolve(model, summary)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let timed = model.stacks.as_ref().is_some_and(|t| !t.timed.is_empty());
+    let spans = match resolved.spans {
+        Some(_) if !timed && resolved.explicit && model.stacks.is_some() => bail!(
+            "{}: its stacks carry no times (a recording of format 3 or older): \
+             --phase, --steps and --slowest need a newer one; use --phase all",
+            path.display()
+        ),
+        spans if timed => spans,
+        _ => None,
+    };
+    Ok(Filter {
+        spans,
+        role_tids: resolved.tids,
+        ..input.filter.clone()
+    })
+}
+
 /// A flamegraph's title: what it shows, of which recording.
 pub fn flamegraph_title(kind: FlameKind, recording: &Path) -> String {
     let what = match kind {
@@ -281,8 +317,11 @@ fn flamegraph_diff(input: &Input, kind: FlameKind, out: impl io::Write) -> Resul
     let Some((after, after_path)) = input.after else {
         bail!("a differential flamegraph needs a second recording");
     };
-    let before = folded(input.model, input.path, kind, &input.filter)?;
-    let after_lines = folded(after, after_path, kind, &input.filter)?;
+    let before_filter = stack_filter(input, input.model, input.summary(), input.path)?;
+    let before = folded(input.model, input.path, kind, &before_filter)?;
+    let after_summary = analysis::summarize(after);
+    let after_filter = stack_filter(input, after, &after_summary, after_path)?;
+    let after_lines = folded(after, after_path, kind, &after_filter)?;
     let note = diff_note(
         input.path,
         render::loss_note(&input.model.lost, input.model.cut_short),
@@ -364,9 +403,26 @@ impl TimelineFormat {
 /// → one timeline, titled after the recording, into `out`.
 fn timeline(input: &Input, format: TimelineFormat, out: impl io::Write) -> Result<()> {
     let summary = input.summary();
-    let facts = analysis::timeline::derive(input.model, summary);
+    let resolved = input
+        .selection
+        .resolve(input.model, summary)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", input.path.display()))?;
+    let mut facts = analysis::timeline::derive(input.model, summary);
     let title = format!("tprof timeline — {}", input.path.display());
-    let timeline = TimelineInput::new(input.model, summary, &facts, title, input.limits);
+    // Only an explicit choice crops: a timeline is where startup (imports,
+    // worker start) is seen, so by default it shows the whole recording.
+    let window = resolved
+        .spans
+        .filter(|_| resolved.explicit)
+        .and_then(|s| Some((s.first()?.0, s.last()?.1)));
+    let cropped = (window.is_some() || resolved.tids.is_some()).then(|| {
+        let (start, end) =
+            window.unwrap_or((input.model.window_start_ns, input.model.window_end_ns));
+        facts.keep(start, end, resolved.tids.as_ref());
+        input.model.crop(start, end, resolved.tids.as_ref())
+    });
+    let model = cropped.as_ref().unwrap_or(input.model);
+    let timeline = TimelineInput::new(model, summary, &facts, title, input.limits);
     match format {
         TimelineFormat::Json => render::timeline::chrome(&timeline, out)?,
         TimelineFormat::Html => render::timeline::html::write(&timeline, out)?,

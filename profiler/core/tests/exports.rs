@@ -192,7 +192,9 @@ fn pprof_profile_has_the_folded_stacks_shares() {
         if model.stacks.is_none() {
             continue;
         }
-        let input = Input::new(&model, &path);
+        let mut input = Input::new(&model, &path);
+        // The whole recording, as the folded stacks below are.
+        input.selection.stretch = Some(tprof_core::analysis::select::Stretch::All);
         for kind in [FlameKind::Cpu, FlameKind::OffCpu, FlameKind::Wall] {
             let mut gz = Vec::new();
             if outputs::write(Output::Pprof(kind), &input, &mut gz).is_err() {

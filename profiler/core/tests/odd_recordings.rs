@@ -224,6 +224,7 @@ fn random_recording_and_events(rng: &mut Rng) -> (Recording, Vec<u8>) {
             frames,
             stacks,
             samples,
+            ..StackTable::default()
         }),
         footer: rng.chance(2).then(|| Footer {
             end: ClockAnchor {
@@ -486,6 +487,7 @@ fn huge_stack_weights_fold_and_draw() {
                 sample(StackKind::Sleep, u64::MAX),
                 sample(StackKind::Futex, u64::MAX - 1),
             ],
+            ..StackTable::default()
         }),
         ..Default::default()
     };

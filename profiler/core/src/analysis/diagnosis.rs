@@ -18,13 +18,21 @@ use std::collections::BTreeMap;
 
 use super::{
     Summary,
+    anatomy::{Anatomy, Phase},
     pipeline::{Advice, PhaseThread, Pipeline},
     roles::{PoolLibrary, Role},
     steps::StepStats,
+    whatif::StepModel,
 };
 
+mod phases;
 #[cfg(test)]
 mod tests;
+
+/// `tprof flamegraph` of the workers' off-CPU time in the steady state:
+/// what they waited for.
+const STEADY_OFFCPU_WORKERS: &str =
+    "tprof flamegraph REC --kind offcpu --phase steady --role data_worker";
 
 /// The trainer waits for data at least this share of its time: the input
 /// pipeline is the bottleneck.
@@ -90,6 +98,14 @@ pub enum FindingId {
     SyncCopies,
     PageableCopies,
     GpuBound,
+    LoadingInTrainer,
+    WorkersRestarted,
+    SlowWorkerStart,
+    PrefetchStarved,
+    CostlyBatches,
+    GilContention,
+    ComputeBound,
+    InputWait,
 }
 
 impl FindingId {
@@ -103,6 +119,14 @@ impl FindingId {
             FindingId::SyncCopies => "sync_copies",
             FindingId::PageableCopies => "pageable_copies",
             FindingId::GpuBound => "gpu_bound",
+            FindingId::LoadingInTrainer => "loading_in_trainer",
+            FindingId::WorkersRestarted => "workers_restarted",
+            FindingId::SlowWorkerStart => "slow_worker_start",
+            FindingId::PrefetchStarved => "prefetch_starved",
+            FindingId::CostlyBatches => "costly_batches",
+            FindingId::GilContention => "gil_contention",
+            FindingId::ComputeBound => "compute_bound",
+            FindingId::InputWait => "input_wait",
         }
     }
 }
@@ -144,13 +168,24 @@ pub struct Finding {
     pub changes: Vec<Change>,
     /// What the fix should change, to check it worked.
     pub expect: String,
+    /// The phase of the step's anatomy it is about, when it is one.
+    pub phase: Option<Phase>,
+    /// The steady state's mean step as measured, and as the step model
+    /// predicts it after the fix (analysis::whatif); None when the model
+    /// has no term for the fix.
+    pub step_ms: Option<f64>,
+    pub predicted_step_ms: Option<f64>,
+    /// The command that shows the evidence, `REC` standing for the
+    /// recording's path.
+    pub see: Option<String>,
 }
 
 /// One setting a fix changes.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Change {
     /// num_workers, OMP_NUM_THREADS, MKL_NUM_THREADS, pin_memory,
-    /// non_blocking, persistent_workers or prefetch_factor.
+    /// non_blocking, persistent_workers, prefetch_factor or batch_dtype
+    /// (the type the workers send a batch as).
     pub setting: &'static str,
     /// Its value in the recorded job; absent when the recording cannot
     /// tell (environment variables, pin_memory).
@@ -164,6 +199,7 @@ pub struct Change {
 pub enum SettingValue {
     Count(u64),
     Flag(bool),
+    Text(&'static str),
 }
 
 impl Change {
@@ -180,6 +216,14 @@ impl Change {
             setting,
             from: None,
             to: SettingValue::Flag(to),
+        }
+    }
+
+    fn text(setting: &'static str, to: &'static str) -> Change {
+        Change {
+            setting,
+            from: None,
+            to: SettingValue::Text(to),
         }
     }
 }
@@ -201,6 +245,9 @@ struct Facts<'a> {
     worker_pools: Group,
     /// Worker processes alive at a time (num_workers).
     worker_processes: usize,
+    anatomy: &'a Anatomy,
+    /// The step model, when there are steps.
+    model: Option<StepModel>,
 }
 
 /// Sums over a set of threads in the phase.
@@ -262,8 +309,18 @@ pub fn diagnose(s: &Summary) -> Vec<Finding> {
     ]
     .into_iter()
     .flatten()
+    .chain(phases::findings(&facts))
     .chain(cuda_findings(&facts))
     .collect();
+    // Never silent: a trainer that waited for batches with no finding for
+    // the wait gets the critical path's top functions.
+    let input = |f: &Finding| {
+        f.phase
+            .is_some_and(|p| p.is_batch_wait() || p == Phase::WorkerStart || p == Phase::Receiving)
+    };
+    if !findings.iter().any(input) {
+        findings.extend(phases::input_wait(&facts));
+    }
     findings.sort_by(|a, b| b.explains_frac.total_cmp(&a.explains_frac));
     findings
 }
@@ -276,6 +333,8 @@ fn cuda_findings<'a>(f: &'a Facts) -> impl Iterator<Item = Finding> + 'a {
             .trainer_tid
             .and_then(|tid| f.s.threads.iter().find(|t| t.tid == tid))
             .map_or(0.0, |t| t.lifetime_s);
+    let copies_ms = f.anatomy.phase(Phase::Copies).map_or(0.0, |p| p.mean_ms);
+    let (step_ms, predicted_step_ms) = f.predict(|m| m.without_serial(copies_ms));
     f.s.cuda.findings.iter().map(move |c| {
         let explains = if life > 0.0 { (c.blocked_s / life).min(1.0) } else { 0.0 };
         let (title, changes) = match c.id {
@@ -305,6 +364,10 @@ fn cuda_findings<'a>(f: &'a Facts) -> impl Iterator<Item = Finding> + 'a {
             fix: c.fix.clone(),
             changes,
             expect: "The trainer's time in cudaMemcpy and stream syncs falls; the GPU idles less between steps.".into(),
+            phase: Some(Phase::Copies),
+            step_ms,
+            predicted_step_ms,
+            see: Some("tprof timeline REC --phase steady".into()),
         }
     })
 }
@@ -336,10 +399,20 @@ fn facts(s: &Summary) -> Facts<'_> {
                 .filter(|t| t.role == Role::Pool && t.in_worker),
         ),
         worker_processes: p.workers.at_a_time,
+        anatomy: &s.anatomy,
+        model: s.step_model,
     }
 }
 
 impl Facts<'_> {
+    /// The measured mean step and the model's step after a change, in ms.
+    fn predict(&self, after: impl Fn(&StepModel) -> f64) -> (Option<f64>, Option<f64>) {
+        match &self.model {
+            Some(m) => (Some(m.step_ms), Some(after(m))),
+            None => (None, None),
+        }
+    }
+
     fn starved(&self) -> bool {
         self.steps.count > 0 && self.p.data_wait_frac >= STARVED
     }
@@ -504,6 +577,7 @@ fn too_many_workers(f: &Facts) -> Option<Finding> {
         0.0
     };
     let explains = data_part + f.queued_behind(&f.workers);
+    let (step_ms, predicted_step_ms) = f.predict(|m| m.with_workers(advice.num_workers));
     Some(Finding {
         id: FindingId::TooManyWorkers,
         title: format!(
@@ -540,6 +614,10 @@ fn too_many_workers(f: &Facts) -> Option<Finding> {
         expect:
             "Worker runnable time and the trainer's data waits drop; step time should not rise."
                 .into(),
+        phase: Some(Phase::WorkerCpuWait),
+        step_ms,
+        predicted_step_ms,
+        see: Some(STEADY_OFFCPU_WORKERS.into()),
     })
 }
 
@@ -570,6 +648,12 @@ fn thread_oversubscription(f: &Facts) -> Option<Finding> {
     };
     let explains = data_part + f.queued_behind(&f.pools);
     let (fix, changes) = pool_fix(f);
+    let (step_ms, predicted_step_ms) = f.predict(|m| {
+        let n = f.p.advice.map_or(f.worker_processes, |a| {
+            a.num_workers.min(f.worker_processes.max(1))
+        });
+        m.with_workers(n)
+    });
     Some(Finding {
         id: FindingId::ThreadOversubscription,
         title: format!(
@@ -601,6 +685,10 @@ fn thread_oversubscription(f: &Facts) -> Option<Finding> {
         fix,
         changes,
         expect: "Pool threads per process drop; futex and runnable time in the workers fall, and so do the trainer's data waits.".into(),
+        phase: Some(Phase::WorkerCpuWait),
+        step_ms,
+        predicted_step_ms,
+        see: Some(STEADY_OFFCPU_WORKERS.into()),
     })
 }
 
@@ -679,18 +767,55 @@ fn disk_bound(f: &Facts) -> Option<Finding> {
             d.window.aqu_sz
         ));
     }
+    // More readers help while the device serves reads side by side and the
+    // cores have room: the model's count, on the assumption that a read
+    // takes as long with more of them in flight (the bench checks it).
+    let more = f
+        .model
+        .map(|m| m.enough_workers())
+        .filter(|&(n, _)| n > f.worker_processes && f.worker_processes > 0);
+    let (step_ms, predicted_step_ms) = match more {
+        Some((n, _)) => f.predict(|m| m.with_workers(n)),
+        None => (f.model.map(|m| m.step_ms), None),
+    };
+    let mut fix =
+        "Read faster: cache the dataset in memory or on local NVMe, pack small files into \
+                   larger sequential shards (WebDataset, TFRecord), read larger chunks."
+            .to_string();
+    let mut changes = Vec::new();
+    if let (Some((n, step)), Some(m)) = (more, f.model) {
+        evidence.push(format!(
+            "a worker takes {:.1} ms to make a batch, {:.1} ms of it in block IO; {} workers deliver \
+             one every {:.1} ms where the rest of the step allows {:.1} ms: {n} workers keep up, \
+             if the device serves {n} readers' requests as fast as it served {}",
+            m.batch_ms,
+            m.batch_io_ms,
+            f.worker_processes,
+            m.batch_ms / f.worker_processes.max(1) as f64,
+            step,
+            f.worker_processes
+        ));
+        fix = format!(
+            "Set num_workers={n} (from {}): the workers wait for reads, not for the CPU, so more of \
+             them read side by side while the device keeps up. Then read faster: cache the dataset \
+             in memory or on local NVMe, pack small files into larger sequential shards.",
+            f.worker_processes
+        );
+        changes.push(Change::count("num_workers", Some(f.worker_processes), n));
+    }
     Some(Finding {
         id: FindingId::DiskBound,
         title: "Input is disk-bound: workers wait for block IO".into(),
         severity: severity(explains),
         explains_frac: explains,
         evidence,
-        fix: "Read faster: cache the dataset in memory or on local NVMe, pack small files into larger \
-              sequential shards (WebDataset, TFRecord), read larger chunks; more workers only help if \
-              the device is not saturated."
-            .into(),
-        changes: Vec::new(),
+        fix,
+        changes,
         expect: "Workers' block-IO wait and the trainer's data waits fall; device %util drops or throughput rises.".into(),
+        phase: Some(Phase::WorkerIo),
+        step_ms,
+        predicted_step_ms,
+        see: Some(STEADY_OFFCPU_WORKERS.into()),
     })
 }
 
@@ -728,6 +853,7 @@ fn decode_bound(f: &Facts) -> Option<Finding> {
     if let Some(a) = f.p.advice.filter(|a| a.num_workers > f.worker_processes) {
         evidence.push(f.advice_text(&a));
     }
+    let (step_ms, predicted_step_ms) = f.predict(|m| m.with_workers(to));
     Some(Finding {
         id: FindingId::DecodeBound,
         title: "Workers are busy decoding and augmenting while cores sit idle".into(),
@@ -742,6 +868,10 @@ fn decode_bound(f: &Facts) -> Option<Finding> {
         changes: vec![Change::count("num_workers", Some(f.worker_processes), to)],
         expect: "More batches ready in time: the trainer's data waits fall while worker CPU rises."
             .into(),
+        phase: Some(Phase::WorkerBusy),
+        step_ms,
+        predicted_step_ms,
+        see: Some("tprof flamegraph REC --phase steady --role data_worker".into()),
     })
 }
 
@@ -753,7 +883,10 @@ fn trainer_cpu_bound(f: &Facts) -> Option<Finding> {
     } else {
         0.0
     };
-    if busy < TRAINER_BUSY || f.p.data_wait_frac >= STARVED {
+    // Where the anatomy names the trainer's work (model compute, loading),
+    // its own findings say it better.
+    let named = f.anatomy.share(Phase::Compute) + f.anatomy.share(Phase::Loading);
+    if busy < TRAINER_BUSY || f.p.data_wait_frac >= STARVED || named >= phases::MIN_SHARE {
         return None;
     }
     let secs = |ns: u64| ns as f64 / 1e9;
@@ -782,6 +915,10 @@ fn trainer_cpu_bound(f: &Facts) -> Option<Finding> {
             .into(),
         changes: Vec::new(),
         expect: "The trainer's on-CPU share per step falls and the GPU's idle time with it.".into(),
+        phase: Some(Phase::Other),
+        step_ms: f.model.map(|m| m.step_ms),
+        predicted_step_ms: None,
+        see: Some("tprof flamegraph REC --phase steady --role trainer".into()),
     })
 }
 
@@ -806,5 +943,9 @@ fn gpu_bound(f: &Facts) -> Option<Finding> {
         fix: "Stop tuning the data loader; speed up the model itself (mixed precision, larger batches, fused kernels).".into(),
         changes: Vec::new(),
         expect: "Nothing in the loader will shorten steps; GPU-side changes will.".into(),
+        phase: None,
+        step_ms: f.model.map(|m| m.step_ms),
+        predicted_step_ms: None,
+        see: None,
     })
 }

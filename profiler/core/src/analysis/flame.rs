@@ -9,7 +9,8 @@
 //!
 //! Pure: a [`Model`] in, lines out; render/flamegraph.rs draws them.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::model::Model;
 use crate::recording::{Frame, FrameKind, StackKind, StackSample, StackTable};
@@ -43,21 +44,116 @@ impl FlameKind {
     }
 }
 
-/// Which threads to include (empty lists include all), and how finely to
-/// label Python frames.
+/// Which threads and time to include (empty lists include all), and how
+/// to show Python frames.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
     pub pids: Vec<u32>,
     pub tids: Vec<u32>,
     /// Python frames by line (`f (train.py:42)`), not by function.
     pub lines: bool,
+    /// Only time inside these CLOCK_MONOTONIC spans (in order, apart): a
+    /// sample inside one, the part of an off-CPU interval inside them.
+    /// None: all of it. Needs the stacks' times (`StackTable::timed`).
+    pub spans: Option<Vec<(u64, u64)>>,
+    /// Only these threads (the roles chosen), when set.
+    pub role_tids: Option<BTreeSet<u32>>,
+    /// Keep the interpreter's own frames between Python frames (the
+    /// interleaved view); by default they are hidden, as py-spy shows
+    /// Python stacks, and the native code Python called stays.
+    pub interpreter_frames: bool,
 }
 
 impl Filter {
     pub fn keeps(&self, sample: &StackSample) -> bool {
-        (self.pids.is_empty() || self.pids.contains(&sample.pid))
-            && (self.tids.is_empty() || self.tids.contains(&sample.tid))
+        self.keeps_thread(sample.pid, sample.tid)
     }
+
+    fn keeps_thread(&self, pid: u32, tid: u32) -> bool {
+        (self.pids.is_empty() || self.pids.contains(&pid))
+            && (self.tids.is_empty() || self.tids.contains(&tid))
+            && self.role_tids.as_ref().is_none_or(|t| t.contains(&tid))
+    }
+}
+
+/// The weights the filter keeps: the table's sums, or, for a filter with
+/// spans, the sums of the timed samples and intervals inside them.
+pub fn samples<'t>(table: &'t StackTable, filter: &Filter) -> Cow<'t, [StackSample]> {
+    let Some(spans) = &filter.spans else {
+        return table
+            .samples
+            .iter()
+            .filter(|s| filter.keeps(s))
+            .copied()
+            .collect::<Vec<_>>()
+            .into();
+    };
+    let mut sums: BTreeMap<(u32, u32, StackKind, u32), u64> = BTreeMap::new();
+    for t in table
+        .timed
+        .iter()
+        .filter(|t| filter.keeps_thread(t.pid, t.tid))
+    {
+        let weight = if t.kind.is_on_cpu() {
+            u64::from(
+                spans
+                    .iter()
+                    .any(|&(a, b)| t.start_ns >= a && t.start_ns < b),
+            )
+        } else {
+            spans
+                .iter()
+                .map(|&(a, b)| t.end_ns.min(b).saturating_sub(t.start_ns.max(a)))
+                .sum()
+        };
+        if weight > 0 {
+            let sum = sums.entry((t.pid, t.tid, t.kind, t.stack)).or_default();
+            *sum = sum.saturating_add(weight);
+        }
+    }
+    sums.into_iter()
+        .map(|((pid, tid, kind, stack), weight)| StackSample {
+            pid,
+            tid,
+            kind,
+            stack,
+            weight,
+        })
+        .collect::<Vec<_>>()
+        .into()
+}
+
+/// The frames of a stack as the filter shows them, outermost first: in
+/// the Python view, without the interpreter's own frames between its
+/// first and last Python frame.
+pub fn shown_frames<'t>(
+    table: &'t StackTable,
+    stack: &'t [u32],
+    filter: &Filter,
+) -> Cow<'t, [u32]> {
+    if filter.interpreter_frames {
+        return Cow::Borrowed(stack);
+    }
+    let frame = |id: u32| table.frames.get(id as usize);
+    let is_python = |id: &u32| frame(*id).is_some_and(|f| f.kind == FrameKind::Python);
+    let (Some(first), Some(last)) = (
+        stack.iter().position(is_python),
+        stack.iter().rposition(is_python),
+    ) else {
+        return Cow::Borrowed(stack);
+    };
+    let interpreter = |id: u32| {
+        frame(id).is_some_and(|f| {
+            f.kind == FrameKind::Native && super::anatomy::is_interpreter_module(&f.module)
+        })
+    };
+    let kept: Vec<u32> = stack
+        .iter()
+        .enumerate()
+        .filter(|&(i, &id)| !(i > first && i < last && interpreter(id)))
+        .map(|(_, &id)| id)
+        .collect();
+    Cow::Owned(kept)
 }
 
 /// Folded stacks, sorted by stack, with weights in `kind.unit()`. Empty
@@ -74,11 +170,16 @@ pub fn fold(model: &Model, kind: FlameKind, filter: &Filter) -> Vec<(String, u64
     // Sum in the weights' own unit first (samples, ns), convert at the end,
     // so rounding happens once per line rather than once per sample.
     let mut sums: BTreeMap<String, u64> = BTreeMap::new();
-    for sample in table.samples.iter().filter(|s| filter.keeps(s)) {
+    // A stack's line is made once per (thread, stack), not per weight.
+    let mut made: HashMap<(u32, u32, StackKind, u32), String> = HashMap::new();
+    for sample in samples(table, filter).iter() {
         let Some(weight) = weight(table, sample, kind) else {
             continue;
         };
-        let line = stack_line(model, table, &labels, sample);
+        let line = made
+            .entry((sample.pid, sample.tid, sample.kind, sample.stack))
+            .or_insert_with(|| stack_line(model, table, &labels, sample, filter))
+            .clone();
         // Saturating: weights come from the file, which may be hostile.
         let sum = sums.entry(line).or_default();
         *sum = sum.saturating_add(weight);
@@ -133,11 +234,12 @@ fn stack_line(
     table: &StackTable,
     labels: &[String],
     sample: &StackSample,
+    filter: &Filter,
 ) -> String {
     let mut parts = vec![process_role(model, sample.pid), thread_name(model, sample)];
     if let Some(stack) = table.stacks.get(sample.stack as usize) {
         parts.extend(
-            stack
+            shown_frames(table, stack, filter)
                 .iter()
                 .map(|&f| labels.get(f as usize).cloned().unwrap_or_default()),
         );
@@ -356,6 +458,7 @@ mod tests {
                 sample(2, StackKind::Sleep, 1, 2_000_400),
                 sample(2, StackKind::Runnable, 1, 1_000_000),
             ],
+            ..StackTable::default()
         });
         model
     }

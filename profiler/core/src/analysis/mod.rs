@@ -9,6 +9,7 @@
 //! pipeline, CUDA, stack and Python coverage); `diagnosis::diagnose` runs
 //! last, on the finished `Summary`.
 
+pub mod anatomy;
 pub mod cross_node;
 pub mod cuda;
 mod devices;
@@ -19,9 +20,11 @@ pub mod gpu;
 pub mod pipeline;
 pub mod python;
 pub mod roles;
+pub mod select;
 pub mod stacks;
 pub mod steps;
 pub mod timeline;
+pub mod whatif;
 
 use std::collections::HashMap;
 
@@ -172,6 +175,11 @@ pub struct Summary {
     pub gpu_status: Option<String>,
     pub roles: roles::Roles,
     pub steps: steps::StepStats,
+    /// Each step's time split into phases on the trainer's critical path.
+    #[serde(skip)]
+    pub anatomy: anatomy::Anatomy,
+    /// The steady state's step as a model a setting can be changed in.
+    pub step_model: Option<whatif::StepModel>,
     /// The input pipeline over the training phase, and the settings its
     /// measured CPU calls for.
     pub pipeline: pipeline::Pipeline,
@@ -213,7 +221,9 @@ pub fn summarize(model: &Model) -> Summary {
     let (cores_effective, cores_source) = model
         .cpu_limit
         .map_or((f64::from(model.cores), "machine"), |l| l.effective());
-    let steps = steps::steps(model, &roles, &gpu_idle_ns(model, &gpus));
+    let gpu_idle = gpu_idle_ns(model, &gpus);
+    let steps = steps::steps(model, &roles, &gpu_idle);
+    let anatomy = anatomy::anatomy(model, &roles, &steps, &gpu_idle);
     let mut summary = Summary {
         window_start_ns: model.window_start_ns,
         duration_s,
@@ -240,6 +250,8 @@ pub fn summarize(model: &Model) -> Summary {
         futexes: futex_stats(model),
         pipeline: pipeline::pipeline(model, &roles, &steps, cores_effective),
         steps,
+        anatomy,
+        step_model: None,
         roles,
         gpus,
         gpu_status: model.gpus.status.clone(),
@@ -247,8 +259,35 @@ pub fn summarize(model: &Model) -> Summary {
         stacks: stacks::quality(model),
         python: python::stats(model),
     };
+    summary.step_model = whatif::StepModel::of(
+        &summary.anatomy,
+        &summary.pipeline,
+        summary.cores_effective,
+        &model.system,
+        model.cores,
+    );
     summary.findings = diagnosis::diagnose(&summary);
     summary
+}
+
+impl Summary {
+    /// Puts the recording's path into the commands the findings name
+    /// (`see`), where the analysis wrote `REC`.
+    pub fn name_recording(&mut self, path: &str) {
+        let quoted = if path
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%".contains(c))
+        {
+            path.to_string()
+        } else {
+            format!("'{}'", path.replace('\'', r"'\''"))
+        };
+        for f in &mut self.findings {
+            if let Some(see) = &mut f.see {
+                *see = see.replace("REC", &quoted);
+            }
+        }
+    }
 }
 
 /// Every GPU's idle intervals, in CLOCK_MONOTONIC nanoseconds.

@@ -169,6 +169,7 @@ mod tests {
                 // Another process with no Python at all.
                 sample(2, StackKind::OnCpu, 1, 50),
             ],
+            ..StackTable::default()
         };
         let model = Model {
             stacks: Some(table),

@@ -736,6 +736,7 @@ mod tests {
                 sample(22, StackKind::OnCpu, 1, 40),
                 sample(23, StackKind::OnCpu, 2, 40),
             ],
+            ..StackTable::default()
         }
     }
 

@@ -98,6 +98,7 @@ mod tests {
                 // Off-CPU weights are nanoseconds: not samples.
                 sample(1, StackKind::Sleep, 1_000_000),
             ],
+            ..StackTable::default()
         }
     }
 

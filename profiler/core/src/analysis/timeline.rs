@@ -40,6 +40,18 @@ pub struct Stall {
     pub annotation: String,
 }
 
+/// A stretch of one phase of the trainer's steps (analysis::anatomy), for
+/// the timelines' "phases" lane.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhaseSlice {
+    pub tid: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub phase: crate::analysis::anatomy::Phase,
+    /// What most of it went to.
+    pub label: String,
+}
+
 /// Everything [`derive()`] finds.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TimelineFacts {
@@ -47,6 +59,25 @@ pub struct TimelineFacts {
     pub deliveries: Vec<Delivery>,
     /// Worst (longest) first.
     pub stalls: Vec<Stall>,
+    /// In time order.
+    pub phases: Vec<PhaseSlice>,
+}
+
+impl TimelineFacts {
+    /// Only what lies in `[start, end)` and, when `tids` is given, belongs
+    /// to those threads.
+    pub fn keep(&mut self, start: u64, end: u64, tids: Option<&std::collections::BTreeSet<u32>>) {
+        let kept = |tid: u32| tids.is_none_or(|t| t.contains(&tid));
+        let overlaps = |a: u64, b: u64| a < end && b > start;
+        self.steps
+            .retain(|s| kept(s.tid) && overlaps(s.start_ns, s.end_ns));
+        self.deliveries
+            .retain(|d| d.ts >= start && d.ts < end && kept(d.from_tid) && kept(d.to_tid));
+        self.stalls
+            .retain(|s| kept(s.tid) && overlaps(s.start_ns, s.end_ns));
+        self.phases
+            .retain(|p| kept(p.tid) && overlaps(p.start_ns, p.end_ns));
+    }
 }
 
 /// Stalls kept, longest first.
@@ -96,7 +127,39 @@ pub fn derive(model: &Model, summary: &Summary) -> TimelineFacts {
         steps,
         deliveries,
         stalls,
+        phases: phase_slices(summary, trainer),
     }
+}
+
+/// The anatomy's segments, a run of one phase merged into one slice named
+/// by its longest label.
+fn phase_slices(summary: &Summary, trainer: u32) -> Vec<PhaseSlice> {
+    let a = &summary.anatomy;
+    let mut out: Vec<PhaseSlice> = Vec::new();
+    let mut longest = 0;
+    for s in &a.segments {
+        let label = || a.labels[s.label as usize].clone();
+        match out.last_mut() {
+            Some(last) if last.phase == s.phase && last.end_ns == s.start_ns => {
+                last.end_ns = s.end_ns;
+                if s.duration_ns() > longest {
+                    longest = s.duration_ns();
+                    last.label = label();
+                }
+            }
+            _ => {
+                longest = s.duration_ns();
+                out.push(PhaseSlice {
+                    tid: trainer,
+                    start_ns: s.start_ns,
+                    end_ns: s.end_ns,
+                    phase: s.phase,
+                    label: label(),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// A process' name: its main thread's latest, else the one it was seen

@@ -549,6 +549,97 @@ impl Model {
     }
 
     /// Fork generations between `pid` and a recording target (0: a target).
+    /// The model of `[start, end)` only, with only the threads `keep`
+    /// holds (all when None): thread intervals clipped, events, requests,
+    /// calls and samples outside left out; the process table is kept whole
+    /// (names, parents). What the timelines of `--phase`, `--steps` and
+    /// `--role` draw.
+    pub fn crop(
+        &self,
+        start: u64,
+        end: u64,
+        keep: Option<&std::collections::BTreeSet<u32>>,
+    ) -> Model {
+        let (start, end) = (start.max(self.window_start_ns), end.min(self.window_end_ns));
+        let end = end.max(start);
+        let kept = |tid: u32| keep.is_none_or(|k| k.contains(&tid));
+        let inside = |ts: u64| ts >= start && ts <= end;
+        let overlaps = |a: u64, b: u64| a < end && b > start;
+        let threads = self
+            .threads
+            .iter()
+            .filter(|t| kept(t.tid) && overlaps(t.start_ns, t.end_ns.max(t.start_ns + 1)))
+            .map(|t| Thread {
+                start_ns: t.start_ns.max(start),
+                end_ns: t.end_ns.min(end),
+                intervals: t
+                    .intervals
+                    .iter()
+                    .filter(|iv| overlaps(iv.start_ns, iv.end_ns))
+                    .map(|iv| Interval {
+                        start_ns: iv.start_ns.max(start),
+                        end_ns: iv.end_ns.min(end),
+                        ..iv
+                    })
+                    .collect(),
+                ..t.clone()
+            })
+            .collect();
+        let mut gpus = self.gpus.clone();
+        for gpu in &mut gpus.devices {
+            for series in gpu.series.values_mut() {
+                series.retain(|&(ts, _)| inside(ts));
+            }
+        }
+        let mut cuda = self.cuda.clone();
+        cuda.calls
+            .retain(|c| kept(c.tid) && overlaps(c.start_ns, c.end_ns.max(c.start_ns + 1)));
+        Model {
+            window_start_ns: start,
+            window_end_ns: end,
+            threads,
+            wakeups: self
+                .wakeups
+                .iter()
+                .filter(|w| inside(w.ts) && kept(w.tid))
+                .copied()
+                .collect(),
+            ios: self
+                .ios
+                .iter()
+                .filter(|io| overlaps(io.start_ns, io.end_ns.max(io.start_ns + 1)))
+                .copied()
+                .collect(),
+            futex_waits: self
+                .futex_waits
+                .iter()
+                .filter(|f| kept(f.tid) && overlaps(f.start_ns, f.end_ns.max(f.start_ns + 1)))
+                .copied()
+                .collect(),
+            system: self
+                .system
+                .iter()
+                .filter(|s| inside(s.ts_ns))
+                .cloned()
+                .collect(),
+            marks: self
+                .marks
+                .iter()
+                .filter(|m| inside(m.ts) && kept(m.tid))
+                .cloned()
+                .collect(),
+            pipes: self
+                .pipes
+                .iter()
+                .filter(|p| inside(p.ts) && kept(p.tid))
+                .copied()
+                .collect(),
+            gpus,
+            cuda,
+            ..self.clone()
+        }
+    }
+
     pub fn depth(&self, pid: u32) -> usize {
         let mut depth = 0;
         let mut cur = pid;

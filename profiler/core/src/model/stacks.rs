@@ -8,12 +8,20 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::recording::{
-    Event, Frame, StackDictionary, StackKind, StackSample, StackTable, events::OffCpuStacks,
-    stacks::markers,
+    Event, Frame, StackDictionary, StackKind, StackSample, StackTable, TimedStack,
+    events::OffCpuStacks, stacks::markers,
 };
 
 /// (pid, tid, kind, user stack, kernel stack): what one weight is summed by.
 type Key = (u32, u32, StackKind, i32, i32);
+
+/// A sample or off-CPU interval before its (user, kernel) pair has a
+/// stack id in the table.
+struct Timed {
+    start_ns: u64,
+    end_ns: u64,
+    key: Key,
+}
 
 /// Gathers the weights while events stream by.
 #[derive(Debug, Default)]
@@ -21,18 +29,35 @@ pub(super) struct StackAssembly {
     weights: BTreeMap<Key, u64>,
     /// Threads off CPU now: (tid → pid, switch-out time, where from).
     open: HashMap<u32, (u32, u64, OffCpuStacks)>,
+    /// Every sample and closed interval, with its time (24 bytes each).
+    timed: Vec<Timed>,
+}
+
+impl std::fmt::Debug for Timed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}@{}..{}", self.key, self.start_ns, self.end_ns)
+    }
 }
 
 impl StackAssembly {
     pub(super) fn apply(&mut self, event: &Event) {
         match *event {
             Event::Sample {
+                ts,
                 tid,
                 tgid,
                 user_stack,
                 kernel_stack,
                 ..
-            } => self.add((tgid, tid, StackKind::OnCpu, user_stack, kernel_stack), 1),
+            } => {
+                let key = (tgid, tid, StackKind::OnCpu, user_stack, kernel_stack);
+                self.add(key, 1);
+                self.timed.push(Timed {
+                    start_ns: ts,
+                    end_ns: ts,
+                    key,
+                });
+            }
             Event::Switch {
                 ts,
                 prev_tid,
@@ -67,6 +92,11 @@ impl StackAssembly {
         if let Some((pid, since, stacks)) = self.open.remove(&tid) {
             let key = (pid, tid, stacks.kind, stacks.user, stacks.kernel);
             self.add(key, now.saturating_sub(since));
+            self.timed.push(Timed {
+                start_ns: since,
+                end_ns: now.max(since),
+                key,
+            });
         }
     }
 
@@ -95,16 +125,19 @@ impl StackAssembly {
         };
         let mut pairs: HashMap<(i32, i32), u32> = HashMap::new();
         let mut lost_user = None;
+        let mut stack_of = |table: &mut StackTable, user: i32, kernel: i32| {
+            let next = table.stacks.len() as u32;
+            *pairs.entry((user, kernel)).or_insert_with(|| {
+                let frames = joined(&mut table.frames, dictionary, user, kernel, &mut lost_user);
+                table.stacks.push(frames);
+                next
+            })
+        };
         for ((pid, tid, kind, user, kernel), weight) in self.weights {
             if weight == 0 {
                 continue;
             }
-            let next = table.stacks.len() as u32;
-            let stack = *pairs.entry((user, kernel)).or_insert_with(|| {
-                let frames = joined(&mut table.frames, dictionary, user, kernel, &mut lost_user);
-                table.stacks.push(frames);
-                next
-            });
+            let stack = stack_of(&mut table, user, kernel);
             table.samples.push(StackSample {
                 pid,
                 tid,
@@ -113,6 +146,24 @@ impl StackAssembly {
                 weight,
             });
         }
+        let mut timed: Vec<TimedStack> = self
+            .timed
+            .into_iter()
+            .filter(|t| t.key.2.is_on_cpu() || t.end_ns > t.start_ns)
+            .map(|t| {
+                let (pid, tid, kind, user, kernel) = t.key;
+                TimedStack {
+                    start_ns: t.start_ns,
+                    end_ns: t.end_ns,
+                    pid,
+                    tid,
+                    stack: stack_of(&mut table, user, kernel),
+                    kind,
+                }
+            })
+            .collect();
+        timed.sort_by_key(|t| (t.tid, t.start_ns, t.end_ns));
+        table.timed = timed;
         table
     }
 }

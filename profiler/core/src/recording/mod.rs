@@ -31,6 +31,7 @@ pub use events::Event;
 pub use reader::{Recording, read};
 pub use stacks::{
     Frame, FrameBatch, FrameKind, StackBatch, StackDictionary, StackKind, StackSample, StackTable,
+    TimedStack,
 };
 pub use writer::Writer;
 

@@ -198,6 +198,51 @@ pub struct StackTable {
     /// kernel frames.
     pub stacks: Vec<Vec<u32>>,
     pub samples: Vec<StackSample>,
+    /// Each on-CPU sample and off-CPU interval with its time, sorted by
+    /// (tid, start): what the weights in `samples` sum, kept so that
+    /// analysis can ask what a thread was doing at a moment (the anatomy
+    /// of a step) and outputs can cut stacks by time (`--phase`,
+    /// `--steps`). Made by the model from a format 4 recording's streamed
+    /// events; empty for formats 2 and 3, whose STACKS record has only the
+    /// sums. Never written to a file.
+    #[serde(skip)]
+    pub timed: Vec<TimedStack>,
+}
+
+/// One on-CPU sample or off-CPU interval of a thread, with its time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimedStack {
+    /// The sample's time, or when the thread left the CPU.
+    pub start_ns: u64,
+    /// When the thread ran again (or the window closed); `start_ns` for an
+    /// on-CPU sample.
+    pub end_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    /// Index into [`StackTable::stacks`].
+    pub stack: u32,
+    pub kind: StackKind,
+}
+
+impl TimedStack {
+    /// Its weight in the unit of [`StackSample::weight`]: one sample, or
+    /// nanoseconds off CPU.
+    pub fn weight(&self) -> u64 {
+        if self.kind.is_on_cpu() {
+            1
+        } else {
+            self.end_ns.saturating_sub(self.start_ns)
+        }
+    }
+}
+
+impl StackTable {
+    /// The timed entries of thread `tid`, in time order.
+    pub fn timed_of(&self, tid: u32) -> &[TimedStack] {
+        let from = self.timed.partition_point(|t| t.tid < tid);
+        let to = self.timed.partition_point(|t| t.tid <= tid);
+        &self.timed[from..to]
+    }
 }
 
 /// Payload of a FRAMES record (format 4): frames `first`, `first + 1`, …

@@ -19,7 +19,7 @@ use crate::analysis::{
 use crate::recording::UserStacks;
 
 /// Version of the JSON contract (not of the recording format).
-pub const JSON_VERSION: u32 = 3;
+pub const JSON_VERSION: u32 = 4;
 
 #[derive(Serialize)]
 struct Report<'a> {
@@ -55,6 +55,8 @@ struct Report<'a> {
     /// tid (as a string key) → trainer | pin_memory | data_worker | pool | helper | other.
     roles: BTreeMap<String, &'static str>,
     steps: Steps<'a>,
+    /// Each phase of the steady state's steps (docs/json.md, "anatomy").
+    anatomy: Anatomy<'a>,
     pipeline: Pipeline<'a>,
     gpus: Vec<Gpu<'a>>,
     /// Why there is no GPU data; null when there is.
@@ -382,6 +384,7 @@ pub fn render(summary: &Summary) -> String {
             .map(|(tid, role)| (tid.to_string(), role.name()))
             .collect(),
         steps: steps(summary),
+        anatomy: anatomy(summary),
         pipeline: pipeline(summary),
         gpus: summary.gpus.iter().map(gpu).collect(),
         gpu_status: summary.gpu_status.as_deref(),
@@ -498,6 +501,9 @@ struct StepItem {
     cuda_sync_s: f64,
     worker_pid: Option<u32>,
     cause: &'static str,
+    /// Seconds of the step in each phase of its anatomy (only those with
+    /// time); they sum to `duration_s`.
+    phases: BTreeMap<&'static str, f64>,
 }
 
 #[derive(Serialize)]
@@ -507,6 +513,91 @@ struct Slowest {
     duration_s: f64,
     cause: &'static str,
     cause_s: f64,
+}
+
+/// docs/json.md, "anatomy".
+#[derive(Serialize)]
+struct Anatomy<'a> {
+    steps: usize,
+    basis: &'a crate::analysis::anatomy::Basis,
+    /// The GPUs' idle time over the steps; null without GPU samples.
+    gpu_idle_s: Option<f64>,
+    /// Largest first.
+    phases: Vec<AnatomyPhase<'a>>,
+    /// The step model the findings predict with (analysis::whatif).
+    model: Option<&'a crate::analysis::whatif::StepModel>,
+    workers: &'a crate::analysis::anatomy::WorkerLoad,
+    worker_starts: Vec<WorkerStart>,
+}
+
+#[derive(Serialize)]
+struct AnatomyPhase<'a> {
+    phase: &'static str,
+    /// A wait for a batch (the report groups these).
+    batch_wait: bool,
+    total_s: f64,
+    share: f64,
+    mean_ms: f64,
+    p50_ms: f64,
+    steps: usize,
+    top: Vec<TopLabel<'a>>,
+    gpu_idle_s: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct TopLabel<'a> {
+    label: &'a str,
+    share: f64,
+}
+
+#[derive(Serialize)]
+struct WorkerStart {
+    pid: u32,
+    start_s: f64,
+    ready_s: Option<f64>,
+}
+
+fn anatomy(summary: &Summary) -> Anatomy<'_> {
+    let a = &summary.anatomy;
+    let rel = |ns: u64| ns.saturating_sub(summary.window_start_ns) as f64 / 1e9;
+    Anatomy {
+        steps: a.steps.len(),
+        basis: &a.basis,
+        gpu_idle_s: a.gpu_idle_s,
+        phases: a
+            .phases
+            .iter()
+            .map(|p| AnatomyPhase {
+                phase: p.phase.name(),
+                batch_wait: p.phase.is_batch_wait(),
+                total_s: p.total_s,
+                share: p.share,
+                mean_ms: p.mean_ms,
+                p50_ms: p.p50_ms,
+                steps: p.steps,
+                top: p
+                    .top
+                    .iter()
+                    .map(|(label, share)| TopLabel {
+                        label,
+                        share: *share,
+                    })
+                    .collect(),
+                gpu_idle_s: p.gpu_idle_s,
+            })
+            .collect(),
+        model: summary.step_model.as_ref(),
+        workers: &a.workers,
+        worker_starts: a
+            .worker_starts
+            .iter()
+            .map(|w| WorkerStart {
+                pid: w.pid,
+                start_s: rel(w.start_ns),
+                ready_s: w.ready_ns.map(rel),
+            })
+            .collect(),
+    }
 }
 
 fn steps(summary: &Summary) -> Steps<'_> {
@@ -544,7 +635,8 @@ fn steps(summary: &Summary) -> Steps<'_> {
         items: s
             .steps
             .iter()
-            .map(|st| StepItem {
+            .enumerate()
+            .map(|(i, st)| StepItem {
                 start_s: rel(st.start_ns),
                 end_s: rel(st.end_ns),
                 duration_s: secs(st.duration_ns()),
@@ -558,6 +650,12 @@ fn steps(summary: &Summary) -> Steps<'_> {
                 cuda_sync_s: secs(st.cuda_sync_ns),
                 worker_pid: (st.worker_pid != 0).then_some(st.worker_pid),
                 cause: st.cause().0,
+                phases: summary
+                    .anatomy
+                    .steps
+                    .get(i)
+                    .map(|p| p.nonzero().map(|(ph, ns)| (ph.name(), secs(ns))).collect())
+                    .unwrap_or_default(),
             })
             .collect(),
         slowest: s

@@ -92,7 +92,7 @@ pub fn profile(
         .as_ref()
         .and_then(|n| n.rank.as_ref())
         .and_then(|r| r.rank);
-    for sample in table.samples.iter().filter(|s| filter.keeps(s)) {
+    for sample in flame::samples(table, filter).iter() {
         let Some(weight) = flame::weight(table, sample, kind) else {
             continue;
         };
@@ -110,7 +110,8 @@ pub fn profile(
             location_id.push(b.marker(reason));
         }
         if let Some(stack) = table.stacks.get(sample.stack as usize) {
-            location_id.extend(stack.iter().rev().map(|&f| b.location(f)));
+            let shown = flame::shown_frames(table, stack, filter);
+            location_id.extend(shown.iter().rev().map(|&f| b.location(f)));
         }
         let thread = flame::thread_name(model, sample);
         let role = role_label(roles.of(sample.tid));

@@ -30,6 +30,7 @@ pub fn render(s: &Summary) -> String {
     headline(&mut out, s);
     pipeline(&mut out, s);
     steps(&mut out, s);
+    anatomy(&mut out, s);
     processes(&mut out, s);
     threads(&mut out, s);
     python(&mut out, s);
@@ -323,6 +324,17 @@ fn verdict(out: &mut String, s: &Summary) {
             let _ = writeln!(out, "     Settings: {}", changes.join(", "));
         }
         let _ = writeln!(out, "     Expect: {}", f.expect);
+        if let (Some(now), Some(after)) = (f.step_ms, f.predicted_step_ms) {
+            let _ = writeln!(
+                out,
+                "     Predicted: a step {now:.1} ms → {after:.1} ms ({:.2}× the throughput; the step model, \
+                 see \"Where the steps went\")",
+                now / after.max(f64::MIN_POSITIVE)
+            );
+        }
+        if let Some(see) = &f.see {
+            let _ = writeln!(out, "     See: {see}");
+        }
     }
     cuda_visibility(out, s);
 }
@@ -332,6 +344,7 @@ fn change_text(c: &Change) -> String {
     let value = |v: &SettingValue| match v {
         SettingValue::Count(n) => n.to_string(),
         SettingValue::Flag(b) => if *b { "True" } else { "False" }.to_string(),
+        SettingValue::Text(t) => (*t).to_string(),
     };
     match &c.from {
         Some(from) => format!("{} {} → {}", c.setting, value(from), value(&c.to)),
@@ -470,6 +483,119 @@ fn steps(out: &mut String, s: &Summary) {
             g.trainer_other_blocked_s
         );
     }
+}
+
+/// "Where the steps went": each phase's share of the steps, its time per
+/// step and what most of it went to; the waits for a batch grouped under
+/// one line that sums them.
+fn anatomy(out: &mut String, s: &Summary) {
+    let a = &s.anatomy;
+    if a.phases.is_empty() {
+        return;
+    }
+    let gpu = a.gpu_idle_s.is_some();
+    let _ = writeln!(
+        out,
+        "\nWhere the steps went ({} steps{}; each phase's share of the steps' time, its time per step, and where it went)",
+        a.steps.len(),
+        a.gpu_idle_s
+            .map(|g| format!(", the GPUs idle {g:.2} s of them"))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        out,
+        "  {:<34} {:>6} {:>9} {:>9} {:>7}{}  TOP",
+        "PHASE",
+        "SHARE",
+        "P50/STEP",
+        "MEAN",
+        "STEPS",
+        if gpu { "  GPU IDLE" } else { "" }
+    );
+    let row = |out: &mut String, name: &str, p: &crate::analysis::anatomy::PhaseStats| {
+        let top: Vec<String> = p
+            .top
+            .iter()
+            .take(2)
+            .map(|(l, share)| format!("{l} {:.0}%", 100.0 * share))
+            .collect();
+        let idle = p
+            .gpu_idle_s
+            .map(|g| format!("  {:>7.2}s", g))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  {name:<34} {:>5.0}% {:>6.1} ms {:>6.1} ms {:>7}{idle}  {}",
+            100.0 * p.share,
+            p.p50_ms,
+            p.mean_ms,
+            format!("{}/{}", p.steps, a.steps.len()),
+            top.join(", ")
+        );
+    };
+    let waits: Vec<&crate::analysis::anatomy::PhaseStats> = a
+        .phases
+        .iter()
+        .filter(|p| p.phase.is_batch_wait())
+        .collect();
+    let mut wait_shown = false;
+    for p in &a.phases {
+        if !p.phase.is_batch_wait() {
+            row(out, p.phase.title(), p);
+            continue;
+        }
+        if wait_shown {
+            continue;
+        }
+        wait_shown = true;
+        let share: f64 = waits.iter().map(|w| w.share).sum();
+        let mean: f64 = waits.iter().map(|w| w.mean_ms).sum();
+        let _ = writeln!(
+            out,
+            "  {:<34} {:>5.0}% {:>9} {:>6.1} ms",
+            "waiting for a batch",
+            100.0 * share,
+            "",
+            mean
+        );
+        for w in &waits {
+            row(out, &format!("  {}", w.phase.title()), w);
+        }
+    }
+    if let Some(m) = &s.step_model {
+        step_model(out, m);
+    }
+}
+
+/// The step model's terms, and what it makes of the run as recorded.
+fn step_model(out: &mut String, m: &crate::analysis::whatif::StepModel) {
+    let cores = if m.other_cpus >= 0.5 {
+        format!(
+            "{:.1} cores (other processes kept {:.1} busy)",
+            m.cores, m.other_cpus
+        )
+    } else {
+        format!("{:.1} cores", m.cores)
+    };
+    let workers = if m.workers == 0 {
+        "no workers".to_string()
+    } else {
+        format!(
+            "a worker makes a batch in {:.1} ms ({} at a time: one every {:.1} ms)",
+            m.batch_ms,
+            m.workers,
+            m.batch_ms / m.workers as f64
+        )
+    };
+    let _ = writeln!(
+        out,
+        "  Step model: the trainer's own {:.1} ms a step; {workers}; {:.1} ms of CPU work a step on {cores}: \
+         {:.1} ms a step as recorded, {:.1} ms measured.",
+        m.serial_ms,
+        m.trainer_cpu_ms + m.worker_cpu_ms,
+        m.as_recorded(),
+        m.step_ms
+    );
 }
 
 fn processes(out: &mut String, s: &Summary) {

@@ -8,6 +8,8 @@
 //! Times in the data are whole µs since the recording started; counts are
 //! in hundredths, to keep the page small.
 
+use crate::analysis::anatomy::Phase;
+use crate::analysis::timeline::PhaseSlice;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -45,6 +47,10 @@ struct Page<'a> {
     /// [ts, from tid, to tid] of every delivery, flattened.
     deliveries: Vec<u64>,
     gpu_status: Option<&'a str>,
+    /// Phase names by code, for the "phases" lanes.
+    phases: Vec<&'static str>,
+    /// What each phase slice went to, by index.
+    phase_texts: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -89,6 +95,13 @@ enum Lane {
     },
     /// The steps of the thread below it.
     Steps { label: String, tid: u32 },
+    /// The phases of its steps: [start, duration, phase code, text index]
+    /// per slice, flattened.
+    Phases {
+        label: String,
+        tid: u32,
+        s: Vec<u64>,
+    },
     /// The stalls of a thread, with their blame.
     Stalls { label: String, tid: u32 },
 }
@@ -145,6 +158,7 @@ fn page<'a>(input: &'a TimelineInput) -> Page<'a> {
     let stalled: Vec<u32> = input.stalls.iter().map(|s| s.tid).collect();
 
     let mut lanes = gpu_lanes(input, &us);
+    let mut phase_texts: Vec<String> = Vec::new();
     for &pid in &order {
         lanes.push(Lane::Group {
             label: format!("{} (pid {pid})", input.process_label(pid)),
@@ -155,6 +169,32 @@ fn page<'a>(input: &'a TimelineInput) -> Page<'a> {
                 lanes.push(Lane::Steps {
                     label: "steps".into(),
                     tid: thread.tid,
+                });
+            }
+            let phases: Vec<&PhaseSlice> = input
+                .phases
+                .iter()
+                .filter(|p| p.tid == thread.tid)
+                .collect();
+            if !phases.is_empty() {
+                let mut s = Vec::with_capacity(phases.len() * 4);
+                for p in phases {
+                    let text = format!("{}: {}", p.phase.title(), p.label);
+                    let index = phase_texts
+                        .iter()
+                        .position(|t| *t == text)
+                        .unwrap_or_else(|| {
+                            phase_texts.push(text);
+                            phase_texts.len() - 1
+                        });
+                    let code = Phase::ALL.iter().position(|&x| x == p.phase).unwrap_or(0);
+                    let (start, end) = (us(p.start_ns), us(p.end_ns));
+                    s.extend([start, end - start, code as u64, index as u64]);
+                }
+                lanes.push(Lane::Phases {
+                    label: "phases".into(),
+                    tid: thread.tid,
+                    s,
                 });
             }
             let slices = slices_of[&(thread.tid, thread.start_ns)];
@@ -232,6 +272,8 @@ fn page<'a>(input: &'a TimelineInput) -> Page<'a> {
             .collect(),
         deliveries,
         gpu_status: model.gpus.status.as_deref(),
+        phases: Phase::ALL.iter().map(|p| p.name()).collect(),
+        phase_texts,
     }
 }
 
@@ -465,6 +507,7 @@ mod tests {
             steps: &[],
             deliveries: &deliveries,
             stalls: &stalls,
+            phases: &[],
             title: title.into(),
             limits: Limits::default(),
         };

@@ -77,6 +77,8 @@ pub struct TimelineInput<'a> {
     pub deliveries: &'a [Delivery],
     /// Worst first; the HTML annotates the first few.
     pub stalls: &'a [Stall],
+    /// The phases of the trainer's steps, in time order.
+    pub phases: &'a [crate::analysis::timeline::PhaseSlice],
     pub title: String,
     pub limits: Limits,
 }
@@ -97,6 +99,7 @@ impl<'a> TimelineInput<'a> {
             steps: &facts.steps,
             deliveries: &facts.deliveries,
             stalls: &facts.stalls,
+            phases: &facts.phases,
             title,
             limits,
         }

@@ -9,7 +9,15 @@ const COLORS = {
 };
 const STATE_COLOR = D.states.map((s) => COLORS[s] || "#999");
 const SERIES_COLOR = { running: "#2f9e44", runnable: "#f08c00", util: "#1971c2" };
-const HEIGHT = { group: 18, note: 18, level: 36, states: 16, counter: 30, steps: 14, stalls: 16 };
+const HEIGHT = { group: 18, note: 18, level: 36, states: 16, counter: 30, steps: 14, stalls: 16, phases: 14 };
+// The step anatomy's phases: the trainer's own work in greens and teals,
+// the waits for a batch in reds and oranges, the rest in greys.
+const PHASE_COLORS = {
+  compute: "#2b8a3e", loading: "#e8590c", worker_start: "#862e9c", worker_busy: "#c92a2a",
+  worker_cpu_wait: "#f08c00", worker_io: "#a61e4d", worker_sleep: "#ced4da", worker_idle: "#e9ecef",
+  sending: "#d6336c", wait_other: "#adb5bd", receiving: "#0c8599", pin_memory: "#5c940d",
+  copies: "#fab005", gil: "#5f3dc4", cpu_wait: "#ffa94d", other: "#868e96",
+};
 const LABEL_W = 240, AXIS_H = 22, GAP = 2;
 
 const canvas = document.getElementById("timeline");
@@ -158,6 +166,15 @@ function drawSteps(lane) {
   }
 }
 
+function drawPhases(lane) {
+  const s = lane.s;
+  for (let i = firstEndingAfter(s, 4, view.t0, (a, j) => a[j] + a[j + 1]); i < s.length && s[i] <= view.t1; i += 4) {
+    const x0 = xOf(s[i]), x1 = Math.max(xOf(s[i] + s[i + 1]), x0 + 1);
+    ctx.fillStyle = PHASE_COLORS[D.phases[s[i + 2]]] || "#999";
+    ctx.fillRect(x0, lane.y, x1 - x0, lane.h);
+  }
+}
+
 function drawStalls(lane) {
   ctx.font = "11px system-ui, sans-serif";
   D.stalls.forEach((st, rank) => {
@@ -283,6 +300,7 @@ function draw() {
     else if (lane.kind === "counter") drawCounter(lane);
     else if (lane.kind === "level") drawLevel(lane);
     else if (lane.kind === "steps") drawSteps(lane);
+    else if (lane.kind === "phases") drawPhases(lane);
   }
   drawStepBoundaries();
   for (const lane of lanes) if (lane.kind === "stalls") drawStalls(lane);
@@ -367,6 +385,12 @@ function describe(lane, t) {
     const i = firstEndingAfter(s, 2, t, (a, j) => a[j + 1]);
     if (i >= s.length || s[i] > t) return null;
     return D.step_labels[i / 2] + ": " + fmtTime(s[i + 1] - s[i]) + "\n" + D.step_info[i / 2];
+  }
+  if (lane.kind === "phases") {
+    const s = lane.s;
+    const i = firstEndingAfter(s, 4, t, (a, j) => a[j] + a[j + 1]);
+    if (i >= s.length || s[i] > t) return null;
+    return D.phase_texts[s[i + 3]] + "\n" + fmtTime(s[i + 1]) + " from " + fmtTime(s[i]);
   }
   if (lane.kind === "stalls") {
     const k = D.stalls.findIndex((st) => st.tid === lane.tid && st.start <= t && t < st.end);

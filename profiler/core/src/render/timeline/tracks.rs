@@ -297,6 +297,19 @@ impl<S: TraceSink> Layout<'_, '_, S> {
             };
             self.sink.slice(id, &slice)?;
         }
+        for phase in input.phases {
+            let pid = pid_of.get(&phase.tid).copied().unwrap_or(phase.tid);
+            let lane = (pid, phase.tid);
+            let id = self.lane(&mut declared, lane, Lane::Phases, ("phases", -3))?;
+            let slice = SliceEvent {
+                category: "phase",
+                name: phase.phase.name(),
+                start_ns: phase.start_ns,
+                end_ns: phase.end_ns,
+                args: Some(json!({ "phase": phase.phase.title(), "top": phase.label })),
+            };
+            self.sink.slice(id, &slice)?;
+        }
         for (rank, stall) in kept_stalls(input.stalls) {
             let pid = pid_of.get(&stall.tid).copied().unwrap_or(stall.tid);
             let lane = (pid, stall.tid);
@@ -657,6 +670,7 @@ mod tests {
             steps,
             deliveries: &deliveries,
             stalls,
+            phases: &[],
             title: "t".into(),
             limits: Limits::default(),
         };

@@ -26,6 +26,8 @@ pub const STEPS_TID: u32 = 1_000_000_000;
 pub const STALLS_TID: u32 = 1_100_000_000;
 /// Thread of a thread's CUDA runtime calls: this plus its tid.
 pub const CUDA_TID: u32 = 1_200_000_000;
+/// Chrome's thread id of a thread's "phases" lane: PHASES_TID + its tid.
+pub const PHASES_TID: u32 = 1_300_000_000;
 /// Process of GPU n: this plus n.
 pub const GPU_PID: u32 = 2_000_000_000;
 /// Process of the nth block device: this plus n.
@@ -150,6 +152,7 @@ impl<W: Write> ChromeSink<W> {
                     Lane::Steps => STEPS_TID,
                     Lane::Stalls => STALLS_TID,
                     Lane::Cuda => CUDA_TID,
+                    Lane::Phases => PHASES_TID,
                 };
                 (pid, Some(above(base, tid)))
             }

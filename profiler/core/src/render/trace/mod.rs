@@ -38,6 +38,8 @@ pub enum Lane {
     Stalls,
     /// CUDA runtime calls.
     Cuda,
+    /// The phases of the trainer's steps (analysis::anatomy).
+    Phases,
 }
 
 /// What a track is.

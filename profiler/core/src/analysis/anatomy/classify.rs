@@ -1,0 +1,419 @@
+//! What a stack says a thread was doing, in the anatomy's terms: the rules
+//! that read PyTorch's own Python frames (and, without them, its native
+//! frames) into phases, and the label each piece of time is shown under.
+//!
+//! The rules match files and qualified names of PyTorch's DataLoader, autograd
+//! and optimizer code, and of CPython's `multiprocessing` and GIL, which
+//! every PyTorch job runs whatever its own code is. A rule set is a
+//! priority list, not a position in the stack: a dataset whose
+//! `__getitem__` calls an `nn.Module` (a transform) is still loading, and
+//! the DataLoader's worker start wins over the `__next__` it runs inside
+//! (non-persistent workers are shut down from within `__next__`).
+
+use crate::recording::{Frame, FrameKind, StackTable};
+
+use super::Phase;
+
+/// What the trainer thread was doing, by its stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TrainerWork {
+    /// Starting or stopping DataLoader workers (fork, spawn, join).
+    WorkerStart,
+    /// The single-process iterator: `__getitem__` and collate on the
+    /// training thread.
+    Loading,
+    /// A multi-process iterator's `__next__`: blocked, waiting for a batch;
+    /// on a CPU, receiving one (unpickling, rebuilding tensors).
+    NextBatch,
+    /// The model: forward, backward, loss, optimizer.
+    Compute,
+    /// Waiting for the GIL (blocked) or handing it over.
+    Gil,
+    /// Anything else.
+    Other,
+}
+
+impl TrainerWork {
+    /// The phase of on-CPU time in this work.
+    pub(super) fn on_cpu(self) -> Phase {
+        match self {
+            TrainerWork::WorkerStart => Phase::WorkerStart,
+            TrainerWork::Loading => Phase::Loading,
+            TrainerWork::NextBatch => Phase::Receiving,
+            TrainerWork::Compute => Phase::Compute,
+            TrainerWork::Gil => Phase::Gil,
+            TrainerWork::Other => Phase::Other,
+        }
+    }
+}
+
+/// What a thread on a data worker's side was doing, by its stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WorkerWork {
+    /// Pickling a batch and writing it out (the queue's feeder thread,
+    /// tensors moved to shared memory).
+    Sending,
+    /// Waiting for an index to work on: nothing asked of it.
+    Idle,
+    /// Making a batch: `__getitem__`, transforms, collate.
+    Making,
+}
+
+const DATALOADER: &str = "torch/utils/data/dataloader.py";
+const WORKER_LOOP: &str = "torch/utils/data/_utils/worker.py";
+const MP_QUEUES: &str = "multiprocessing/queues.py";
+
+/// A Python frame's file and function, when it is one.
+fn python(frame: &Frame) -> Option<(&str, &str)> {
+    (frame.kind == FrameKind::Python)
+        .then(|| (frame.module.as_str(), frame.symbol.as_deref().unwrap_or("")))
+}
+
+/// The frames of stack `id`, outermost first.
+pub(super) fn frames(table: &StackTable, id: u32) -> impl DoubleEndedIterator<Item = &Frame> {
+    table
+        .stacks
+        .get(id as usize)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|&f| table.frames.get(f as usize))
+}
+
+/// CPython functions a thread is in while it waits to take the GIL (3.10
+/// to 3.13; `take_gil` itself is static, named only where the
+/// interpreter's symbol table is kept, so its exported callers count too).
+const GIL_WAITS: &[&str] = &[
+    "take_gil",
+    "PyEval_RestoreThread",
+    "PyEval_AcquireThread",
+    "PyEval_AcquireLock",
+    "PyGILState_Ensure",
+    "eval_frame_handle_pending",
+    "_Py_HandlePending",
+    "_PyEval_ReInitThreads",
+];
+
+pub(super) fn trainer_work(table: &StackTable, stack: u32) -> TrainerWork {
+    let mut work = TrainerWork::Other;
+    let mut rank = 0;
+    let mut any_python = false;
+    let mut torch_native = false;
+    for frame in frames(table, stack) {
+        if let Some((file, function)) = python(frame) {
+            any_python = true;
+            let (w, r) = trainer_rule(file, function);
+            if r > rank {
+                (work, rank) = (w, r);
+            }
+        } else if frame.kind == FrameKind::Native {
+            if let Some(name) = frame.symbol.as_deref()
+                && GIL_WAITS.contains(&name)
+            {
+                return TrainerWork::Gil;
+            }
+            torch_native |= is_torch_library(&frame.module);
+        }
+    }
+    if !any_python && torch_native {
+        // No Python frames (a job recorded with --no-python-frames): the
+        // trainer in libtorch is the model at work.
+        return TrainerWork::Compute;
+    }
+    work
+}
+
+/// A Python frame's work and its priority (0: says nothing).
+fn trainer_rule(file: &str, function: &str) -> (TrainerWork, u8) {
+    if file.ends_with(DATALOADER) {
+        if function.contains("_shutdown_workers")
+            || function.starts_with("_MultiProcessingDataLoaderIter.__init__")
+            || function.ends_with("_get_iterator")
+        {
+            return (TrainerWork::WorkerStart, 5);
+        }
+        if function.starts_with("_SingleProcessDataLoaderIter") {
+            return (TrainerWork::Loading, 4);
+        }
+        if function.ends_with("__next__") || function.starts_with("_MultiProcessingDataLoaderIter")
+        {
+            return (TrainerWork::NextBatch, 3);
+        }
+        return (TrainerWork::Other, 0);
+    }
+    let torch = |part: &str| file.contains(&format!("torch/{part}"));
+    let model = (torch("nn/modules/module.py")
+        && (function.ends_with("_call_impl") || function.ends_with("_wrapped_call_impl")))
+        || (torch("_tensor.py") && function.ends_with("backward"))
+        || torch("autograd/")
+        || torch("optim/");
+    if model {
+        return (TrainerWork::Compute, 2);
+    }
+    (TrainerWork::Other, 0)
+}
+
+/// A library of PyTorch's own native code.
+fn is_torch_library(module: &str) -> bool {
+    let base = module.rsplit('/').next().unwrap_or(module);
+    base.starts_with("libtorch") || base.starts_with("libc10")
+}
+
+pub(super) fn worker_work(table: &StackTable, stack: u32) -> WorkerWork {
+    let mut feeding = false;
+    let mut in_loop_get = false;
+    let mut making = false;
+    for (file, function) in frames(table, stack).filter_map(python) {
+        if file.ends_with(MP_QUEUES) && function.ends_with("_feed") {
+            feeding = true;
+        }
+        if file.contains("multiprocessing/reduction.py")
+            || file.contains("torch/multiprocessing/reductions.py")
+        {
+            feeding = true;
+        }
+        if file.ends_with(WORKER_LOOP) && function == "_worker_loop" {
+            in_loop_get = true;
+        } else if in_loop_get && file.ends_with(MP_QUEUES) && function.ends_with("get") {
+            return WorkerWork::Idle;
+        } else if file.contains("torch/utils/data/_utils/fetch.py")
+            || file.contains("torch/utils/data/_utils/collate.py")
+        {
+            making = true;
+        }
+    }
+    if feeding && !making {
+        WorkerWork::Sending
+    } else {
+        WorkerWork::Making
+    }
+}
+
+/// Python frames of the framework rather than the job's own code: PyTorch,
+/// and CPython's standard library.
+fn is_framework_file(file: &str) -> bool {
+    file.contains("/site-packages/torch/")
+        || file.starts_with('<')
+        || (file.contains("/lib/python3") && !file.contains("-packages/"))
+}
+
+/// The interpreter's own native code: libpython, or a python executable
+/// built without it.
+pub(crate) fn is_interpreter_module(module: &str) -> bool {
+    let base = module.rsplit('/').next().unwrap_or(module);
+    base.starts_with("libpython")
+        || (base.starts_with("python")
+            && base[6..]
+                .chars()
+                .all(|c| c.is_ascii_digit() || c == '.' || c == 'd' || c == 'm'))
+}
+
+fn is_libc(module: &str) -> bool {
+    let base = module.rsplit('/').next().unwrap_or(module);
+    base.starts_with("libc.so") || base.starts_with("libc-") || base.starts_with("ld-linux")
+}
+
+/// The name a piece of time is shown under: the innermost Python function
+/// of the job's own code (else the innermost Python function, else the
+/// innermost native function), with the native library it was running in
+/// below that, when there is one: `parse_record (train_job.py)`,
+/// `JpegDataset.__getitem__ (train_job.py) in cv2.abi3.so`.
+pub(super) fn label(table: &StackTable, stack: u32) -> String {
+    let all: Vec<&Frame> = frames(table, stack).filter(|f| !f.is_kernel()).collect();
+    // A data worker's stack begins with its parent's frames at the fork
+    // (the training loop's): its own code is below its loop.
+    let from = all
+        .iter()
+        .rposition(|f| {
+            python(f)
+                .is_some_and(|(file, func)| file.ends_with(WORKER_LOOP) && func == "_worker_loop")
+        })
+        .unwrap_or(0);
+    let user = &all[from..];
+    let pythons: Vec<usize> = (0..user.len())
+        .filter(|&i| user[i].kind == FrameKind::Python)
+        .collect();
+    let pick = pythons
+        .iter()
+        .rev()
+        .find(|&&i| !is_framework_file(&user[i].module))
+        .or_else(|| {
+            // Only the framework's: the innermost that is not one of
+            // threading's waits (a queue feeder waiting in Condition.wait
+            // is its queue's).
+            pythons
+                .iter()
+                .rev()
+                .find(|&&i| !user[i].module.ends_with("/threading.py"))
+        })
+        .or(pythons.last())
+        .copied();
+    let Some(i) = pick else {
+        return native_leaf(user).unwrap_or_else(|| "[kernel]".into());
+    };
+    let name = crate::analysis::flame::frame_label(user[i]);
+    let library = user[i + 1..]
+        .iter()
+        .rfind(|f| {
+            f.kind == FrameKind::Native
+                && !f.module.is_empty()
+                && !is_interpreter_module(&f.module)
+                && !is_libc(&f.module)
+        })
+        .map(|f| short_library(&f.module));
+    match library {
+        Some(lib) => format!("{name} in {lib}"),
+        None => name,
+    }
+}
+
+/// A library's file name without its directory or a CPython extension's
+/// ABI tag: `_multiarray_umath.cpython-311-x86_64-linux-gnu.so` is
+/// `_multiarray_umath.so`.
+fn short_library(module: &str) -> String {
+    let base = module.rsplit('/').next().unwrap_or(module);
+    match base.find(".cpython-") {
+        Some(i) => format!("{}.so", &base[..i]),
+        None => base.to_string(),
+    }
+}
+
+/// The innermost user-space native function, for stacks with no Python
+/// frames.
+fn native_leaf(user: &[&Frame]) -> Option<String> {
+    user.iter()
+        .rev()
+        .find(|f| f.kind != FrameKind::Marker)
+        .map(|f| crate::analysis::flame::frame_label(f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn py(file: &str, function: &str) -> Frame {
+        Frame {
+            module: file.into(),
+            symbol: Some(function.into()),
+            kind: FrameKind::Python,
+            offset: 1,
+        }
+    }
+
+    fn native(module: &str, function: &str) -> Frame {
+        Frame {
+            module: module.into(),
+            symbol: Some(function.into()),
+            kind: FrameKind::Native,
+            offset: 0,
+        }
+    }
+
+    fn table(stacks: Vec<Vec<Frame>>) -> StackTable {
+        let mut t = StackTable::default();
+        for frames in stacks {
+            let ids = frames
+                .into_iter()
+                .map(|f| {
+                    t.frames.push(f);
+                    t.frames.len() as u32 - 1
+                })
+                .collect();
+            t.stacks.push(ids);
+        }
+        t
+    }
+
+    const TORCH: &str = "/venv/lib/python3.11/site-packages/torch/";
+
+    #[test]
+    fn trainer_rules_by_priority() {
+        let dl = format!("{TORCH}utils/data/dataloader.py");
+        let module = format!("{TORCH}nn/modules/module.py");
+        let t = table(vec![
+            // __getitem__ calling a module: still loading.
+            vec![
+                py("train.py", "main"),
+                py(&dl, "_BaseDataLoaderIter.__next__"),
+                py(&dl, "_SingleProcessDataLoaderIter._next_data"),
+                py("train.py", "Ds.__getitem__"),
+                py(&module, "Module._call_impl"),
+            ],
+            // Shutting workers down inside __next__: worker start.
+            vec![
+                py(&dl, "_BaseDataLoaderIter.__next__"),
+                py(&dl, "_MultiProcessingDataLoaderIter._next_data"),
+                py(&dl, "_MultiProcessingDataLoaderIter._shutdown_workers"),
+            ],
+            vec![
+                py(&dl, "_BaseDataLoaderIter.__next__"),
+                py(&dl, "_MultiProcessingDataLoaderIter._next_data"),
+            ],
+            vec![
+                py("train.py", "step"),
+                py(&module, "Module._wrapped_call_impl"),
+            ],
+            vec![
+                py(&dl, "_BaseDataLoaderIter.__next__"),
+                native("/lib/libpython3.11.so.1.0", "PyEval_RestoreThread"),
+            ],
+            vec![py("train.py", "log")],
+            vec![native("/x/libtorch_cpu.so", "at::native::add")],
+        ]);
+        let work: Vec<TrainerWork> = (0..7).map(|i| trainer_work(&t, i)).collect();
+        use TrainerWork::*;
+        assert_eq!(
+            work,
+            [
+                Loading,
+                WorkerStart,
+                NextBatch,
+                Compute,
+                Gil,
+                Other,
+                Compute
+            ]
+        );
+    }
+
+    #[test]
+    fn worker_rules() {
+        let w = format!("{TORCH}utils/data/_utils/worker.py");
+        let q = "/py/lib/python3.11/multiprocessing/queues.py";
+        let t = table(vec![
+            vec![py(&w, "_worker_loop"), py(q, "Queue.get")],
+            vec![
+                py("/py/lib/python3.11/threading.py", "run"),
+                py(q, "Queue._feed"),
+            ],
+            vec![
+                py(&w, "_worker_loop"),
+                py(&format!("{TORCH}utils/data/_utils/fetch.py"), "fetch"),
+                py("train.py", "Ds.__getitem__"),
+            ],
+        ]);
+        assert_eq!(worker_work(&t, 0), WorkerWork::Idle);
+        assert_eq!(worker_work(&t, 1), WorkerWork::Sending);
+        assert_eq!(worker_work(&t, 2), WorkerWork::Making);
+    }
+
+    #[test]
+    fn labels_name_the_jobs_own_code_and_the_library_under_it() {
+        let t = table(vec![
+            vec![
+                native("/usr/bin/python3.11", "main"),
+                py(&format!("{TORCH}utils/data/_utils/fetch.py"), "fetch"),
+                py("/job/train.py", "Ds.__getitem__"),
+                native("/usr/lib/libpython3.11.so.1.0", "_PyObject_Call"),
+                native("/venv/cv2/cv2.abi3.so", "cv::resize"),
+                native("/lib/libc.so.6", "memcpy"),
+            ],
+            vec![native("/job/pipeline", "burn_cpu")],
+        ]);
+        assert_eq!(label(&t, 0), "Ds.__getitem__ (train.py) in cv2.abi3.so");
+        assert_eq!(label(&t, 1), "burn_cpu");
+        assert!(is_interpreter_module("/usr/bin/python3.11"));
+        assert!(is_interpreter_module("/x/libpython3.13.so.1.0"));
+        assert!(!is_interpreter_module("/x/python_helper.so"));
+    }
+}

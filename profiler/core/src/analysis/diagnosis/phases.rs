@@ -1,0 +1,452 @@
+//! Findings read from the step's anatomy (analysis::anatomy): a phase large
+//! enough to matter, the setting that shrinks it, and the step the model
+//! (analysis::whatif) predicts after the change. Each names the command
+//! that shows its evidence.
+
+use super::{Change, Facts, Finding, FindingId, STARVED, Severity, severity};
+use crate::analysis::anatomy::{Phase, PhaseStats};
+use crate::analysis::whatif::StepModel;
+
+/// A phase must take at least this share of the steps to be a finding.
+pub(super) const MIN_SHARE: f64 = 0.10;
+/// Compute's share of the steps above which the job is compute-bound (with
+/// the trainer waiting for batches less than [`STARVED`]).
+const COMPUTE_BOUND: f64 = 0.5;
+/// Of a phase's time, the share one label must have to be named as its
+/// cause ("slow worker start: open_index").
+const NAMED_CAUSE: f64 = 0.4;
+/// The workers' average supply must beat the rest of the step by this much
+/// for waits to count as bursts a deeper prefetch absorbs.
+const SUPPLY_HEADROOM: f64 = 0.9;
+/// Waits are bursty when this share of their time falls in the slowest
+/// quarter of the steps.
+const BURSTY: f64 = 0.6;
+
+/// Every finding of this module that applies.
+pub(super) fn findings(f: &Facts) -> Vec<Finding> {
+    [
+        loading_in_trainer(f),
+        worker_start(f),
+        prefetch_starved(f),
+        costly_batches(f),
+        gil_contention(f),
+        compute_bound(f),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+fn share(f: &Facts, phase: Phase) -> f64 {
+    f.anatomy.share(phase)
+}
+
+fn mean_ms(f: &Facts, phase: Phase) -> f64 {
+    f.anatomy.phase(phase).map_or(0.0, |p| p.mean_ms)
+}
+
+/// "parse_record (train_job.py) 78%, …": a phase's top labels.
+fn tops(p: &PhaseStats, n: usize) -> String {
+    p.top
+        .iter()
+        .take(n)
+        .map(|(l, s)| format!("{l} {:.0}%", 100.0 * s))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// "step 52.3 ms now, 31.0 ms predicted (1.69×)".
+fn prediction_text(m: &StepModel, predicted: f64) -> String {
+    format!(
+        "the step model predicts {predicted:.1} ms a step after the change, against {:.1} ms measured \
+         ({:.2}× the throughput)",
+        m.step_ms,
+        m.step_ms / predicted.max(f64::MIN_POSITIVE)
+    )
+}
+
+fn phase_share_text(f: &Facts, p: &PhaseStats) -> String {
+    format!(
+        "{} took {:.0}% of the steps' time ({:.1} ms a step on average, in {} of {} steps): {}",
+        p.phase.title(),
+        100.0 * p.share,
+        p.mean_ms,
+        p.steps,
+        f.anatomy.steps.len(),
+        tops(p, 3)
+    )
+}
+
+fn gpu_text(p: &PhaseStats) -> Option<String> {
+    p.gpu_idle_s
+        .filter(|&s| s > 0.0)
+        .map(|s| format!("the GPUs idled {s:.2} s during it"))
+}
+
+/// `num_workers=0`: loading on the training thread, serial with the step.
+fn loading_in_trainer(f: &Facts) -> Option<Finding> {
+    let p = f.anatomy.phase(Phase::Loading)?;
+    if p.share < MIN_SHARE || f.worker_processes > 0 {
+        return None;
+    }
+    let m = f.model?;
+    let (n, predicted) = m.loading_moved(p.mean_ms);
+    let mut evidence = vec![
+        phase_share_text(f, p),
+        format!(
+            "the trainer's own time is {:.1} ms a step, {:.1} ms of it loading; in {n} worker \
+             processes the loading overlaps the rest ({:.1} ms), within the {:.1} usable cores \
+             ({:.1} ms of CPU a step)",
+            m.serial_ms,
+            p.mean_ms,
+            (m.serial_ms - p.mean_ms).max(0.0),
+            m.cores,
+            m.trainer_cpu_ms + m.worker_cpu_ms
+        ),
+        prediction_text(&m, predicted),
+    ];
+    evidence.extend(gpu_text(p));
+    Some(Finding {
+        id: FindingId::LoadingInTrainer,
+        title: format!(
+            "Batches are loaded on the training thread (num_workers=0): {:.0}% of each step in {}",
+            100.0 * p.share,
+            p.top.first().map_or("the dataset", |(l, _)| l.as_str())
+        ),
+        severity: severity(p.share),
+        explains_frac: p.share,
+        evidence,
+        fix: format!(
+            "Set num_workers={n}: the DataLoader then loads in worker processes while the trainer \
+             trains, instead of between steps."
+        ),
+        changes: vec![Change::count("num_workers", Some(0), n)],
+        expect: format!(
+            "The trainer's loading phase is gone from its steps; a step takes about {predicted:.0} ms."
+        ),
+        phase: Some(Phase::Loading),
+        step_ms: Some(m.step_ms),
+        predicted_step_ms: Some(predicted),
+        see: Some("tprof flamegraph REC --phase steady --role trainer".into()),
+    })
+}
+
+/// Workers started again and again in the steady state: every epoch's new
+/// set without `persistent_workers`, each paying its start (fork or spawn,
+/// imports, `worker_init_fn`) before its first batch.
+fn worker_start(f: &Facts) -> Option<Finding> {
+    let p = f.anatomy.phase(Phase::WorkerStart)?;
+    let restarts = f.p.workers.restarts;
+    if p.share < MIN_SHARE || restarts == 0 {
+        return None;
+    }
+    let m = f.model?;
+    // With persistent workers the starts are gone, but the first batch of
+    // each epoch is still made after the epoch begins.
+    let total_ms = m.step_ms * m.steps as f64;
+    let start_ms = p.mean_ms * m.steps as f64;
+    let first_batches = p.steps as f64 * m.batch_ms;
+    let predicted = ((total_ms - start_ms + first_batches) / m.steps as f64)
+        .max(m.with_workers(m.workers.max(1)));
+    let per_start = start_ms / p.steps.max(1) as f64;
+    let named = p
+        .top
+        .first()
+        .filter(|(label, s)| *s >= NAMED_CAUSE && !label.starts_with('['));
+    let (id, title) = match named {
+        Some((label, s)) => (
+            FindingId::SlowWorkerStart,
+            format!(
+                "Slow worker start, paid at every epoch: {per_start:.0} ms each time, {:.0}% of it in {label}",
+                100.0 * s
+            ),
+        ),
+        None => (
+            FindingId::WorkersRestarted,
+            format!(
+                "Workers are restarted every epoch: {per_start:.0} ms of each epoch's first step starting them"
+            ),
+        ),
+    };
+    let mut evidence = vec![
+        phase_share_text(f, p),
+        format!(
+            "{restarts} new set(s) of workers started after the first, as at each epoch without \
+             persistent_workers; a set takes {per_start:.0} ms from the old set's shutdown to the new \
+             one's first batch"
+        ),
+        prediction_text(&m, predicted),
+    ];
+    evidence.extend(gpu_text(p));
+    let fix = match named {
+        Some((label, _)) => format!(
+            "Set persistent_workers=True so that workers start once; and make the start cheaper: \
+             {label} runs in every worker before its first batch (open it lazily on first use, or \
+             share it from the parent before the fork)."
+        ),
+        None => "Set persistent_workers=True: the workers then start once, not at every epoch."
+            .to_string(),
+    };
+    Some(Finding {
+        id,
+        title,
+        severity: severity(p.share),
+        explains_frac: p.share,
+        evidence,
+        fix,
+        changes: vec![Change {
+            from: Some(super::SettingValue::Flag(false)),
+            ..Change::flag("persistent_workers", true)
+        }],
+        expect: format!(
+            "No worker start at epoch boundaries; a step takes about {predicted:.0} ms on average."
+        ),
+        phase: Some(Phase::WorkerStart),
+        step_ms: Some(m.step_ms),
+        predicted_step_ms: Some(predicted),
+        see: Some("tprof timeline REC --phase steady".into()),
+    })
+}
+
+/// Waits that come in bursts while the workers keep up on average: a
+/// costly batch holds the in-order queue, and a deeper prefetch would have
+/// started it sooner.
+fn prefetch_starved(f: &Facts) -> Option<Finding> {
+    let m = f.model?;
+    let wait_share = f.anatomy.batch_wait_share();
+    if wait_share < MIN_SHARE || m.workers == 0 || m.batch_ms <= 0.0 {
+        return None;
+    }
+    let rest = m.serial_ms.max(m.cpu_bound_ms());
+    let supply = m.batch_ms / m.workers as f64;
+    // Waits for a CPU mean too many threads, not bursts.
+    let busy = share(f, Phase::WorkerBusy) + share(f, Phase::WorkerIo);
+    if supply > SUPPLY_HEADROOM * rest || busy < share(f, Phase::WorkerCpuWait) {
+        return None;
+    }
+    let mut waits: Vec<u64> = f
+        .anatomy
+        .steps
+        .iter()
+        .map(|s| {
+            s.nonzero()
+                .filter(|(p, _)| p.is_batch_wait())
+                .map(|(_, ns)| ns)
+                .sum()
+        })
+        .collect();
+    waits.sort_unstable_by(|a, b| b.cmp(a));
+    let total: u64 = waits.iter().sum();
+    let quarter: u64 = waits.iter().take(waits.len().div_ceil(4)).sum();
+    let concentrated = quarter as f64 / total.max(1) as f64;
+    if concentrated < BURSTY {
+        return None;
+    }
+    let longest_ms = waits.first().copied().unwrap_or(0) as f64 / 1e6;
+    let predicted = m.with_workers(m.workers);
+    // Batches queued ahead must cover the longest wait at the predicted
+    // pace, spread over the workers; PyTorch's default is 2 per worker.
+    let ahead = (longest_ms / predicted.max(f64::MIN_POSITIVE)).ceil() as usize;
+    let factor = (ahead.div_ceil(m.workers) + 2).clamp(3, 16);
+    Some(Finding {
+        id: FindingId::PrefetchStarved,
+        title: format!(
+            "Prefetch starved: the workers keep up on average ({supply:.1} ms a batch against {rest:.1} ms \
+             a step) but the trainer waits in bursts, up to {longest_ms:.0} ms"
+        ),
+        severity: severity(wait_share),
+        explains_frac: wait_share,
+        evidence: vec![
+            format!(
+                "the trainer waited for batches {:.0}% of the steps' time, {:.0}% of it in the slowest \
+                 quarter of the steps",
+                100.0 * wait_share,
+                100.0 * concentrated
+            ),
+            format!(
+                "a worker makes a batch in {:.1} ms on average; {} workers deliver one every {supply:.1} ms",
+                m.batch_ms, m.workers
+            ),
+            prediction_text(&m, predicted),
+        ],
+        fix: format!(
+            "Set prefetch_factor={factor}: each worker then works further ahead, so that a costly \
+             batch is started early enough to be ready when its turn comes."
+        ),
+        changes: vec![Change::count("prefetch_factor", None, factor)],
+        expect: "Waits for a batch no longer come in bursts; steps even out near the average."
+            .into(),
+        phase: Some(Phase::WorkerBusy),
+        step_ms: Some(m.step_ms),
+        predicted_step_ms: Some(predicted),
+        see: Some("tprof timeline REC --phase steady".into()),
+    })
+}
+
+/// Batches that cost a lot to hand over: pickling and shared memory in the
+/// worker, unpickling and rebuilding in the trainer.
+fn costly_batches(f: &Facts) -> Option<Finding> {
+    let total = share(f, Phase::Receiving) + share(f, Phase::Sending);
+    if total < MIN_SHARE {
+        return None;
+    }
+    let m = f.model?;
+    let (receiving, sending) = (mean_ms(f, Phase::Receiving), mean_ms(f, Phase::Sending));
+    // A batch of uint8 images is a quarter of float32's bytes.
+    let predicted = m.without_serial(receiving * 0.75);
+    let label = |phase| {
+        f.anatomy
+            .phase(phase)
+            .map(|p| tops(p, 2))
+            .unwrap_or_default()
+    };
+    Some(Finding {
+        id: FindingId::CostlyBatches,
+        title: format!(
+            "Batches are costly to pass between processes: {receiving:.1} ms receiving and {sending:.1} ms \
+             sending per step"
+        ),
+        severity: severity(total),
+        explains_frac: total,
+        evidence: vec![
+            format!(
+                "receiving (the trainer unpickling, rebuilding tensors): {}",
+                label(Phase::Receiving)
+            ),
+            format!(
+                "sending (the worker pickling into shared memory): {}",
+                label(Phase::Sending)
+            ),
+            format!(
+                "{} (a uint8 batch is a quarter of float32's bytes)",
+                prediction_text(&m, predicted)
+            ),
+        ],
+        fix: "Send smaller batches: keep images uint8 in the workers and convert (and normalize) \
+              after the batch arrives, on the GPU where there is one; decode later; a collate_fn \
+              that builds one contiguous tensor."
+            .into(),
+        changes: vec![Change::text("batch_dtype", "uint8")],
+        expect: "The trainer's receiving phase shrinks with the batch's bytes.".into(),
+        phase: Some(Phase::Receiving),
+        step_ms: Some(m.step_ms),
+        predicted_step_ms: Some(predicted),
+        see: Some("tprof flamegraph REC --phase steady --role trainer".into()),
+    })
+}
+
+/// The trainer waiting for the GIL another of its process's threads holds.
+fn gil_contention(f: &Facts) -> Option<Finding> {
+    let p = f.anatomy.phase(Phase::Gil)?;
+    if p.share < MIN_SHARE {
+        return None;
+    }
+    let m = f.model?;
+    let predicted = m.without_serial(p.mean_ms);
+    let holder = p.top.first().map_or("another thread", |(l, _)| l.as_str());
+    Some(Finding {
+        id: FindingId::GilContention,
+        title: format!(
+            "The trainer waits for the GIL: {:.0}% of each step, {holder}",
+            100.0 * p.share
+        ),
+        severity: severity(p.share),
+        explains_frac: p.share,
+        evidence: vec![phase_share_text(f, p), prediction_text(&m, predicted)],
+        fix: "Move the holder's pure-Python work out of the training process (a separate process, \
+              or less often), or into code that releases the GIL; no DataLoader setting changes it."
+            .into(),
+        changes: Vec::new(),
+        expect: "The trainer's GIL waits vanish from its steps.".into(),
+        phase: Some(Phase::Gil),
+        step_ms: Some(m.step_ms),
+        predicted_step_ms: Some(predicted),
+        see: Some("tprof flamegraph REC --kind wall --phase steady --role trainer".into()),
+    })
+}
+
+/// The model itself is the step: the input pipeline keeps up.
+fn compute_bound(f: &Facts) -> Option<Finding> {
+    let p = f.anatomy.phase(Phase::Compute)?;
+    if p.share < COMPUTE_BOUND || f.anatomy.batch_wait_share() >= STARVED {
+        return None;
+    }
+    Some(Finding {
+        id: FindingId::ComputeBound,
+        title: format!(
+            "Compute-bound: the model takes {:.0}% of each step; the input pipeline keeps up",
+            100.0 * p.share
+        ),
+        severity: Severity::Low,
+        explains_frac: p.share,
+        evidence: vec![
+            phase_share_text(f, p),
+            format!(
+                "the trainer waited for batches {:.0}% of the steps' time",
+                100.0 * f.anatomy.batch_wait_share()
+            ),
+        ],
+        fix: "Leave the DataLoader as it is; a faster step comes from the model (mixed precision, \
+              a GPU, a smaller or fused model)."
+            .into(),
+        changes: Vec::new(),
+        expect: "Nothing in the loader will shorten steps.".into(),
+        phase: Some(Phase::Compute),
+        step_ms: f.model.map(|m| m.step_ms),
+        predicted_step_ms: None,
+        see: Some("tprof flamegraph REC --phase steady --role trainer".into()),
+    })
+}
+
+/// The trainer waited for batches and no finding above names a setting:
+/// name what the critical path ran instead of saying nothing.
+pub(super) fn input_wait(f: &Facts) -> Option<Finding> {
+    let wait = f.anatomy.batch_wait_share() + share(f, Phase::WorkerStart);
+    if wait < STARVED {
+        return None;
+    }
+    let mut waits: Vec<&PhaseStats> = f
+        .anatomy
+        .phases
+        .iter()
+        .filter(|p| p.phase.is_batch_wait() || p.phase == Phase::WorkerStart)
+        .collect();
+    waits.sort_by(|a, b| b.share.total_cmp(&a.share));
+    let lines: Vec<String> = waits
+        .iter()
+        .take(3)
+        .map(|p| {
+            format!(
+                "{}: {:.0}% of the steps ({})",
+                p.phase.title(),
+                100.0 * p.share,
+                tops(p, 2)
+            )
+        })
+        .collect();
+    let lead = waits.first()?;
+    Some(Finding {
+        id: FindingId::InputWait,
+        title: format!(
+            "The trainer waits for batches {:.0}% of each step, mostly {}: {}",
+            100.0 * wait,
+            lead.phase.title(),
+            lead.top.first().map_or("-", |(l, _)| l.as_str())
+        ),
+        severity: severity(wait),
+        explains_frac: wait,
+        evidence: lines,
+        fix: format!(
+            "No DataLoader setting matches this wait: make {} cheaper, or open its flamegraph.",
+            lead.top
+                .first()
+                .map_or("the workers' code", |(l, _)| l.as_str())
+        ),
+        changes: Vec::new(),
+        expect: "The trainer's waits for batches shrink.".into(),
+        phase: Some(lead.phase),
+        step_ms: f.model.map(|m| m.step_ms),
+        predicted_step_ms: None,
+        see: Some("tprof flamegraph REC --kind wall --phase steady --role data_worker".into()),
+    })
+}

@@ -1,0 +1,249 @@
+//! What a change would buy: a model of the steady state's step time,
+//! measured from the recording, in which a setting can be changed and the
+//! step recomputed (the cheap version of Daydream's replay: the recorded
+//! steps with one phase removed or moved, bounded by what the cores can
+//! run).
+//!
+//! Per step, the trainer thread needs its own time, `serial`: everything
+//! it does that is not waiting for a batch, a worker's start or a CPU
+//! (compute, loading on the training thread, receiving, copies, the
+//! GIL, the rest). A worker needs `batch` to make one batch (on a CPU, in
+//! block IO, or otherwise blocked while making it, but not waiting for a
+//! CPU), so `n` workers deliver one every `batch / n`. And all of it has
+//! to fit in the cores: `cpu / cores`, where `cpu` is the job's CPU work
+//! per step (the trainer's process and the workers', pools spinning for
+//! work left out). A step takes at least each of these:
+//!
+//! ```text
+//!     step(n) = max(serial, batch / n, cpu / cores)
+//! ```
+//!
+//! A setting changes one term: `num_workers` changes `n` (and, from 0,
+//! moves the trainer's loading into `batch`); `persistent_workers` removes
+//! the worker starts; OpenMP's thread count removes the pools' spinning
+//! from `cpu`; the GIL, copies and receiving come off `serial`. The model
+//! assumes a batch costs the same whatever the configuration and that IO
+//! latency does not grow with more readers; the zoo bench
+//! (`cargo xtask bench zoo`, docs/benchmarks.md) measures how far that
+//! holds.
+
+use serde::Serialize;
+
+use super::anatomy::{Anatomy, Phase};
+use super::pipeline::Pipeline;
+use crate::recording::SystemSample;
+
+/// Other processes' load that counts: below half a core the job has the
+/// cores to itself (the report warns from the same figure).
+const OTHER_LOAD_CPUS: f64 = 0.5;
+
+/// The most workers the model will advise per usable core: past it more
+/// processes only add memory and contention, whatever the IO.
+const MAX_WORKERS_PER_CORE: f64 = 4.0;
+
+/// The steady state's terms, per step, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct StepModel {
+    pub steps: usize,
+    /// The measured mean step (steps over their summed time).
+    pub step_ms: f64,
+    /// The trainer's own time per step (see the module).
+    pub serial_ms: f64,
+    /// Waiting for batches and for workers to start, per step.
+    pub wait_ms: f64,
+    /// The trainer waiting for a CPU, per step.
+    pub cpu_wait_ms: f64,
+    /// Worker time to make one batch, waits for a CPU left out.
+    pub batch_ms: f64,
+    /// Of which block IO.
+    pub batch_io_ms: f64,
+    /// Workers at a time.
+    pub workers: usize,
+    /// CPU work per step: the trainer's process, the workers.
+    pub trainer_cpu_ms: f64,
+    pub worker_cpu_ms: f64,
+    /// The cores the job could use, less what other processes kept busy
+    /// in the steady state when that was half a core or more.
+    pub cores: f64,
+    /// CPUs other processes kept busy in the steady state.
+    pub other_cpus: f64,
+}
+
+impl StepModel {
+    pub fn of(
+        anatomy: &Anatomy,
+        pipeline: &Pipeline,
+        cores: f64,
+        system: &[SystemSample],
+        machine_cores: u32,
+    ) -> Option<StepModel> {
+        let steps = anatomy.steps.len();
+        if steps == 0 {
+            return None;
+        }
+        let n = steps as f64;
+        let per_step = |ns: u64| ns as f64 / 1e6 / n;
+        let total: u64 = anatomy.steps.iter().map(|s| s.total()).sum();
+        let sum = |keep: &dyn Fn(Phase) -> bool| -> u64 {
+            anatomy
+                .steps
+                .iter()
+                .flat_map(|s| s.nonzero())
+                .filter(|&(p, _)| keep(p))
+                .map(|(_, ns)| ns)
+                .sum()
+        };
+        let wait = sum(&|p| p.is_batch_wait() || p == Phase::WorkerStart);
+        let cpu_wait = sum(&|p| p == Phase::CpuWait);
+        let serial = total.saturating_sub(wait + cpu_wait);
+        let w = &anatomy.workers;
+        let cpu = &pipeline.cpu;
+        let other_cpus = other_load(system, machine_cores, pipeline);
+        let cores = if other_cpus >= OTHER_LOAD_CPUS {
+            (cores - other_cpus).max(0.5)
+        } else {
+            cores
+        };
+        Some(StepModel {
+            steps,
+            step_ms: per_step(total),
+            serial_ms: per_step(serial),
+            wait_ms: per_step(wait),
+            cpu_wait_ms: per_step(cpu_wait),
+            batch_ms: per_step(w.making_ns()),
+            batch_io_ms: per_step(w.io_ns),
+            workers: pipeline.workers.at_a_time,
+            trainer_cpu_ms: (cpu.trainer_s + cpu.trainer_side_s) * 1e3 / n,
+            worker_cpu_ms: cpu.workers_s * 1e3 / n,
+            cores,
+            other_cpus,
+        })
+    }
+
+    /// The CPU bound: the job's CPU work per step spread over the cores.
+    pub fn cpu_bound_ms(&self) -> f64 {
+        (self.trainer_cpu_ms + self.worker_cpu_ms) / self.cores.max(0.1)
+    }
+
+    /// The step with `workers` workers and everything else as measured.
+    pub fn with_workers(&self, workers: usize) -> f64 {
+        step(self.serial_ms, self.batch_ms, workers, self.cpu_bound_ms())
+    }
+
+    /// What the model says of the run as recorded (to weigh it against
+    /// the measured step).
+    pub fn as_recorded(&self) -> f64 {
+        self.with_workers(self.workers)
+    }
+
+    /// The fewest workers that keep up, and the step they give: a batch
+    /// every `batch / n` no slower than the rest of the step allows.
+    pub fn enough_workers(&self) -> (usize, f64) {
+        let floor = self.serial_ms.max(self.cpu_bound_ms());
+        enough(self.batch_ms, floor, self.cores)
+    }
+
+    /// `num_workers` from 0: the trainer's loading moves to workers, where
+    /// it overlaps with the rest of the step.
+    pub fn loading_moved(&self, loading_ms: f64) -> (usize, f64) {
+        let serial = (self.serial_ms - loading_ms).max(0.0);
+        let floor = serial.max(self.cpu_bound_ms());
+        let (n, _) = enough(loading_ms, floor, self.cores);
+        (n, step(serial, loading_ms, n, self.cpu_bound_ms()))
+    }
+
+    /// Without a phase's time on the trainer's own path (the GIL, copies,
+    /// receiving), with everything else as measured.
+    pub fn without_serial(&self, ms: f64) -> f64 {
+        let serial = (self.serial_ms - ms).max(0.0);
+        step(
+            serial,
+            self.batch_ms,
+            self.workers.max(1),
+            self.cpu_bound_ms(),
+        )
+        .max(if self.workers == 0 { serial } else { 0.0 })
+    }
+}
+
+/// CPUs busy machine-wide over the pipeline's phase, less the job's.
+fn other_load(system: &[SystemSample], machine_cores: u32, pipeline: &Pipeline) -> f64 {
+    let first = system.iter().rev().find(|s| s.ts_ns <= pipeline.start_ns);
+    let last = system.iter().find(|s| s.ts_ns >= pipeline.end_ns);
+    let (Some(a), Some(b)) = (first.or(system.first()), last.or(system.last())) else {
+        return 0.0;
+    };
+    let total = b.total_ticks.saturating_sub(a.total_ticks);
+    if total == 0 {
+        return 0.0;
+    }
+    let busy = b.busy_ticks.saturating_sub(a.busy_ticks) as f64 / total as f64;
+    (busy * f64::from(machine_cores) - pipeline.cpu.job_on_cpu).max(0.0)
+}
+
+fn step(serial: f64, batch: f64, workers: usize, cpu_bound: f64) -> f64 {
+    let supply = if workers == 0 {
+        0.0
+    } else {
+        batch / workers as f64
+    };
+    serial.max(supply).max(cpu_bound)
+}
+
+/// The fewest workers making a batch every `floor` ms or faster, and the
+/// step then.
+fn enough(batch: f64, floor: f64, cores: f64) -> (usize, f64) {
+    let cap = ((cores * MAX_WORKERS_PER_CORE).ceil() as usize).max(1);
+    let n = if floor > 0.0 {
+        ((batch / floor).ceil() as usize).clamp(1, cap)
+    } else {
+        cap
+    };
+    (n, floor.max(batch / n as f64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model() -> StepModel {
+        StepModel {
+            steps: 10,
+            step_ms: 100.0,
+            serial_ms: 40.0,
+            wait_ms: 60.0,
+            cpu_wait_ms: 0.0,
+            batch_ms: 120.0,
+            batch_io_ms: 0.0,
+            workers: 1,
+            trainer_cpu_ms: 40.0,
+            worker_cpu_ms: 60.0,
+            cores: 2.0,
+            other_cpus: 0.0,
+        }
+    }
+
+    #[test]
+    fn workers_until_the_trainer_or_the_cores_bind() {
+        let m = model();
+        assert_eq!(m.as_recorded(), 120.0);
+        // 120 ms a batch; the cores allow (40 + 60) / 2 = 50 ms a step.
+        assert_eq!(m.enough_workers(), (3, 50.0));
+        assert_eq!(m.with_workers(2), 60.0);
+    }
+
+    #[test]
+    fn loading_moved_off_the_trainer() {
+        let m = StepModel {
+            serial_ms: 100.0,
+            batch_ms: 0.0,
+            workers: 0,
+            trainer_cpu_ms: 100.0,
+            worker_cpu_ms: 0.0,
+            ..model()
+        };
+        // 60 of the trainer's 100 ms were loading: 40 ms left on the
+        // trainer, 100 ms of CPU on 2 cores: 50 ms, 2 workers.
+        assert_eq!(m.loading_moved(60.0), (2, 50.0));
+    }
+}

@@ -1125,6 +1125,15 @@ pub mod mark {
     pub const RECORD_FUNCTION: u32 = 1;
     /// `torch::autograd::Engine::execute`: a backward pass begins.
     pub const BACKWARD: u32 = 2;
+    /// `torch::autograd::profiler::record_function_exit_new(handle)`: a
+    /// `record_function` region of the thread ends (the DataLoader's
+    /// `__next__` has its batch). A function of internal linkage: found in
+    /// the library's full symbol table, not among the dynamic symbols
+    /// [`ALL`] lists, and probed by its offset once found.
+    pub const RECORD_FUNCTION_EXIT: u32 = 3;
+    /// [`RECORD_FUNCTION_EXIT`]'s symbol (the start of it).
+    pub const RECORD_FUNCTION_EXIT_SYMBOL: &str =
+        "_ZN5torch8autograd8profilerL24record_function_exit_newE";
     /// Every probed function with the start of its mangled symbol (the
     /// name without its parameter types, which differ between releases),
     /// matched against libtorch's dynamic symbols, in id order.

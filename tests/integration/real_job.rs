@@ -47,6 +47,7 @@ fn eight_workers_recorded_from_the_start() {
     check_whole_stacks(&run);
     check_python_frames(&run);
     check_steps(&run, Recorded::FromStart);
+    check_stack_filters(&run);
 }
 
 /// Eight workers with pin_memory, recorded from the start: the eight
@@ -367,6 +368,74 @@ fn check_python_frames(run: &RealRun) {
     assert!(
         stepping > 0,
         "no trainer sample under train_step: {main:#?}"
+    );
+}
+
+/// The flamegraph's cuts on a recording made from the interpreter's start:
+/// the steady state (the default) holds no import frames, which the whole
+/// recording does; `--steps A-B` and `--slowest N` hold the trainer's time
+/// in exactly the steps the JSON lists (its wall time there is theirs, to
+/// the sampling of its time on a CPU); the Python view keeps every Python
+/// frame and every leaf of the interleaved view, in order.
+fn check_stack_filters(run: &RealRun) {
+    let imports = |lines: &[(String, u64)]| weight(lines, |s| s.contains("_find_and_load"));
+    let all = flamegraph_folded(&run.recording, &["--kind", "cpu", "--phase", "all"]);
+    let steady = flamegraph_folded(&run.recording, &["--kind", "cpu", "--phase", "steady"]);
+    assert!(imports(&all) > 0, "no import frames in the whole recording");
+    assert_eq!(imports(&steady), 0, "import frames in the steady state");
+
+    let items = &run.report.steps.items;
+    let trainer = run.truth.config.pid.to_string();
+    let wall_us = |extra: &[&str]| {
+        let mut args = vec!["--kind", "wall", "--tid", &trainer];
+        args.extend_from_slice(extra);
+        flamegraph_folded(&run.recording, &args)
+            .iter()
+            .map(|(_, n)| *n as f64)
+            .sum::<f64>()
+    };
+    let (a, b) = (3, items.len().min(12));
+    let listed: f64 = items[a - 1..b].iter().map(|i| i.duration_s * 1e6).sum();
+    let cut = wall_us(&["--steps", &format!("{a}-{b}")]);
+    assert!(
+        (cut - listed).abs() <= 0.1 * listed,
+        "--steps {a}-{b}: the trainer's wall time {cut:.0} µs against the steps' {listed:.0} µs"
+    );
+    let mut durations: Vec<f64> = items.iter().map(|i| i.duration_s * 1e6).collect();
+    durations.sort_by(|x, y| y.total_cmp(x));
+    let slowest: f64 = durations.iter().take(3).sum();
+    let cut = wall_us(&["--slowest", "3"]);
+    assert!(
+        (cut - slowest).abs() <= 0.1 * slowest,
+        "--slowest 3: the trainer's wall time {cut:.0} µs against the slowest steps' {slowest:.0} µs"
+    );
+
+    let full = flamegraph_folded(&run.recording, &["--kind", "cpu", "--interpreter-frames"]);
+    let shape = |lines: &[(String, u64)]| {
+        let mut by: std::collections::BTreeMap<(Vec<String>, String), u64> = Default::default();
+        for (stack, n) in lines {
+            let frames: Vec<&str> = stack.split(';').collect();
+            let python = frames
+                .iter()
+                .filter(|f| is_python(f))
+                .map(|f| f.to_string())
+                .collect();
+            let leaf = frames.last().unwrap_or(&"").to_string();
+            *by.entry((python, leaf)).or_default() += n;
+        }
+        by
+    };
+    let python_view = flamegraph_folded(&run.recording, &["--kind", "cpu"]);
+    assert!(
+        shape(&python_view) == shape(&full),
+        "the Python view lost a Python frame or a leaf"
+    );
+    let frames = |lines: &[(String, u64)]| -> usize {
+        lines.iter().map(|(s, _)| s.split(';').count()).sum()
+    };
+    assert!(
+        frames(&python_view) < frames(&full),
+        "the Python view hid no interpreter frame"
     );
 }
 

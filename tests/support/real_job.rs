@@ -53,6 +53,9 @@ pub struct JobConfig {
     pub batch_size: u32,
     /// Timed iterations (after two of warm-up).
     pub iterations: u32,
+    /// More of the job's options (the zoo's pathologies: `--dataset
+    /// python`, `--epoch-batches 4`, …).
+    pub extra: &'static [&'static str],
 }
 
 impl JobConfig {
@@ -64,7 +67,13 @@ impl JobConfig {
             threads,
             batch_size: 32,
             iterations: 40,
+            extra: &[],
         }
+    }
+
+    pub fn args(mut self, extra: &'static [&'static str]) -> JobConfig {
+        self.extra = extra;
+        self
     }
 
     pub fn pin_memory(mut self, on: bool) -> JobConfig {
@@ -169,6 +178,7 @@ impl RealJob {
         if config.persistent_workers {
             argv.push("--persistent-workers".into());
         }
+        argv.extend(config.extra.iter().map(|a| (*a).to_string()));
         if let Some(go) = go_file {
             argv.push("--go-file".into());
             argv.push(go.display().to_string());

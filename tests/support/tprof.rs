@@ -131,13 +131,24 @@ pub fn trace_workload_env(
 }
 
 /// `tprof flamegraph PATH --folded EXTRA...`, which must succeed: the
-/// folded stacks as (stack, count) pairs.
+/// folded stacks as (stack, count) pairs. Of the whole recording, which is
+/// what the tests' ground truth covers, unless EXTRA chooses a part
+/// (`--phase`, `--steps`, `--slowest`): a recording with steps defaults to
+/// their steady state.
 pub fn flamegraph_folded(path: &Path, extra_args: &[&str]) -> Vec<(String, u64)> {
+    let chooses = extra_args
+        .iter()
+        .any(|a| matches!(*a, "--phase" | "--steps" | "--slowest"));
     let out = tprof()
         .arg("flamegraph")
         .arg(path)
         .arg("--folded")
         .args(extra_args)
+        .args(if chooses {
+            &[][..]
+        } else {
+            &["--phase", "all"][..]
+        })
         .output()
         .expect("run tprof flamegraph");
     assert!(

@@ -504,6 +504,9 @@ struct StepItem {
     /// Seconds of the step in each phase of its anatomy (only those with
     /// time); they sum to `duration_s`.
     phases: BTreeMap<&'static str, f64>,
+    /// When the trainer had its batch (from the window start): the end of
+    /// the DataLoader's `__next__`; null without an anatomy.
+    batch_s: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -520,6 +523,8 @@ struct Slowest {
 struct Anatomy<'a> {
     steps: usize,
     basis: &'a crate::analysis::anatomy::Basis,
+    /// `steps.items[].batch_s` came from libtorch's end-of-`__next__` mark.
+    batch_marked: bool,
     /// The GPUs' idle time over the steps; null without GPU samples.
     gpu_idle_s: Option<f64>,
     /// Largest first.
@@ -563,6 +568,7 @@ fn anatomy(summary: &Summary) -> Anatomy<'_> {
     Anatomy {
         steps: a.steps.len(),
         basis: &a.basis,
+        batch_marked: a.batch_marked,
         gpu_idle_s: a.gpu_idle_s,
         phases: a
             .phases
@@ -656,6 +662,7 @@ fn steps(summary: &Summary) -> Steps<'_> {
                     .get(i)
                     .map(|p| p.nonzero().map(|(ph, ns)| (ph.name(), secs(ns))).collect())
                     .unwrap_or_default(),
+                batch_s: summary.anatomy.batch_ns.get(i).map(|&ns| rel(ns)),
             })
             .collect(),
         slowest: s

@@ -282,6 +282,12 @@ impl WorkerLoad {
 pub struct Anatomy {
     /// Per step, aligned with `StepStats::steps`.
     pub steps: Vec<PhaseTimes>,
+    /// Per step, when the trainer had its batch: the end of the
+    /// DataLoader's `__next__` (libtorch's mark), else the end of the
+    /// step's last stretch of getting it (loading, waiting, receiving).
+    pub batch_ns: Vec<u64>,
+    /// The batch times came from libtorch's marks.
+    pub batch_marked: bool,
     /// The phases with time, largest first.
     pub phases: Vec<PhaseStats>,
     /// The trainer's steady state, piece by piece, in time order.
@@ -345,8 +351,25 @@ pub fn anatomy(
     let mut ctx = Ctx::new(model, roles, trainer);
     let mut segments = Vec::new();
     let mut per_step = Vec::with_capacity(steps.steps.len());
+    let mut batch_ns = Vec::with_capacity(steps.steps.len());
+    let regions = loader_regions(model, trainer.tid);
     for step in &steps.steps {
-        let pieces = ctx.step(step.start_ns, step.end_ns);
+        let mut pieces = ctx.step(step.start_ns, step.end_ns);
+        // The last region of the step: at an epoch's end, the exhausted
+        // iterator's `__next__` comes first, then the new one's.
+        let marked = regions
+            .iter()
+            .rfind(|&&(enter, exit)| {
+                enter >= step.start_ns && enter < step.end_ns && exit <= step.end_ns
+            })
+            .map(|&(_, exit)| exit);
+        match marked {
+            Some(exit) => {
+                pieces = at_batch(pieces, exit, ctx.single_process);
+                batch_ns.push(exit);
+            }
+            None => batch_ns.push(got_batch(&pieces, step.start_ns)),
+        }
         let mut times = PhaseTimes::default();
         for s in &pieces {
             times.add(s.phase, s.duration_ns());
@@ -371,6 +394,8 @@ pub fn anatomy(
     let workers = ctx.worker_load(steady);
     Anatomy {
         workers,
+        batch_marked: !regions.is_empty(),
+        batch_ns,
         steps: per_step,
         phases,
         segments,
@@ -379,6 +404,106 @@ pub fn anatomy(
         worker_starts: ctx.worker_starts,
         gpu_idle_s,
     }
+}
+
+/// The trainer's DataLoader `__next__` regions, (enter, exit), from
+/// libtorch's marks: regions nest, so an exit closes the innermost region
+/// open on the thread.
+fn loader_regions(model: &Model, trainer: u32) -> Vec<(u64, u64)> {
+    use profiler_ebpf::mark;
+    let mut open: Vec<(u64, bool)> = Vec::new();
+    let mut out = Vec::new();
+    for m in model.marks.iter().filter(|m| m.tid == trainer) {
+        match m.what {
+            mark::RECORD_FUNCTION => {
+                open.push((m.ts, m.name.starts_with("enumerate(DataLoader)")));
+            }
+            mark::RECORD_FUNCTION_EXIT => {
+                if let Some((enter, true)) = open.pop() {
+                    out.push((enter, m.ts));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// What gets a batch (the step's first part) and what trains with it.
+fn gets_batch(phase: Phase) -> bool {
+    phase.is_batch_wait()
+        || matches!(
+            phase,
+            Phase::Loading | Phase::Receiving | Phase::WorkerStart
+        )
+}
+
+/// The pieces of a step, put on the right side of the moment `batch` the
+/// DataLoader's `__next__` returned: before it, time on a CPU the stacks
+/// placed in training is getting the batch; after it, getting the batch is
+/// the training that follows (a boundary between two samples was placed
+/// at their middle; the mark is exact).
+fn at_batch(pieces: Vec<Segment>, batch: u64, single_process: bool) -> Vec<Segment> {
+    let mut split = Vec::with_capacity(pieces.len() + 1);
+    for s in pieces {
+        if s.start_ns < batch && batch < s.end_ns {
+            split.push(Segment { end_ns: batch, ..s });
+            split.push(Segment {
+                start_ns: batch,
+                ..s
+            });
+        } else {
+            split.push(s);
+        }
+    }
+    let getting = if single_process {
+        Phase::Loading
+    } else {
+        Phase::Receiving
+    };
+    let before_label = split
+        .iter()
+        .rev()
+        .find(|s| s.end_ns <= batch && gets_batch(s.phase))
+        .map(|s| s.label);
+    let after = split
+        .iter()
+        .find(|s| s.start_ns >= batch && !gets_batch(s.phase))
+        .map(|s| (s.phase, s.label));
+    for s in &mut split {
+        let before = s.end_ns <= batch;
+        match s.phase {
+            Phase::Compute | Phase::Other if before => {
+                s.phase = getting;
+                s.label = before_label.unwrap_or(s.label);
+            }
+            Phase::Loading | Phase::Receiving if !before => {
+                if let Some((phase, label)) = after {
+                    s.phase = phase;
+                    s.label = label;
+                }
+            }
+            _ => {}
+        }
+    }
+    merge_adjacent(split)
+}
+
+/// Without marks: when the step's getting of its batch ended, the end of
+/// its last piece of getting it before training began.
+fn got_batch(pieces: &[Segment], start: u64) -> u64 {
+    let Some(first) = pieces.iter().position(|s| gets_batch(s.phase)) else {
+        return start;
+    };
+    let training = pieces[first..]
+        .iter()
+        .position(|s| s.phase == Phase::Compute)
+        .map_or(pieces.len(), |i| first + i);
+    pieces[..training]
+        .iter()
+        .rev()
+        .find(|s| gets_batch(s.phase))
+        .map_or(start, |s| s.end_ns)
 }
 
 /// Interned labels.
@@ -899,12 +1024,7 @@ fn phase_stats(
             *by_label.entry(s.label).or_default() += s.duration_ns();
             idle += overlap_all(gpu_idle, s.start_ns, s.end_ns);
         }
-        let mut top: Vec<(String, f64)> = by_label
-            .into_iter()
-            .map(|(l, ns)| (labels.names[l as usize].clone(), ns as f64 / sum as f64))
-            .collect();
-        top.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        top.truncate(TOP_LABELS);
+        let top = top_functions(&by_label, labels, sum);
         out.push(PhaseStats {
             phase,
             total_s: sum as f64 / NS,
@@ -920,10 +1040,239 @@ fn phase_stats(
     out
 }
 
+/// A phase's top labels, by function: `f` and `f in lib` count as `f`, and
+/// take the library's name when it ran under more than half of `f`'s time.
+fn top_functions(by_label: &HashMap<u32, u64>, labels: &Labels, sum: u64) -> Vec<(String, f64)> {
+    let mut by_function: HashMap<&str, (u64, HashMap<&str, u64>)> = HashMap::new();
+    for (&l, &ns) in by_label {
+        let name = labels.names[l as usize].as_str();
+        let (function, library) = name.rsplit_once(" in ").unwrap_or((name, ""));
+        let entry = by_function.entry(function).or_default();
+        entry.0 += ns;
+        *entry.1.entry(library).or_default() += ns;
+    }
+    let mut top: Vec<(String, f64)> = by_function
+        .into_iter()
+        .map(|(function, (ns, libraries))| {
+            let main = libraries
+                .into_iter()
+                .filter(|(lib, _)| !lib.is_empty())
+                .max_by_key(|&(lib, n)| (n, std::cmp::Reverse(lib)))
+                .filter(|&(_, n)| 2 * n > ns);
+            let name = match main {
+                Some((lib, _)) => format!("{function} in {lib}"),
+                None => function.to_string(),
+            };
+            (name, ns as f64 / sum.max(1) as f64)
+        })
+        .collect();
+    top.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    top.truncate(TOP_LABELS);
+    top
+}
+
 /// Worker-side classification of a stack, for `path`.
 fn worker_work(table: Option<&StackTable>, stack: Option<u32>) -> WorkerWork {
     match (table, stack) {
         (Some(t), Some(s)) => classify::worker_work(t, s),
         _ => WorkerWork::Making,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::steps::{Step, StepStats};
+    use crate::model::{Interval, ThreadState::*};
+    use crate::recording::{Frame, FrameKind, StackKind, TimedStack};
+
+    const MS: u64 = 1_000_000;
+    const TORCH: &str = "/venv/lib/python3.11/site-packages/torch/";
+
+    fn py(file: &str, function: &str) -> Frame {
+        Frame {
+            module: file.into(),
+            symbol: Some(function.into()),
+            kind: FrameKind::Python,
+            offset: 1,
+        }
+    }
+
+    fn thread(tid: u32, pid: u32, spans: &[(u64, u64, crate::model::ThreadState)]) -> Thread {
+        Thread {
+            tid,
+            pid,
+            comm: format!("t{tid}"),
+            renamed_from: vec![],
+            start_ns: spans[0].0,
+            end_ns: spans.last().unwrap().1,
+            exited: false,
+            intervals: spans
+                .iter()
+                .map(|&(s, e, st)| Interval::new(s, e, st))
+                .collect(),
+            voluntary_switches: 0,
+            involuntary_switches: 0,
+        }
+    }
+
+    fn timed(tid: u32, pid: u32, start: u64, end: u64, stack: u32, kind: StackKind) -> TimedStack {
+        TimedStack {
+            start_ns: start,
+            end_ns: end,
+            pid,
+            tid,
+            stack,
+            kind,
+        }
+    }
+
+    /// One 100 ms step of a trainer (tid 1) fed by a worker (pid 2):
+    /// 0-10 ms the trainer trains on (compute), 10-70 it waits in the
+    /// DataLoader's `__next__` until the worker wakes it; the worker waited
+    /// for a CPU 10-30 and made the batch 30-70; 70-75 the trainer receives
+    /// it, 75-100 computes. The worker's part of the wait is followed.
+    #[test]
+    fn a_wait_is_split_by_what_the_delivering_worker_did() {
+        let dl = format!("{TORCH}utils/data/dataloader.py");
+        let module = format!("{TORCH}nn/modules/module.py");
+        let worker = format!("{TORCH}utils/data/_utils/worker.py");
+        let fetch = format!("{TORCH}utils/data/_utils/fetch.py");
+        let mut table = StackTable {
+            sample_hz: 100,
+            frames: vec![
+                py("train.py", "main"),
+                py(&dl, "_BaseDataLoaderIter.__next__"),
+                py(&dl, "_MultiProcessingDataLoaderIter._next_data"),
+                py(&module, "Module._call_impl"),
+                py(&worker, "_worker_loop"),
+                py(&fetch, "_MapDatasetFetcher.fetch"),
+                py("train.py", "Ds.__getitem__"),
+            ],
+            stacks: vec![
+                vec![0, 1, 2], // 0: the trainer in __next__
+                vec![0, 3],    // 1: the trainer computing
+                vec![4, 5, 6], // 2: the worker making a batch
+            ],
+            ..StackTable::default()
+        };
+        table.timed = vec![
+            timed(1, 1, 5 * MS, 5 * MS, 1, StackKind::OnCpu),
+            timed(1, 1, 10 * MS, 70 * MS, 0, StackKind::Sleep),
+            timed(1, 1, 90 * MS, 90 * MS, 1, StackKind::OnCpu),
+            timed(2, 2, 10 * MS, 30 * MS, 2, StackKind::Runnable),
+            timed(2, 2, 50 * MS, 50 * MS, 2, StackKind::OnCpu),
+            timed(2, 2, 70 * MS, 100 * MS, 2, StackKind::Sleep),
+        ];
+        // Sampled computing at 5 and leaving in __next__ at 10, the trainer
+        // entered it halfway, at 7.5; it resumes in __next__ at 70 and is
+        // sampled computing at 90: the boundary falls halfway, at 80.
+        let model = Model {
+            threads: vec![
+                thread(
+                    1,
+                    1,
+                    &[
+                        (0, 10 * MS, Running),
+                        (10 * MS, 70 * MS, Sleeping),
+                        (70 * MS, 100 * MS, Running),
+                    ],
+                ),
+                thread(
+                    2,
+                    2,
+                    &[
+                        (0, 10 * MS, Sleeping),
+                        (10 * MS, 30 * MS, Runnable),
+                        (30 * MS, 70 * MS, Running),
+                        (70 * MS, 100 * MS, Sleeping),
+                    ],
+                ),
+            ],
+            wakeups: vec![
+                WakeEdge {
+                    ts: 10 * MS,
+                    tid: 2,
+                    waker_tid: 1,
+                    waker_tgid: 1,
+                    flags: 0,
+                },
+                WakeEdge {
+                    ts: 70 * MS,
+                    tid: 1,
+                    waker_tid: 2,
+                    waker_tgid: 2,
+                    flags: 0,
+                },
+            ],
+            stacks: Some(table),
+            window_end_ns: 100 * MS,
+            ..Model::default()
+        };
+        let roles = Roles {
+            by_tid: [(1, Role::Trainer), (2, Role::DataWorker)].into(),
+            trainer: Some(1),
+            ..Roles::default()
+        };
+        let steps = StepStats {
+            trainer_tid: Some(1),
+            steps: vec![Step {
+                start_ns: 0,
+                end_ns: 100 * MS,
+                data_wait_ns: 60 * MS,
+                wait_start_ns: 10 * MS,
+                delivered_ns: 70 * MS,
+                cuda_sync_ns: 0,
+                trainer: Default::default(),
+                blame: Default::default(),
+                worker_pid: 2,
+                end_estimated: false,
+            }],
+            ..StepStats::default()
+        };
+        let a = anatomy(&model, &roles, &steps, &[]);
+        let times = a.steps[0];
+        assert_eq!(times.total(), 100 * MS);
+        assert_eq!(times.get(Phase::Compute), 7_500_000 + 20 * MS);
+        assert_eq!(times.get(Phase::WorkerCpuWait), 20 * MS);
+        assert_eq!(times.get(Phase::WorkerBusy), 40 * MS);
+        assert_eq!(times.get(Phase::Receiving), 2_500_000 + 10 * MS);
+        let busy = a.phase(Phase::WorkerBusy).unwrap();
+        assert_eq!(busy.top[0].0, "Ds.__getitem__ (train.py)");
+        assert!((a.batch_wait_share() - 0.6).abs() < 1e-9);
+        // Without marks, the batch was in hand when receiving ended.
+        assert_eq!(a.batch_ns, [80 * MS]);
+        assert!(!a.batch_marked);
+    }
+
+    /// With libtorch's end-of-`__next__` mark, the boundary between
+    /// receiving and training is the mark, not the middle of two samples.
+    #[test]
+    fn the_exit_mark_places_the_batch() {
+        let s = |a, b, phase| Segment {
+            start_ns: a,
+            end_ns: b,
+            phase,
+            label: 0,
+        };
+        let pieces = vec![
+            s(0, 10, Phase::WorkerBusy),
+            s(10, 30, Phase::Receiving),
+            s(30, 50, Phase::Compute),
+        ];
+        let fixed = at_batch(pieces, 12, false);
+        assert_eq!(
+            fixed,
+            vec![
+                s(0, 10, Phase::WorkerBusy),
+                s(10, 12, Phase::Receiving),
+                s(12, 50, Phase::Compute)
+            ]
+        );
+        let pieces = vec![s(0, 10, Phase::Loading), s(10, 50, Phase::Compute)];
+        assert_eq!(
+            at_batch(pieces, 20, true),
+            vec![s(0, 20, Phase::Loading), s(20, 50, Phase::Compute)]
+        );
     }
 }

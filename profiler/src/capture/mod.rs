@@ -36,6 +36,7 @@ pub mod gpu;
 mod launch;
 pub mod limits;
 mod node;
+mod options;
 mod pipeline;
 mod privileges;
 pub mod procfs;
@@ -49,86 +50,19 @@ mod torch;
 pub mod tracefs;
 mod unwind;
 
-use std::{io::BufWriter, path::PathBuf, time::Duration};
+use std::{io::BufWriter, time::Duration};
 
 use anyhow::{Context as _, Result};
 
 pub use clock::{anchor, monotonic_ns};
 use file::{RecordingFile, Unstarted};
-use gpu::GpuOptions;
+pub use options::{RecordOptions, RecordOutcome, StopReason};
 use pipeline::Pipeline;
 use programs::KernelPrograms;
 pub use programs::MapLimits;
 use session::Session;
 use signals::Signals;
-use tprof_core::recording::{CommandExit, LostCounts, Writer};
-
-/// What `tprof record` was asked to do, validated.
-#[derive(Debug, Clone)]
-pub struct RecordOptions {
-    /// Running processes to attach to (with their descendants).
-    pub pids: Vec<u32>,
-    /// A command to launch and trace from its exec (empty: none).
-    pub command: Vec<String>,
-    pub duration: Option<Duration>,
-    pub output: PathBuf,
-    pub force: bool,
-    pub gpu: GpuOptions,
-    /// On-CPU sampling frequency; None: no stacks at all (--no-stacks).
-    pub sample_hz: Option<u64>,
-    /// Bytes of user stack copied at each sample and new switch-out site
-    /// (`--stack-size`).
-    pub stack_copy_bytes: u32,
-    /// Walk CPython's frames into the stacks (off with --no-python-frames).
-    pub python_frames: bool,
-    /// Trace CUDA runtime calls (off with --no-cuda).
-    pub cuda: bool,
-    /// Kernel map sizes (defaults unless a test shrinks them).
-    pub limits: MapLimits,
-    /// How long the launched command's process group gets to exit once the
-    /// recording stops it, before SIGKILL (`--kill-after`).
-    pub kill_after: Duration,
-}
-
-/// Why recording stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
-    Duration,
-    Interrupted,
-    Terminated,
-    HungUp,
-    TargetsExited,
-}
-
-impl StopReason {
-    fn is_signal(self) -> bool {
-        matches!(
-            self,
-            StopReason::Interrupted | StopReason::Terminated | StopReason::HungUp
-        )
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StopReason::Duration => "duration",
-            StopReason::Interrupted => "interrupted",
-            StopReason::Terminated => "terminated",
-            StopReason::HungUp => "hung up",
-            StopReason::TargetsExited => "targets exited",
-        }
-    }
-}
-
-/// What a finished recording holds.
-#[derive(Debug, Clone)]
-pub struct RecordOutcome {
-    pub path: PathBuf,
-    pub stop_reason: StopReason,
-    pub events: u64,
-    pub lost: LostCounts,
-    /// How the launched command ended (`record -- CMD` only).
-    pub command_exit: Option<CommandExit>,
-}
+use tprof_core::recording::Writer;
 
 /// Records until a stop condition; the recording is complete on `Ok`.
 pub fn record(opts: &RecordOptions) -> Result<RecordOutcome> {

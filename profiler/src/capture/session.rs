@@ -32,12 +32,13 @@ use super::cuda::CudaTracer;
 use super::file::cut_short_error;
 use super::gpu::GpuSampler;
 use super::launch::{KILL_WAIT, LaunchedCommand};
+use super::options::{RecordOptions, RecordOutcome, StopReason};
 use super::pipeline::Pipeline;
 use super::programs::{Expired, KernelPrograms};
 use super::python::tracker::PythonTracker;
 use super::signals::{FINISHING, Signals};
 use super::torch::TorchTracer;
-use super::{RecordOptions, RecordOutcome, StopReason, limits, procfs};
+use super::{limits, procfs};
 use tprof_core::recording::{
     self, ClockAnchor, Event, Footer, GpuInfo, Header, LostCounts, Origin, ProcessInfo, ThreadInfo,
     events::Framing, record,

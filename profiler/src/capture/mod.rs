@@ -42,27 +42,28 @@ mod privileges;
 pub mod procfs;
 mod programs;
 mod python;
+mod resolve;
 mod session;
 mod signals;
+mod sink;
 mod stacks;
 mod symbols;
 mod torch;
 pub mod tracefs;
 mod unwind;
 
-use std::{io::BufWriter, time::Duration};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 
 pub use clock::{anchor, monotonic_ns};
 use file::{RecordingFile, Unstarted};
 pub use options::{RecordOptions, RecordOutcome, StopReason};
-use pipeline::Pipeline;
+use pipeline::{Pipeline, Threads};
 use programs::KernelPrograms;
 pub use programs::MapLimits;
 use session::Session;
 use signals::Signals;
-use tprof_core::recording::Writer;
 
 /// Records until a stop condition; the recording is complete on `Ok`.
 pub fn record(opts: &RecordOptions) -> Result<RecordOutcome> {
@@ -146,16 +147,14 @@ fn start(opts: &RecordOptions) -> Result<Session> {
     if let Some(hz) = opts.sample_hz {
         programs.attach_sampler(hz)?;
     }
-    let writer = Writer::new(BufWriter::with_capacity(1 << 20, file))
-        .with_context(|| format!("writing the recording to {} failed", opts.output.display()))?;
-    let out = RecordingFile::new(writer, opts.output.clone());
+    let out = RecordingFile::create(file, opts.output.clone())?;
     let stacks = match opts.sample_hz {
         Some(_) => programs
             .take_stack_source()
             .map(|source| (source, programs.stack_mode())),
         None => None,
     };
-    let out = Pipeline::start(out, stacks)?;
+    let out = Pipeline::start(Box::new(out), stacks, Threads::from_env())?;
     let mut session = Session::new(programs, out, opts, gpu);
     match &held {
         Some(child) => session.track_launched(child.pid, &opts.command, start)?,

@@ -21,6 +21,7 @@
 use std::{
     collections::HashSet,
     io::{IsTerminal as _, Write as _},
+    path::PathBuf,
     time::{Duration, Instant},
 };
 
@@ -37,6 +38,7 @@ use super::pipeline::Pipeline;
 use super::programs::{Expired, KernelPrograms};
 use super::python::tracker::PythonTracker;
 use super::signals::{FINISHING, Signals};
+use super::sink::encode;
 use super::torch::TorchTracer;
 use super::{limits, procfs};
 use tprof_core::recording::{
@@ -104,6 +106,8 @@ pub(super) fn check_targets(pids: &[u32]) -> Result<()> {
 pub(super) struct Session {
     programs: KernelPrograms,
     out: Pipeline,
+    /// The recording file, for messages.
+    path: PathBuf,
     /// The processes whose exit ends the recording.
     roots: Vec<u32>,
     /// The launched command, which we reap, and stop with the recording.
@@ -168,6 +172,7 @@ impl Session {
             torch,
             programs,
             out,
+            path: opts.output.clone(),
             roots: Vec::new(),
             command: None,
             kill_after: opts.kill_after,
@@ -353,7 +358,7 @@ impl Session {
             "tprof: recording {} process(es), {} thread(s) to {} (Ctrl-C to stop)",
             self.known.len(),
             self.threads_seen,
-            self.out.path().display()
+            self.path.display()
         );
         match &self.gpu_info.status {
             Some(reason) => eprintln!("tprof: no GPU data: {reason}"),
@@ -714,7 +719,7 @@ impl Session {
         if std::io::stderr().is_terminal() {
             eprintln!();
         }
-        let path = self.out.path().to_path_buf();
+        let path = self.path.clone();
         match result {
             Ok(reason) => self.complete(reason),
             Err(err) => {
@@ -750,15 +755,14 @@ impl Session {
         self.drain_gpu()?;
         self.cuda.refresh_launches(&self.programs)?;
         self.expire_in_flight();
-        let path = self.out.path().to_path_buf();
-        let (mut file, stack_counts) = self.out.finish()?;
-        file.write_json(record::CUDA, self.cuda.info())?;
-        file.write_json(record::STEP_PROBES, self.torch.info())?;
+        let (mut sink, stack_counts) = self.out.finish()?;
+        sink.record(record::CUDA, &encode(self.cuda.info())?)?;
+        sink.record(record::STEP_PROBES, &encode(self.torch.info())?)?;
         lost.tracking_full += self.untracked;
         stack_counts.add_to(&mut lost);
         self.expired.count_in(&mut lost);
         self.lost = lost;
-        file.write_json(record::LOST, &self.lost)?;
+        sink.record(record::LOST, &encode(&self.lost)?)?;
         let command_exit = self.command.as_ref().map(LaunchedCommand::exit);
         let footer = Footer {
             end: anchor(),
@@ -766,8 +770,8 @@ impl Session {
             command_exit: command_exit.clone(),
             clock_sync: super::clock::clock_sync(),
         };
-        file.write_json(record::FOOTER, &footer)?;
-        file.finish()?;
+        sink.record(record::FOOTER, &encode(&footer)?)?;
+        sink.finish()?;
         // The recording is whole: what is left is the kernel's.
         self.programs.wait_detached();
         drop(self.programs);
@@ -782,7 +786,7 @@ impl Session {
             );
         }
         Ok(RecordOutcome {
-            path,
+            path: self.path,
             stop_reason,
             events: self.events,
             lost: self.lost,

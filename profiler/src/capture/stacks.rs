@@ -15,7 +15,7 @@
 //! into the event's user stack; the record itself is not written either.
 //!
 //! A copy is unwound when it arrives and filed under its thread and slot for
-//! the events that refer to it (`copy_ref`); a reference the writer cannot
+//! the events that refer to it (`copy_ref`); a reference the stage cannot
 //! match (the copy lost, or drained after the event) is a lost stack,
 //! counted, never another copy's. An address in no known mapping re-reads
 //! the process's mappings (at most every `REREAD_EVERY`, 20 ms: `import
@@ -34,7 +34,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-// The writer looks these up for every switch-out and sample: SipHash's
+// The resolve stage looks these up for every switch-out and sample: SipHash's
 // resistance to chosen keys buys nothing against the kernel's ids.
 use foldhash::{HashMap, HashMapExt as _};
 use profiler_ebpf::{
@@ -57,8 +57,8 @@ use super::unwind::{End, Unwinder, Unwound, UserRegs};
 /// A recording stack id: an index into its STACK_DEFS, or -1 for none.
 type StackId = i32;
 
-/// What became of the user stacks the writer unwound, for the LOST record
-/// (the session reads it while the writer updates it).
+/// What became of the user stacks the resolve stage unwound, for the LOST
+/// record (the session reads it while the stage updates it).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(super) struct StackCounts {
     /// Stack ids the stack map no longer held when read.
@@ -72,7 +72,7 @@ pub(super) struct StackCounts {
     pub cut: u64,
     /// Copies with registers but not a byte of stack.
     pub copy_failed: u64,
-    /// Events referring to a copy the writer never got (it came after the
+    /// Events referring to a copy the stage never got (it came after the
     /// event, or not at all).
     pub unmatched: u64,
 }
@@ -333,7 +333,7 @@ impl StackResolver {
         resolved
     }
 
-    /// Copy mode: the copy an event refers to, if the writer got it
+    /// Copy mode: the copy an event refers to, if the stage got it
     /// (counted when not).
     fn copied(&mut self, tid: u32, reference: i32) -> Option<Copied> {
         if reference < 0 {

@@ -2,8 +2,8 @@
 //! a process runs (the executable itself when it is static, else the
 //! libpython it maps), its version and layout ([`layout`]), and where its
 //! `_PyRuntime` is; the session hands that to the kernel (`PY_PROCS`),
-//! which walks each sampled thread's frame chain, and to the writer
-//! thread, which names the frames ([`code`], [`lines`]) and splices them
+//! which walks each sampled thread's frame chain, and to the resolve
+//! stage, which names the frames ([`code`], [`lines`]) and splices them
 //! into the native stacks ([`splice`]).
 
 pub(super) mod code;

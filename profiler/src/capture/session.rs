@@ -28,14 +28,14 @@ use std::{
 };
 
 use anyhow::Result;
-use tprof_core::recording::{ClockAnchor, Footer, GpuInfo, record};
+use tprof_core::recording::{ClockAnchor, Footer, GpuInfo, LostCounts, record};
 
 use super::clock::{self, anchor, monotonic_ns};
 use super::drain::{Drained, process_change};
 use super::file::cut_short_error;
 use super::gpu::{self, GpuSampler};
 use super::header::header;
-use super::launch::{self, KILL_WAIT, LaunchedCommand};
+use super::launch::{self, HeldChild, KILL_WAIT, LaunchedCommand};
 use super::losses::Losses;
 use super::options::{RecordOptions, RecordOutcome, StopReason};
 use super::pipeline::{Pipeline, Threads};
@@ -104,7 +104,7 @@ impl Session {
         };
         privileges::raise_priority();
         // Before the window opens: NVML can take a while to start.
-        let (gpu_info, gpu) = gpu::start(&opts.gpu);
+        let gpu = gpu::start(&opts.gpu);
         let start = anchor();
         programs.attach()?;
         if let Some(hz) = opts.sample_hz {
@@ -121,9 +121,21 @@ impl Session {
             Some(child) => vec![child.pid],
             None => opts.pids.clone(),
         };
+        let mut session = Session::new(opts, programs, out, roots, gpu);
+        session.track(opts, start, held)?;
+        Ok(session)
+    }
+
+    fn new(
+        opts: &RecordOptions,
+        programs: KernelPrograms,
+        out: Pipeline,
+        roots: Vec<u32>,
+        (gpu_info, gpu): (GpuInfo, Option<GpuSampler>),
+    ) -> Session {
         let tracker = Tracker::new(roots, &programs, opts.sample_hz.is_some(), opts.cuda);
         let now = Instant::now();
-        let mut session = Session {
+        Session {
             programs,
             out,
             path: opts.output.clone(),
@@ -138,19 +150,29 @@ impl Session {
             sample_hz: opts.sample_hz,
             gpu_info,
             gpu,
-        };
-        let command = (!opts.command.is_empty()).then(|| opts.command.clone());
-        session.write_header(start, command)?;
-        let (programs, out) = (&mut session.programs, &mut session.out);
+        }
+    }
+
+    /// Writes the header, tracks the targets, and lets a held command run.
+    fn track(
+        &mut self,
+        opts: &RecordOptions,
+        start: ClockAnchor,
+        held: Option<HeldChild>,
+    ) -> Result<()> {
+        let command = held.as_ref().map(|_| opts.command.clone());
+        self.write_header(start, command)?;
+        let (programs, out) = (&mut self.programs, &mut self.out);
         match held {
             Some(child) => {
-                let tracker = &mut session.tracker;
-                tracker.track_launched(programs, out, &opts.command, start.monotonic_ns)?;
-                session.command = Some(child.release()?);
+                let argv = &opts.command;
+                self.tracker
+                    .track_launched(programs, out, argv, start.monotonic_ns)?;
+                self.command = Some(child.release()?);
             }
-            None => session.tracker.track_attached(programs, out)?,
+            None => self.tracker.track_attached(programs, out)?,
         }
-        Ok(session)
+        Ok(())
     }
 
     fn write_header(&mut self, start: ClockAnchor, command: Option<Vec<String>>) -> Result<()> {
@@ -384,31 +406,11 @@ impl Session {
     }
 
     fn complete(mut self, stop_reason: StopReason) -> Result<RecordOutcome> {
-        // The last drain must not be put off: wait for the pipeline.
-        while self.out.is_full() {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        self.drain()?;
-        // What the kernel lost up to the last drain: programs skipped
-        // after it (tprof's own map reads and detach threads below make
-        // the kernel skip some) lose nothing of the recording.
-        let kernel_lost = self.programs.lost_counts()?;
-        // Nothing after the last drain is kept, so the job stops paying
-        // for the programs now, not once the file is written.
-        self.programs.detach();
-        if let Some(gpu) = &mut self.gpu {
-            gpu.stop();
-        }
-        self.drain_gpu()?;
-        self.tracker.last_launches(&self.programs)?;
-        self.losses.expire(&mut self.programs);
+        let kernel_lost = self.last_drain()?;
         let (mut sink, stack_counts) = self.out.finish()?;
-        let (cuda, step_probes) = self.tracker.final_records();
-        sink.record(record::CUDA, &encode(cuda)?)?;
-        sink.record(record::STEP_PROBES, &encode(step_probes)?)?;
-        let untracked = self.tracker.untracked();
-        let lost = self.losses.total(kernel_lost, untracked, stack_counts);
-        sink.record(record::LOST, &encode(&lost)?)?;
+        let lost = self
+            .losses
+            .total(kernel_lost, self.tracker.untracked(), stack_counts);
         let command_exit = self.command.as_ref().map(LaunchedCommand::exit);
         let footer = Footer {
             end: anchor(),
@@ -416,7 +418,7 @@ impl Session {
             command_exit: command_exit.clone(),
             clock_sync: clock::clock_sync(),
         };
-        sink.record(record::FOOTER, &encode(&footer)?)?;
+        write_end(&mut *sink, &self.tracker, &lost, &footer)?;
         sink.finish()?;
         // The recording is whole: what is left is the kernel's.
         self.programs.wait_detached();
@@ -434,4 +436,41 @@ impl Session {
             command_exit,
         })
     }
+
+    /// The last drain, then the programs detached at once: nothing after
+    /// it is kept, so the job stops paying for them now, not once the file
+    /// is written. The kernel's lost counts up to the last drain: programs
+    /// skipped after it (tprof's own map reads and detach threads make the
+    /// kernel skip some) lose nothing of the recording.
+    fn last_drain(&mut self) -> Result<LostCounts> {
+        // The last drain must not be put off: wait for the pipeline.
+        while self.out.is_full() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.drain()?;
+        let kernel_lost = self.programs.lost_counts()?;
+        self.programs.detach();
+        if let Some(gpu) = &mut self.gpu {
+            gpu.stop();
+        }
+        self.drain_gpu()?;
+        self.tracker.last_launches(&self.programs)?;
+        self.losses.expire(&mut self.programs);
+        Ok(kernel_lost)
+    }
+}
+
+/// The records that close a recording, after the last of the pipeline's:
+/// CUDA and STEP_PROBES as they stand, the LOST totals, the FOOTER.
+fn write_end(
+    sink: &mut dyn Sink,
+    tracker: &Tracker,
+    lost: &LostCounts,
+    footer: &Footer,
+) -> Result<()> {
+    let (cuda, step_probes) = tracker.final_records();
+    sink.record(record::CUDA, &encode(cuda)?)?;
+    sink.record(record::STEP_PROBES, &encode(step_probes)?)?;
+    sink.record(record::LOST, &encode(lost)?)?;
+    sink.record(record::FOOTER, &encode(footer)?)
 }

@@ -21,8 +21,8 @@ use profiler_ebpf::{
     python::{PY_FAULT, PY_NO_THREAD, PY_TRUNCATED, PyFrame},
 };
 
-use super::Interpreter;
 use super::code::{CodeInfo, read_code};
+use super::interpreter::Interpreter;
 use super::memory::ProcessMemory;
 use super::splice::{PyEntry, splice};
 use crate::capture::symbols::Site;

@@ -8,8 +8,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use super::interpreter::{Finder, Interpreter};
 use super::layout::Version;
-use super::{Finder, Interpreter};
 
 #[derive(Default)]
 pub(crate) struct PythonTracker {

@@ -1,5 +1,6 @@
 //! One drain of the event shards: their records gathered and put in
-//! timestamp order.
+//! timestamp order, and what the session reads in them (how many, and
+//! which processes appeared or exec'd).
 //!
 //! [`DrainBatch`] merges the records of every shard by timestamp, a stack
 //! copy before the events of its timestamp, so the recording keeps the order
@@ -9,6 +10,10 @@
 //! it) in the same drain or an earlier one.
 
 use profiler_ebpf::kind;
+use tprof_core::recording::{
+    Event,
+    events::{Framing, decode},
+};
 
 /// The events of one drain, gathered from every ring-buffer shard and put
 /// in timestamp order, so the recording keeps the order one shared buffer
@@ -63,6 +68,61 @@ impl DrainBatch {
     }
 }
 
+/// What the drains took so far: the events, and the user stack copies
+/// with their bytes (ring-buffer records, headers included): what stacks
+/// cost the ring buffer (`TPROF_STACK_COPY_STATS`).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Drained {
+    pub events: u64,
+    pub copies: u64,
+    pub copy_bytes: u64,
+}
+
+impl Drained {
+    pub(super) fn count(&mut self, record: &[u8]) {
+        if is_stack_copy(record) {
+            self.copies += 1;
+            self.copy_bytes += record.len() as u64;
+        } else {
+            self.events += 1;
+        }
+    }
+}
+
+/// A stack copy: unwound by the resolve stage, not written, so not an
+/// event of the recording.
+fn is_stack_copy(record: &[u8]) -> bool {
+    record.get(8..10) == Some(&kind::STACK_COPY.to_le_bytes()[..])
+}
+
+/// A process a drained event says was created or exec'd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ProcessChange {
+    pub pid: u32,
+    /// Its parent, when it was created.
+    pub parent: Option<u32>,
+    pub ts: u64,
+}
+
+/// The process a raw event says was created (with its parent) or exec'd.
+pub(super) fn process_change(record: &[u8]) -> Option<ProcessChange> {
+    let ts = u64::from_le_bytes(record.get(0..8)?.try_into().ok()?);
+    let kind = u16::from_le_bytes(record.get(8..10)?.try_into().ok()?);
+    if kind != kind::FORK && kind != kind::EXEC {
+        return None;
+    }
+    let (pid, parent) = match decode(record, Framing::Length).ok()?.0? {
+        Event::Fork {
+            parent_tgid,
+            child_tgid,
+            ..
+        } if child_tgid != parent_tgid => (child_tgid, Some(parent_tgid)),
+        Event::Exec { tgid, .. } => (tgid, None),
+        _ => return None,
+    };
+    Some(ProcessChange { pid, parent, ts })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +171,23 @@ mod tests {
         });
         let tags: Vec<u8> = batch.in_order().map(|r| r[8]).collect();
         assert_eq!(tags, b"AC");
+    }
+
+    #[test]
+    fn a_stack_copy_is_told_from_an_event_by_its_kind() {
+        let mut copy = 7u64.to_le_bytes().to_vec();
+        copy.extend_from_slice(&kind::STACK_COPY.to_le_bytes());
+        assert!(is_stack_copy(&copy));
+        let mut fork = 7u64.to_le_bytes().to_vec();
+        fork.extend_from_slice(&kind::FORK.to_le_bytes());
+        assert!(!is_stack_copy(&fork));
+        let mut drained = Drained::default();
+        drained.count(&copy);
+        drained.count(&fork);
+        assert_eq!(
+            (drained.events, drained.copies, drained.copy_bytes),
+            (1, 1, 10)
+        );
     }
 
     /// A stack copy drained after the events goes before the event of its

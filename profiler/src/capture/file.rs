@@ -1,5 +1,5 @@
-//! The recording file capture writes: every write failure names the file
-//! and says the prefix on disk is kept.
+//! The recording file capture writes, `tprof record`'s [`Sink`]: every
+//! write failure names the file and says the prefix on disk is kept.
 //!
 //! On ENOSPC or EDQUOT the error also says to free space or record to
 //! another disk with `-o`.
@@ -13,9 +13,10 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, anyhow};
-use serde::Serialize;
 
-use tprof_core::recording::Writer;
+use super::resolve::Resolved;
+use super::sink::{Sink, encode};
+use tprof_core::recording::{Writer, record};
 
 /// Removes the output file of a recording that failed to start, when
 /// dropped; forgotten once it starts.
@@ -46,49 +47,52 @@ pub(super) fn cut_short_error(path: &Path, err: anyhow::Error) -> anyhow::Error 
     )
 }
 
-/// The recording file being written, with every write failure naming it.
+/// The recording file being written, with every write failure naming it:
+/// the [`Sink`] of `tprof record`.
 pub(super) struct RecordingFile {
     writer: Writer<BufWriter<File>>,
     path: PathBuf,
 }
 
 impl RecordingFile {
-    pub(super) fn new(writer: Writer<BufWriter<File>>, path: PathBuf) -> RecordingFile {
-        RecordingFile { writer, path }
+    /// Starts the recording in `file` (its preamble, buffered).
+    pub(super) fn create(file: File, path: PathBuf) -> Result<RecordingFile> {
+        let failed = failed(&path);
+        let writer = Writer::new(BufWriter::with_capacity(1 << 20, file)).context(failed)?;
+        Ok(RecordingFile { writer, path })
     }
+}
 
-    pub(super) fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub(super) fn failed(&self) -> String {
-        format!("writing the recording to {} failed", self.path.display())
-    }
-
-    pub(super) fn write_json<T: Serialize>(&mut self, kind: u32, value: &T) -> Result<()> {
-        self.writer
-            .write_json(kind, value)
-            .with_context(|| self.failed())
-    }
-
-    /// A record whose payload is already encoded.
-    pub(super) fn write_record(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
+impl Sink for RecordingFile {
+    fn record(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
         self.writer
             .write_record(kind, payload)
-            .with_context(|| self.failed())
+            .with_context(|| failed(&self.path))
     }
 
-    pub(super) fn push_event(&mut self, bytes: &[u8]) -> Result<()> {
-        self.writer.push_event(bytes).with_context(|| self.failed())
+    /// The new frames (FRAMES) and stacks (STACK_DEFS), then the events.
+    fn events(&mut self, batch: &Resolved) -> Result<()> {
+        if let Some(frames) = &batch.frames {
+            self.record(record::FRAMES, &encode(frames)?)?;
+        }
+        if let Some(stacks) = &batch.stacks {
+            self.record(record::STACK_DEFS, &encode(stacks)?)?;
+        }
+        for event in batch.events.in_order() {
+            self.writer
+                .push_event(event)
+                .with_context(|| failed(&self.path))?;
+        }
+        Ok(())
     }
 
-    pub(super) fn flush(&mut self) -> Result<()> {
-        self.writer.flush().with_context(|| self.failed())
+    fn flush(&mut self) -> Result<()> {
+        self.writer.flush().with_context(|| failed(&self.path))
     }
 
     /// Flushes everything and syncs it to the disk.
-    pub(super) fn finish(self) -> Result<()> {
-        let failed = self.failed();
+    fn finish(self: Box<Self>) -> Result<()> {
+        let failed = failed(&self.path);
         let file = self
             .writer
             .finish()
@@ -98,4 +102,8 @@ impl RecordingFile {
             .context(failed.clone())?;
         file.sync_all().context(failed)
     }
+}
+
+fn failed(path: &Path) -> String {
+    format!("writing the recording to {} failed", path.display())
 }

@@ -308,7 +308,7 @@ impl<'n> DeviceSampler<'n> {
     fn probe(index: u32, device: Device<'n>, hz: f64) -> DeviceSampler<'n> {
         // Only what the driver buffers from now on: its history predates
         // the recording.
-        let now_us = super::anchor().realtime_ns / 1000;
+        let now_us = super::clock::anchor().realtime_ns / 1000;
         let mut missing = Vec::new();
         let mut check = |what: &str, function: &str, result: Result<(), NvmlError>| {
             check_supported(&mut missing, what, function, result)
@@ -518,7 +518,7 @@ fn new_samples(device: &Device<'_>, kind: Sampling, last_us: &mut u64) -> Vec<(u
     let Ok(mut samples) = device.samples(kind, *last_us) else {
         return Vec::new();
     };
-    let anchor = super::anchor();
+    let anchor = super::clock::anchor();
     samples.retain(|s| s.timestamp > *last_us);
     samples.sort_by_key(|s| s.timestamp);
     if let Some(newest) = samples.last() {
@@ -543,7 +543,7 @@ fn value(v: &SampleValue) -> u64 {
 }
 
 fn now() -> u64 {
-    super::monotonic_ns()
+    super::clock::monotonic_ns()
 }
 
 #[cfg(test)]

@@ -1,28 +1,41 @@
 //! Capture: everything that touches the live system. Loads and attaches the
 //! kernel programs, decides what is tracked, drains events into the
-//! recording as it goes, samples /proc and the GPUs ([`gpu`]), probes the CUDA runtime the
-//! job loads ([`cuda`]), and stops on a signal, the duration or the targets' exit.
-//!
-//! [`record`] is the entry point; the stages it runs are modules of their
-//! own: [`privileges`] checks, [`programs`] (the kernel side, the only
-//! module that uses aya), [`launch`] (the command `record --` starts),
-//! [`session`] (the recording loop), [`signals`] (how it stops), [`file`](mod@file)
-//! (the recording file written) and [`clock`].
+//! recording as it goes, samples /proc and the GPUs ([`gpu`]), probes the
+//! CUDA runtime the job loads ([`cuda`]), and stops on a signal, the
+//! duration or the targets' exit.
 //!
 //! Architecture invariant: the only module that needs root and the only one
 //! that uses aya (through [`programs`]). What it writes is all that later
-//! stages see.
+//! stages see. Inside capture only `programs` names an aya type; whatever
+//! needs the live machine (symbols, process names and command lines, device
+//! names, NVML's wall-clock timestamps turned into CLOCK_MONOTONIC) is
+//! resolved here, at record time. Whatever stops a recording (a signal, a
+//! second signal, a full disk, an error), the file on disk is a readable
+//! prefix and no program or map outlives the process.
 //!
-//! [`record`] builds a current-thread tokio runtime and runs `start`
-//! (privilege checks, load, launch or find the targets, attach, track),
-//! `Session::run`, `Session::stop_command` (a launched command is stopped
-//! and waited for), then `Session::finish` (the last drain, CUDA, lost
-//! counts and the footer). Inside capture only `programs` names an aya
-//! type; whatever needs the live machine (symbols, process names and
-//! command lines, device names, NVML's wall-clock timestamps turned into
-//! CLOCK_MONOTONIC) is resolved here, at record time. Whatever stops a
-//! recording (a signal, a second signal, a full disk, an error), the file
-//! on disk is a readable prefix and no program or map outlives the process.
+//! [`record`] is the entry point. It runs, in order: [`session::check`]
+//! (root, capabilities, targets, tracefs), the file ([`file`](mod@file)),
+//! `Session::start` (load, launch or find the targets, attach, track),
+//! `Session::run` (until [`signals`], the duration or the targets' exit),
+//! `Session::stop` (a launched command is stopped and waited for) and
+//! `Session::finish` (the last drain, the totals, the footer).
+//!
+//! The capture is stages, each owning its state, on these threads:
+//!
+//! - the session's (this one, a current-thread tokio runtime):
+//!   [`session`] runs the jobs [`scheduler`] calls for: the drain
+//!   ([`drain`]), the [`tracker`] (targets, snapshots, maps, the Python,
+//!   CUDA and libtorch watches), the [`losses`] and the progress line
+//!   ([`status`]);
+//! - `tprof-unwind` (or `tprof-writer`'s, by default): the resolve stage
+//!   ([`resolve`]: [`stacks`], [`unwind`], [`symbols`], `python::frames`),
+//!   drained events in, events with named stacks out;
+//! - `tprof-writer`: the write stage, into a [`sink`] (the recording file);
+//! - `tprof-gpu`: the NVML sampler ([`gpu`]).
+//!
+//! [`pipeline`] starts the stage threads and bounds the queue to them.
+//! Options and outcomes are in [`options`]: the import graph runs one way,
+//! from this module down, never back up.
 // The map above names private stages: it is for readers of the source
 // (`cargo doc --document-private-items`).
 #![allow(rustdoc::private_intra_doc_links)]
@@ -33,102 +46,38 @@ pub mod cuda;
 mod drain;
 mod file;
 pub mod gpu;
+mod header;
 mod launch;
 pub mod limits;
+mod losses;
 mod node;
+mod options;
 mod pipeline;
 mod privileges;
 pub mod procfs;
 mod programs;
 mod python;
+mod resolve;
+mod scheduler;
 mod session;
 mod signals;
+mod sink;
 mod stacks;
+mod status;
 mod symbols;
 mod torch;
 pub mod tracefs;
+mod tracker;
 mod unwind;
-
-use std::{io::BufWriter, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result};
 
 pub use clock::{anchor, monotonic_ns};
 use file::{RecordingFile, Unstarted};
-use gpu::GpuOptions;
-use pipeline::Pipeline;
-use programs::KernelPrograms;
+pub use options::{RecordOptions, RecordOutcome, StopReason};
 pub use programs::MapLimits;
 use session::Session;
 use signals::Signals;
-use tprof_core::recording::{CommandExit, LostCounts, Writer};
-
-/// What `tprof record` was asked to do, validated.
-#[derive(Debug, Clone)]
-pub struct RecordOptions {
-    /// Running processes to attach to (with their descendants).
-    pub pids: Vec<u32>,
-    /// A command to launch and trace from its exec (empty: none).
-    pub command: Vec<String>,
-    pub duration: Option<Duration>,
-    pub output: PathBuf,
-    pub force: bool,
-    pub gpu: GpuOptions,
-    /// On-CPU sampling frequency; None: no stacks at all (--no-stacks).
-    pub sample_hz: Option<u64>,
-    /// Bytes of user stack copied at each sample and new switch-out site
-    /// (`--stack-size`).
-    pub stack_copy_bytes: u32,
-    /// Walk CPython's frames into the stacks (off with --no-python-frames).
-    pub python_frames: bool,
-    /// Trace CUDA runtime calls (off with --no-cuda).
-    pub cuda: bool,
-    /// Kernel map sizes (defaults unless a test shrinks them).
-    pub limits: MapLimits,
-    /// How long the launched command's process group gets to exit once the
-    /// recording stops it, before SIGKILL (`--kill-after`).
-    pub kill_after: Duration,
-}
-
-/// Why recording stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
-    Duration,
-    Interrupted,
-    Terminated,
-    HungUp,
-    TargetsExited,
-}
-
-impl StopReason {
-    fn is_signal(self) -> bool {
-        matches!(
-            self,
-            StopReason::Interrupted | StopReason::Terminated | StopReason::HungUp
-        )
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StopReason::Duration => "duration",
-            StopReason::Interrupted => "interrupted",
-            StopReason::Terminated => "terminated",
-            StopReason::HungUp => "hung up",
-            StopReason::TargetsExited => "targets exited",
-        }
-    }
-}
-
-/// What a finished recording holds.
-#[derive(Debug, Clone)]
-pub struct RecordOutcome {
-    pub path: PathBuf,
-    pub stop_reason: StopReason,
-    pub events: u64,
-    pub lost: LostCounts,
-    /// How the launched command ended (`record -- CMD` only).
-    pub command_exit: Option<CommandExit>,
-}
 
 /// Records until a stop condition; the recording is complete on `Ok`.
 pub fn record(opts: &RecordOptions) -> Result<RecordOutcome> {
@@ -139,125 +88,29 @@ pub fn record(opts: &RecordOptions) -> Result<RecordOutcome> {
     runtime.block_on(record_async(opts))
 }
 
+/// The recording's life, in order: checks, the file, the capture into it,
+/// the stop, the end.
 async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     // Before anything can be interrupted: a Ctrl-C from now on stops cleanly.
     let mut signals = Signals::new()?;
-    let mut session = start(opts)?;
-    session.announce();
-    let result = session.run(&mut signals, opts.duration).await;
-    // From here a signal within a second of the first is a duplicate, and
-    // a later one means "stop now", even mid-write.
-    let by_signal = result.as_ref().is_ok_and(|r| r.is_signal());
-    let group = session.command_pid().unwrap_or(0);
-    signals::arm_force_stop(&opts.output, by_signal, group);
-    let result = match result {
-        Ok(reason) => {
-            announce_stop(reason, session.command_pid(), opts.kill_after);
-            session.stop_command(reason).await.map(|()| reason)
-        }
-        Err(e) => Err(e),
-    };
-    stop(session, result)
-}
-
-/// What stopping does, on one line (a script can wait for "finishing").
-fn announce_stop(reason: StopReason, command: Option<u32>, kill_after: Duration) {
-    let what = match (reason, command) {
-        (StopReason::TargetsExited, _) => return,
-        (_, Some(pid)) => {
-            let sig = match reason {
-                StopReason::Interrupted => "SIGINT",
-                StopReason::HungUp => "SIGHUP",
-                _ => "SIGTERM",
-            };
-            format!(
-                "stopping the command: {sig} to its process group {pid}, SIGKILL after {} s",
-                kill_after.as_secs_f64()
-            )
-        }
-        (_, None) => "detaching; the targets keep running".to_string(),
-    };
-    let hint = if reason.is_signal() {
-        signals::FINISHING
-    } else {
-        "finishing…"
-    };
-    eprintln!("tprof: {} ({what}); {hint}", reason.as_str());
-}
-
-/// Checks what recording needs, loads and attaches the programs, launches
-/// the command or finds the targets, and writes the recording's start.
-fn start(opts: &RecordOptions) -> Result<Session> {
-    privileges::check_root()?;
-    privileges::check_capabilities()?;
-    session::check_targets(&opts.pids)?;
-    tracefs::ensure_mounted()?;
-    let offsets = tracefs::tracepoint_offsets()?;
+    let offsets = session::check(opts)?;
     let file = crate::output::create(&opts.output, opts.force)?;
     // Until recording starts, a failure leaves no empty file behind (it
     // would only make the next run's -o refuse the path).
     let unstarted = Unstarted(&opts.output);
-    let stacks = opts.sample_hz.map(|_| opts.stack_copy_bytes);
-    let mut programs = KernelPrograms::load(&offsets, stacks, opts.python_frames, opts.limits)?;
-    let held = if opts.command.is_empty() {
-        None
-    } else {
-        Some(launch::spawn_held(&opts.command)?)
-    };
-    privileges::raise_priority();
-    // Before the window opens: NVML can take a while to start.
-    let gpu = gpu::start(&opts.gpu);
-    let start = anchor();
-    programs.attach()?;
-    if let Some(hz) = opts.sample_hz {
-        programs.attach_sampler(hz)?;
-    }
-    let writer = Writer::new(BufWriter::with_capacity(1 << 20, file))
-        .with_context(|| format!("writing the recording to {} failed", opts.output.display()))?;
-    let out = RecordingFile::new(writer, opts.output.clone());
-    let stacks = match opts.sample_hz {
-        Some(_) => programs
-            .take_stack_source()
-            .map(|source| (source, programs.stack_mode())),
-        None => None,
-    };
-    let out = Pipeline::start(out, stacks)?;
-    let mut session = Session::new(programs, out, opts, gpu);
-    match &held {
-        Some(child) => session.track_launched(child.pid, &opts.command, start)?,
-        None => session.track_attached(&opts.pids, start)?,
-    }
-    if let Some(child) = held {
-        session.command_started(child.release()?);
-    }
+    let sink = RecordingFile::create(file, opts.output.clone())?;
+    let mut session = Session::start(opts, &offsets, Box::new(sink))?;
     std::mem::forget(unstarted);
-    Ok(session)
-}
-
-/// Finishes the recording (or says where its prefix is); from then on a
-/// signal has its ordinary effect again, but for a duplicate of the first.
-fn stop(session: Session, result: Result<StopReason>) -> Result<RecordOutcome> {
+    session.announce();
+    let result = session.run(&mut signals, opts.duration).await;
+    let result = session.stop(result).await;
+    // Finishes the recording (or says where its prefix is); from then on a
+    // signal has its ordinary effect again, but for a duplicate of the
+    // first.
     let outcome = session.finish(result);
     signals::disarm_force_stop();
     if let Ok(outcome) = &outcome {
-        if let Some(exit) = &outcome.command_exit {
-            eprintln!("tprof: the command (pid {}) {}", exit.pid, exit.describe());
-        }
-        let stacks_lost = match outcome.lost.stack_lost() {
-            0 => String::new(),
-            n => format!(", {n} stacks lost"),
-        };
-        let in_flight_lost = match outcome.lost.in_flight_lost() {
-            0 => String::new(),
-            n => format!(", {n} requests, bios or CUDA calls lost in flight"),
-        };
-        eprintln!(
-            "tprof: stopped ({}), {} events, {} lost{stacks_lost}{in_flight_lost}, written to {}",
-            outcome.stop_reason.as_str(),
-            outcome.events,
-            outcome.lost.total(),
-            outcome.path.display()
-        );
+        status::stopped(outcome);
     }
     outcome
 }

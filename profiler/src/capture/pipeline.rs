@@ -1,20 +1,28 @@
-//! Capture in two stages: the drain (the session's thread) empties the
-//! ring buffers every tick and hands each batch on; a writer thread turns
-//! the batch's stacks into the recording's ([`StackResolver`]: unwinding
-//! the user stack copies, reading the stack map, naming new frames) and
-//! writes everything to the file. Naming frames can take seconds the first
-//! time a large library (libtorch) is seen; on the drain's thread that
-//! stalled the drains until the ring buffer overflowed.
+//! The stages after the drain, and the queue that feeds them. The drain
+//! (the session's thread) empties the ring buffers every tick and sends
+//! each batch here; the resolve stage ([`Resolve`]: unwinding the user
+//! stack copies, reading the stack map, naming new frames) turns its
+//! stacks into the recording's; the write stage hands the result to the
+//! [`Sink`]. Naming frames can take seconds the first time a large library
+//! (libtorch) is seen; on the drain's thread that stalled the drains until
+//! the ring buffer overflowed.
 //!
-//! The queue between the stages is bounded by batches in flight: when the
-//! writer is [`MAX_IN_FLIGHT`] batches behind, the drain leaves the events
-//! in the ring buffer for a tick, so any loss happens there, where the
-//! kernel counts it per event kind. Records the session writes (process
-//! snapshots, samples, GPU series) go through the same queue, so the file
-//! keeps their order with the events.
+//! Where the resolve stage runs is a [`Threads`] choice: on the writer's
+//! thread, each batch resolved then written, or on a thread of its own
+//! (`tprof-unwind`) that hands resolved batches to the writer's
+//! (`tprof-writer`), so a large batch's unwinding overlaps the writing of
+//! the one before.
+//!
+//! The queue is bounded by batches in flight, from the drain until the
+//! sink has them: when the stages are [`MAX_IN_FLIGHT`] batches behind, the
+//! drain leaves the events in the ring buffer for a tick, so any loss
+//! happens there, where the kernel counts it per event kind. Records the
+//! session writes (process snapshots, samples, GPU series) go through the
+//! same queue and stages, so the sink gets them in order with the events;
+//! what the resolve stage must know of the processes ([`Fact`]s) too, so
+//! each batch is resolved against what was known when it was drained.
 
 use std::{
-    path::{Path, PathBuf},
     sync::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
@@ -27,96 +35,127 @@ use anyhow::{Context as _, Result, anyhow};
 use serde::Serialize;
 
 use super::drain::DrainBatch;
-use super::file::RecordingFile;
-use super::procfs::{self, Mapping};
+use super::procfs;
 use super::programs::StackSource;
 use super::python::Interpreter;
-use super::stacks::{Keep, StackCounts, StackResolver};
+use super::resolve::{Fact, Resolve, Resolved};
+use super::sink::{Sink, encode};
+use super::stacks::StackCounts;
 
-/// Batches the writer may be behind before the drain waits (each is one
+/// Batches the stages may be behind before the drain waits (each is one
 /// 50 ms tick, so about two seconds of events held in memory).
 pub(super) const MAX_IN_FLIGHT: usize = 40;
 
+/// Where the resolve stage runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Threads {
+    /// On the writer's thread: each batch resolved, then written.
+    Shared,
+    /// On a thread of its own, ahead of the writer's.
+    Split,
+}
+
+/// Set to 1 to run the resolve stage on a thread of its own
+/// ([`Threads::Split`]) rather than on the writer's: for comparing the two
+/// (docs/benchmarks.md), and for the tests of the split.
+pub(super) const UNWIND_THREAD_ENV: &str = "TPROF_UNWIND_THREAD";
+
+impl Threads {
+    /// What [`UNWIND_THREAD_ENV`] asks for; [`Threads::Shared`] by default.
+    pub(super) fn from_env() -> Threads {
+        match std::env::var_os(UNWIND_THREAD_ENV) {
+            Some(v) if v == "1" => Threads::Split,
+            _ => Threads::Shared,
+        }
+    }
+}
+
+/// What the session sends down the pipeline.
 enum Msg {
     Events(DrainBatch),
-    /// A metadata record, already serialized.
+    Fact(Fact),
+    /// A metadata record, already encoded.
     Record(u32, Vec<u8>),
-    /// A process's executable mappings, for naming its frames.
-    Maps(u32, Vec<Mapping>),
-    /// A child's parent, whose mappings name its frames until it has its own.
-    Parent(u32, u32),
-    /// A process's CPython, whose frames the writer names.
-    Python(Arc<Interpreter>),
     Flush,
 }
+
+/// What the resolve stage hands the write stage.
+enum Out {
+    Events(Resolved),
+    Record(u32, Vec<u8>),
+    Flush,
+}
+
+/// A running stage thread, which hands the sink back when it ends.
+type Stage = JoinHandle<Result<Box<dyn Sink>>>;
 
 /// The drain's end of the pipeline: what the session writes goes here.
 pub(super) struct Pipeline {
     tx: Option<mpsc::Sender<Msg>>,
-    /// Batches the writer is done with, for the drain to fill again.
+    /// Batches the sink is done with, for the drain to fill again.
     recycled: mpsc::Receiver<DrainBatch>,
     in_flight: Arc<AtomicUsize>,
     stack_counts: Arc<Mutex<StackCounts>>,
-    writer: Option<JoinHandle<Result<RecordingFile>>>,
-    path: PathBuf,
+    /// The resolve stage's thread (which owns the writer's, if apart).
+    stages: Option<Stage>,
 }
 
 impl Pipeline {
-    /// Starts the writer thread, which owns `out` (and the stack map, when
+    /// Starts the stage threads, which own `sink` (and the stack map, when
     /// stacks are sampled, with the kernel's [`stack_mode`]) until
     /// [`Pipeline::finish`].
     ///
     /// [`stack_mode`]: profiler_ebpf::stack_mode
     pub(super) fn start(
-        out: RecordingFile,
+        sink: Box<dyn Sink>,
         stacks: Option<(StackSource, u32)>,
+        threads: Threads,
     ) -> Result<Pipeline> {
         let (tx, rx) = mpsc::channel();
         let (recycle, recycled) = mpsc::channel();
         let in_flight = Arc::new(AtomicUsize::new(0));
         let stack_counts = Arc::new(Mutex::new(StackCounts::default()));
-        let path = out.path().to_path_buf();
-        let (in_flight_stage, counts_stage) = (Arc::clone(&in_flight), Arc::clone(&stack_counts));
-        let writer = std::thread::Builder::new()
-            .name("tprof-writer".into())
-            // The resolver is made on the thread: blazesym's caches are
-            // not Send.
-            .spawn(move || {
-                let stage = Stage {
-                    out,
-                    stacks: stacks
-                        .map(|(source, mode)| StackResolver::new(source, mode, counts_stage)),
-                    in_flight: in_flight_stage,
-                    recycle,
-                };
-                stage.run(rx)
-            })
-            .context("cannot start the recording's writer thread")?;
+        let write = WriteStage {
+            sink,
+            in_flight: Arc::clone(&in_flight),
+            recycle,
+        };
+        let counts = Arc::clone(&stack_counts);
+        // The resolver is made on its thread: blazesym's caches are not
+        // Send.
+        let stages = match threads {
+            Threads::Shared => spawn("tprof-writer", move || {
+                run_stages(rx, Resolve::new(stacks, counts), Downstream::Here(write))
+            })?,
+            Threads::Split => {
+                let (out_tx, out_rx) = mpsc::channel();
+                let writer = spawn("tprof-writer", move || write.run(out_rx))?;
+                let downstream = Downstream::Thread { tx: out_tx, writer };
+                spawn("tprof-unwind", move || {
+                    run_stages(rx, Resolve::new(stacks, counts), downstream)
+                })?
+            }
+        };
         Ok(Pipeline {
             tx: Some(tx),
             recycled,
             in_flight,
             stack_counts,
-            writer: Some(writer),
-            path,
+            stages: Some(stages),
         })
     }
 
-    pub(super) fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The writer is too far behind for another batch.
+    /// The stages are too far behind for another batch.
     pub(super) fn is_full(&self) -> bool {
         self.in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT
     }
 
-    /// What the writer counted of the stacks it resolved so far.
+    /// What the resolve stage counted of the stacks it resolved so far.
     pub(super) fn stack_counts(&self) -> StackCounts {
         self.stack_counts.lock().map(|c| *c).unwrap_or_default()
     }
 
-    /// An empty batch to drain into (one the writer is done with, if any).
+    /// An empty batch to drain into (one the sink is done with, if any).
     pub(super) fn empty_batch(&self) -> DrainBatch {
         self.recycled.try_recv().unwrap_or_default()
     }
@@ -127,36 +166,36 @@ impl Pipeline {
     }
 
     pub(super) fn write_json<T: Serialize>(&mut self, kind: u32, value: &T) -> Result<()> {
-        let payload = serde_json::to_vec(value).context("cannot encode a recording record")?;
+        let payload = encode(value)?;
         self.send(Msg::Record(kind, payload))
     }
 
     /// Reads `pid`'s executable mappings now, for naming its frames later.
     pub(super) fn snapshot_maps(&mut self, pid: u32) -> Result<()> {
         match procfs::exec_maps(pid) {
-            Some(maps) => self.send(Msg::Maps(pid, maps)),
+            Some(maps) => self.send(Msg::Fact(Fact::Maps(pid, maps))),
             None => Ok(()), // gone; keep what we had
         }
     }
 
     pub(super) fn set_parent(&mut self, child: u32, parent: u32) -> Result<()> {
-        self.send(Msg::Parent(child, parent))
+        self.send(Msg::Fact(Fact::Parent { child, parent }))
     }
 
     pub(super) fn add_interpreter(&mut self, interp: Arc<Interpreter>) -> Result<()> {
-        self.send(Msg::Python(interp))
+        self.send(Msg::Fact(Fact::Python(interp)))
     }
 
     pub(super) fn flush(&mut self) -> Result<()> {
         self.send(Msg::Flush)
     }
 
-    /// Waits for the writer to write everything sent, and takes the file
-    /// back for the last records, with the final stack counts.
-    pub(super) fn finish(mut self) -> Result<(RecordingFile, StackCounts)> {
-        self.tx = None; // the writer stops when the queue is empty
-        let file = self.join()?;
-        Ok((file, self.stack_counts()))
+    /// Waits for the stages to hand everything sent to the sink, and takes
+    /// the sink back for the last records, with the final stack counts.
+    pub(super) fn finish(mut self) -> Result<(Box<dyn Sink>, StackCounts)> {
+        self.tx = None; // the stages stop when the queue is empty
+        let sink = self.join()?;
+        Ok((sink, self.stack_counts()))
     }
 
     fn send(&mut self, msg: Msg) -> Result<()> {
@@ -164,7 +203,7 @@ impl Pipeline {
         if sent {
             return Ok(());
         }
-        // The writer stopped: it failed, and says why.
+        // The stages stopped: one failed, and says why.
         self.tx = None;
         match self.join() {
             Ok(_) => Err(anyhow!("the recording's writer stopped")),
@@ -172,68 +211,260 @@ impl Pipeline {
         }
     }
 
-    fn join(&mut self) -> Result<RecordingFile> {
-        let writer = self
-            .writer
+    fn join(&mut self) -> Result<Box<dyn Sink>> {
+        let stages = self
+            .stages
             .take()
             .ok_or_else(|| anyhow!("the recording's writer already stopped"))?;
-        writer
-            .join()
-            .map_err(|_| anyhow!("the recording's writer thread panicked"))?
+        join(stages)
     }
 }
 
-/// The writer thread.
-struct Stage {
-    out: RecordingFile,
-    stacks: Option<StackResolver>,
+fn spawn(
+    name: &str,
+    stage: impl FnOnce() -> Result<Box<dyn Sink>> + Send + 'static,
+) -> Result<Stage> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(stage)
+        .with_context(|| format!("cannot start the recording's {name} thread"))
+}
+
+fn join(stage: Stage) -> Result<Box<dyn Sink>> {
+    stage
+        .join()
+        .map_err(|_| anyhow!("the recording's writer thread panicked"))?
+}
+
+/// The resolve stage's loop: resolves each batch and hands everything on,
+/// in order. Ends when the session's end of the queue is dropped, or when
+/// the write stage fails, with the write stage's own error.
+fn run_stages(
+    rx: mpsc::Receiver<Msg>,
+    mut resolve: Resolve,
+    mut downstream: Downstream,
+) -> Result<Box<dyn Sink>> {
+    let handed = hand_on(rx, &mut resolve, &mut downstream);
+    // On the writer's failure, joining it says why better than "stopped".
+    let sink = downstream.finish();
+    match (handed, sink) {
+        (Ok(()), sink) => sink,
+        (Err(_), Err(cause)) => Err(cause),
+        (Err(err), Ok(_)) => Err(err),
+    }
+}
+
+fn hand_on(
+    rx: mpsc::Receiver<Msg>,
+    resolve: &mut Resolve,
+    downstream: &mut Downstream,
+) -> Result<()> {
+    for msg in rx {
+        match msg {
+            Msg::Events(batch) => downstream.take(Out::Events(resolve.resolve(batch)))?,
+            Msg::Fact(fact) => resolve.learn(fact),
+            Msg::Record(kind, payload) => downstream.take(Out::Record(kind, payload))?,
+            Msg::Flush => downstream.take(Out::Flush)?,
+        }
+    }
+    Ok(())
+}
+
+/// Where the resolve stage hands its output: the write stage itself, on
+/// the same thread, or the write stage's thread.
+enum Downstream {
+    Here(WriteStage),
+    Thread {
+        tx: mpsc::Sender<Out>,
+        writer: Stage,
+    },
+}
+
+impl Downstream {
+    fn take(&mut self, out: Out) -> Result<()> {
+        match self {
+            Downstream::Here(write) => write.take(out),
+            Downstream::Thread { tx, .. } => tx
+                .send(out)
+                .map_err(|_| anyhow!("the recording's writer stopped")),
+        }
+    }
+
+    /// Everything handed on is in the sink: the sink, back.
+    fn finish(self) -> Result<Box<dyn Sink>> {
+        match self {
+            Downstream::Here(write) => Ok(write.sink),
+            Downstream::Thread { tx, writer } => {
+                drop(tx); // the writer stops when its queue is empty
+                join(writer)
+            }
+        }
+    }
+}
+
+/// The write stage: hands each item to the sink, and a written batch back
+/// to the drain.
+struct WriteStage {
+    sink: Box<dyn Sink>,
     in_flight: Arc<AtomicUsize>,
     recycle: mpsc::Sender<DrainBatch>,
 }
 
-impl Stage {
-    fn run(mut self, rx: mpsc::Receiver<Msg>) -> Result<RecordingFile> {
-        for msg in rx {
-            match msg {
-                Msg::Events(mut batch) => {
-                    let written = self.events(&mut batch);
-                    self.in_flight.fetch_sub(1, Ordering::AcqRel);
-                    let _ = self.recycle.send(batch);
-                    written?;
-                }
-                Msg::Record(kind, payload) => self.out.write_record(kind, &payload)?,
-                Msg::Maps(pid, maps) => {
-                    if let Some(stacks) = &mut self.stacks {
-                        stacks.add_maps(pid, maps);
-                    }
-                }
-                Msg::Parent(child, parent) => {
-                    if let Some(stacks) = &mut self.stacks {
-                        stacks.set_parent(child, parent);
-                    }
-                }
-                Msg::Python(interp) => {
-                    if let Some(stacks) = &mut self.stacks {
-                        stacks.add_interpreter(interp);
-                    }
-                }
-                Msg::Flush => self.out.flush()?,
-            }
+impl WriteStage {
+    fn run(mut self, rx: mpsc::Receiver<Out>) -> Result<Box<dyn Sink>> {
+        for out in rx {
+            self.take(out)?;
         }
-        Ok(self.out)
+        Ok(self.sink)
     }
 
-    /// One drain's events: their stacks interned and written first, then
-    /// the events with the recording's stack ids (stack copies are used up
-    /// here, not written).
-    fn events(&mut self, batch: &mut DrainBatch) -> Result<()> {
-        if let Some(stacks) = &mut self.stacks {
-            batch.rewrite(|event| stacks.rewrite(event) == Keep::Yes);
-            stacks.write_new(&mut self.out)?;
+    fn take(&mut self, out: Out) -> Result<()> {
+        match out {
+            Out::Events(batch) => {
+                let written = self.sink.events(&batch);
+                self.in_flight.fetch_sub(1, Ordering::AcqRel);
+                let _ = self.recycle.send(batch.events);
+                written
+            }
+            Out::Record(kind, payload) => self.sink.record(kind, &payload),
+            Out::Flush => self.sink.flush(),
         }
-        for event in batch.in_order() {
-            self.out.push_event(event)?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a sink was handed, in order.
+    #[derive(Default)]
+    struct Log {
+        items: Vec<String>,
+        /// Fail at the nth record, counting from 0.
+        fail_at: Option<usize>,
+    }
+
+    struct TestSink(Arc<Mutex<Log>>);
+
+    impl Sink for TestSink {
+        fn record(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
+            let mut log = self.0.lock().unwrap();
+            if log.fail_at == Some(log.items.len()) {
+                anyhow::bail!("disk full");
+            }
+            let item = format!("record {kind} {}", String::from_utf8_lossy(payload));
+            log.items.push(item);
+            Ok(())
         }
-        Ok(())
+
+        fn events(&mut self, batch: &Resolved) -> Result<()> {
+            let tags: Vec<u8> = batch.events.in_order().map(|e| e[8]).collect();
+            let item = format!("events {}", String::from_utf8_lossy(&tags));
+            self.0.lock().unwrap().items.push(item);
+            Ok(())
+        }
+
+        fn flush(&mut self) -> Result<()> {
+            self.0.lock().unwrap().items.push("flush".into());
+            Ok(())
+        }
+
+        fn finish(self: Box<Self>) -> Result<()> {
+            self.0.lock().unwrap().items.push("finish".into());
+            Ok(())
+        }
+    }
+
+    /// A batch of one event per tag, in timestamp order.
+    fn batch(pipeline: &Pipeline, tags: &[u8]) -> DrainBatch {
+        let mut batch = pipeline.empty_batch();
+        batch.gather(|push| {
+            for (ts, &tag) in tags.iter().enumerate() {
+                let mut event = (ts as u64 + 1).to_le_bytes().to_vec();
+                event.push(tag);
+                push(&event);
+            }
+        });
+        batch
+    }
+
+    /// Records, batches and flushes reach the sink in the order they were
+    /// sent, whichever thread resolves; the sink comes back at the end.
+    #[test]
+    fn the_sink_gets_everything_in_order_on_either_threading() {
+        for threads in [Threads::Shared, Threads::Split] {
+            let log = Arc::new(Mutex::new(Log::default()));
+            let sink = Box::new(TestSink(Arc::clone(&log)));
+            let mut pipeline = Pipeline::start(sink, None, threads).unwrap();
+            pipeline.write_json(1, &"header").unwrap();
+            let events = batch(&pipeline, b"ab");
+            pipeline.send_events(events).unwrap();
+            pipeline.set_parent(2, 1).unwrap();
+            pipeline.write_json(2, &7).unwrap();
+            pipeline.flush().unwrap();
+            let events = batch(&pipeline, b"c");
+            pipeline.send_events(events).unwrap();
+            let (sink, _) = pipeline.finish().unwrap();
+            sink.finish().unwrap();
+            assert_eq!(
+                log.lock().unwrap().items,
+                [
+                    "record 1 \"header\"",
+                    "events ab",
+                    "record 2 7",
+                    "flush",
+                    "events c",
+                    "finish"
+                ],
+                "{threads:?}"
+            );
+        }
+    }
+
+    /// A sink that fails stops the pipeline with its own error, which the
+    /// session sees at its next send or at the end, on either threading.
+    #[test]
+    fn a_failing_sink_stops_the_pipeline_with_its_error() {
+        for threads in [Threads::Shared, Threads::Split] {
+            let log = Arc::new(Mutex::new(Log {
+                fail_at: Some(1),
+                ..Log::default()
+            }));
+            let sink = Box::new(TestSink(Arc::clone(&log)));
+            let mut pipeline = Pipeline::start(sink, None, threads).unwrap();
+            let mut sent = Ok(());
+            for i in 0..1000 {
+                sent = pipeline.write_json(1, &i);
+                if sent.is_err() {
+                    break;
+                }
+            }
+            let err = match sent {
+                Err(err) => err,
+                Ok(()) => pipeline.finish().err().expect("the sink failed"),
+            };
+            assert_eq!(format!("{err:#}"), "disk full", "{threads:?}");
+        }
+    }
+
+    /// A batch the sink took counts no more against the bound, and is
+    /// handed back for the next drain.
+    #[test]
+    fn written_batches_come_back_to_the_drain() {
+        let log = Arc::new(Mutex::new(Log::default()));
+        let sink = Box::new(TestSink(Arc::clone(&log)));
+        let mut pipeline = Pipeline::start(sink, None, Threads::Split).unwrap();
+        for _ in 0..MAX_IN_FLIGHT * 2 {
+            let events = batch(&pipeline, b"x");
+            pipeline.send_events(events).unwrap();
+        }
+        // Sent to the end of the queue; then drained.
+        pipeline.flush().unwrap();
+        while pipeline.in_flight.load(Ordering::Acquire) > 0 {
+            std::thread::yield_now();
+        }
+        assert!(!pipeline.is_full());
+        assert!(pipeline.recycled.try_recv().is_ok());
+        pipeline.finish().unwrap();
     }
 }

@@ -27,7 +27,8 @@ use std::{
 use anyhow::{Context as _, Result};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use super::{StopReason, clock::monotonic_ns};
+use super::clock::monotonic_ns;
+use super::options::StopReason;
 
 /// Signals this close to the first stop signal are duplicates of it.
 pub(super) const DUPLICATE_WINDOW: Duration = Duration::from_secs(1);

@@ -4,7 +4,9 @@
 //! without BTF, as frame-pointer walks in the kernel's stack map; kernel
 //! stacks always come from the stack map. Each new stack is read or unwound
 //! once, its frames named ([`Namer`]), and frames and stacks are interned
-//! and written (FRAMES, then STACK_DEFS) before the events that use them.
+//! and handed on (FRAMES, then STACK_DEFS) to go before the events that use
+//! them. The resolve stage ([`super::resolve`]) drives it, one drain at a
+//! time.
 //! The events keep their bytes but for their stack fields, which now index
 //! the recording's STACK_DEFS, and the copies are dropped: raw stack bytes
 //! never reach the file, which needs nothing from this machine.
@@ -13,7 +15,7 @@
 //! into the event's user stack; the record itself is not written either.
 //!
 //! A copy is unwound when it arrives and filed under its thread and slot for
-//! the events that refer to it (`copy_ref`); a reference the writer cannot
+//! the events that refer to it (`copy_ref`); a reference the stage cannot
 //! match (the copy lost, or drained after the event) is a lost stack,
 //! counted, never another copy's. An address in no known mapping re-reads
 //! the process's mappings (at most every `REREAD_EVERY`, 20 ms: `import
@@ -32,8 +34,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Result;
-// The writer looks these up for every switch-out and sample: SipHash's
+// The resolve stage looks these up for every switch-out and sample: SipHash's
 // resistance to chosen keys buys nothing against the kernel's ids.
 use foldhash::{HashMap, HashMapExt as _};
 use profiler_ebpf::{
@@ -42,11 +43,10 @@ use profiler_ebpf::{
     user_stack_flags,
 };
 use tprof_core::recording::{
-    FrameBatch, LostCounts, StackBatch, record,
+    FrameBatch, LostCounts, StackBatch,
     stacks::markers::{NO_MAPPINGS, TRUNCATED},
 };
 
-use super::file::RecordingFile;
 use super::procfs::{self, Mapping};
 use super::programs::StackSource;
 use super::python::Interpreter;
@@ -57,8 +57,8 @@ use super::unwind::{End, Unwinder, Unwound, UserRegs};
 /// A recording stack id: an index into its STACK_DEFS, or -1 for none.
 type StackId = i32;
 
-/// What became of the user stacks the writer unwound, for the LOST record
-/// (the session reads it while the writer updates it).
+/// What became of the user stacks the resolve stage unwound, for the LOST
+/// record (the session reads it while the stage updates it).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(super) struct StackCounts {
     /// Stack ids the stack map no longer held when read.
@@ -72,7 +72,7 @@ pub(super) struct StackCounts {
     pub cut: u64,
     /// Copies with registers but not a byte of stack.
     pub copy_failed: u64,
-    /// Events referring to a copy the writer never got (it came after the
+    /// Events referring to a copy the stage never got (it came after the
     /// event, or not at all).
     pub unmatched: u64,
 }
@@ -254,13 +254,13 @@ impl StackResolver {
         Keep::Yes
     }
 
-    /// Writes the frames and stacks interned since the last call, named now
-    /// (while the processes' files are surely there), before the events
-    /// that refer to them. A native frame without a symbol is named by the
-    /// start of its function (from its file's CFI), so its samples add up
-    /// under one name.
-    pub(super) fn write_new(&mut self, out: &mut RecordingFile) -> Result<()> {
-        if !self.new_frames.is_empty() {
+    /// The frames and stacks interned since the last call, the frames named
+    /// now (while the processes' files are surely there), for the sink to
+    /// take before the events that refer to them. A native frame without a
+    /// symbol is named by the start of its function (from its file's CFI),
+    /// so its samples add up under one name.
+    pub(super) fn take_new(&mut self) -> (Option<FrameBatch>, Option<StackBatch>) {
+        let frames = (!self.new_frames.is_empty()).then(|| {
             let first = (self.frames.len() - self.new_frames.len()) as u32;
             let mut frames = self.namer.frames(&self.new_frames, &self.spaces);
             for (frame, site) in frames.iter_mut().zip(&self.new_frames) {
@@ -271,17 +271,17 @@ impl StackResolver {
                 }
             }
             self.new_frames.clear();
-            out.write_json(record::FRAMES, &FrameBatch { first, frames })?;
-        }
-        if !self.new_stacks.is_empty() {
+            FrameBatch { first, frames }
+        });
+        let stacks = (!self.new_stacks.is_empty()).then(|| {
             let first = (self.stacks.len() - self.new_stacks.len()) as u32;
             let stacks = std::mem::take(&mut self.new_stacks);
-            out.write_json(record::STACK_DEFS, &StackBatch { first, stacks })?;
-        }
+            StackBatch { first, stacks }
+        });
         if let Ok(mut shared) = self.shared.lock() {
             *shared = self.counts;
         }
-        Ok(())
+        (frames, stacks)
     }
 
     /// The recording's id of the user stack an event refers to (a copy of
@@ -333,7 +333,7 @@ impl StackResolver {
         resolved
     }
 
-    /// Copy mode: the copy an event refers to, if the writer got it
+    /// Copy mode: the copy an event refers to, if the stage got it
     /// (counted when not).
     fn copied(&mut self, tid: u32, reference: i32) -> Option<Copied> {
         if reference < 0 {

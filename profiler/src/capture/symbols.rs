@@ -13,7 +13,7 @@
 //! none, its nearest ancestor's. [`Namer`] names sites with blazesym (ELF
 //! files by file offset, kallsyms, the vDSO) and `/tmp/perf-<pid>.map` for
 //! JIT code, and keeps blazesym's parsed files for the whole recording;
-//! Python sites and markers arrive named. It runs on the writer thread
+//! Python sites and markers arrive named. It runs in the resolve stage
 //! only: the first sight of a large library costs blazesym seconds.
 
 use std::{

@@ -14,7 +14,7 @@ use aya::{
 };
 use profiler_ebpf::{cuda_fn, mark, names::program as name};
 
-use super::{KernelPrograms, find_program};
+use super::object::{KernelPrograms, find_program};
 use crate::capture::tracefs;
 
 /// A program and the tracepoint it attaches to.

@@ -16,7 +16,7 @@ use aya::{
 use profiler_ebpf::{BioOwner, CudaEnter, RequestKey, RequestTimes, names::map};
 use tprof_core::recording::LostCounts;
 
-use super::take_map;
+use super::object::take_map;
 use crate::capture::{clock::monotonic_ns, procfs};
 
 /// Entries dropped by one [`InFlight::expire`].

@@ -10,7 +10,7 @@ use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
 
 use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
 
-use super::KernelPrograms;
+use super::object::KernelPrograms;
 
 impl KernelPrograms {
     /// Runs of our programs the kernel skipped because another BPF program

@@ -1,6 +1,6 @@
 //! The kernel's stack map, read by id as events name its stacks.
 //!
-//! [`StackSource`] reads the stack map once per id, on the writer thread.
+//! [`StackSource`] reads the stack map once per id, in the resolve stage.
 //! Kernel stacks walked inside a raw tracepoint program begin with the
 //! program and `bpf_trace_run4`; they are trimmed (by kallsyms) from
 //! off-CPU kernel stacks, so both scheduler program sets give the same

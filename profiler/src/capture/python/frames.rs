@@ -1,4 +1,4 @@
-//! Python frames on the writer thread: pairs each [`PyStackEvent`] with
+//! Python frames in the resolve stage: pairs each [`PyStackEvent`] with
 //! the sample or switch-out it was walked for, names its code objects
 //! (once per code object and process) and splices the named frames into
 //! that event's native user stack. The stack resolver (`capture::stacks`)
@@ -13,7 +13,7 @@
 
 use std::{rc::Rc, sync::Arc};
 
-// The writer looks these up for every switch-out and sample.
+// The resolve stage looks these up for every switch-out and sample.
 use foldhash::HashMap;
 
 use profiler_ebpf::{
@@ -21,8 +21,8 @@ use profiler_ebpf::{
     python::{PY_FAULT, PY_NO_THREAD, PY_TRUNCATED, PyFrame},
 };
 
-use super::Interpreter;
 use super::code::{CodeInfo, read_code};
+use super::interpreter::Interpreter;
 use super::memory::ProcessMemory;
 use super::splice::{PyEntry, splice};
 use crate::capture::symbols::Site;

@@ -16,9 +16,9 @@ use profiler_ebpf::python::{
 use serde_json::Value;
 
 use super::code::read_code;
+use super::interpreter::{Finder, Interpreter};
 use super::layout::Version;
 use super::memory::ProcessMemory;
-use super::*;
 
 /// Every interpreter the issue names, with the version it is.
 const INTERPRETERS: &[(&str, Version)] = &[

@@ -1,15 +1,15 @@
 //! Which tracked processes run CPython, kept current as the job forks,
-//! execs and starts processes: the session asks [`PythonTracker::scan`]
+//! execs and starts processes: capture's tracker asks [`PythonTracker::scan`]
 //! about each process when it is tracked, appears or execs, on every drain
 //! while it is young (a just exec'd python maps its libpython a moment
 //! later), and once a second after that; what is found goes to the kernel
-//! (`PY_PROCS`) and to the writer.
+//! (`PY_PROCS`) and to the resolve stage.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use super::interpreter::{Finder, Interpreter};
 use super::layout::Version;
-use super::{Finder, Interpreter};
 
 #[derive(Default)]
 pub(crate) struct PythonTracker {

@@ -1,0 +1,101 @@
+//! The program globals userspace sets at load time that are structs: the
+//! tracepoint field offsets ([`TracepointOffsets`], `OFFSETS`) and the
+//! file offsets the pipe program walks ([`FileOffsets`], `FILE_OFFSETS`),
+//! read from tracefs and BTF so no kernel's layout is baked in. (The
+//! scalar globals' values, such as [`stack_mode`](crate::stack_mode), sit
+//! with their concern.)
+
+/// Byte offsets of the tracepoint fields the programs read, taken at load
+/// time from tracefs `format` files so no kernel's layout is baked in.
+/// Userspace sets it as the programs' `OFFSETS` global. An offset of an
+/// optional tracepoint the kernel lacks stays 0 and its program is not
+/// attached. 72 bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TracepointOffsets {
+    /// sched_switch
+    pub switch_prev_pid: u16,
+    pub switch_prev_state: u16,
+    pub switch_next_pid: u16,
+    /// sched_waking / sched_wakeup / sched_wakeup_new (same layout)
+    pub wakeup_pid: u16,
+    pub wakeup_target_cpu: u16,
+    /// task_newtask
+    pub newtask_pid: u16,
+    pub newtask_clone_flags: u16,
+    /// sched_process_exec
+    pub exec_old_pid: u16,
+    /// sched_process_exit
+    pub exit_group_dead: u16,
+    /// task_rename
+    pub rename_pid: u16,
+    pub rename_newcomm: u16,
+    /// block_bio_queue (and block_bio_backmerge and block_bio_frontmerge,
+    /// of the same event class)
+    pub bio_dev: u16,
+    pub bio_sector: u16,
+    pub bio_nr_sector: u16,
+    /// block_split
+    pub split_dev: u16,
+    pub split_sector: u16,
+    pub split_new_sector: u16,
+    /// block_rq_insert / block_rq_issue (same layout)
+    pub rq_dev: u16,
+    pub rq_sector: u16,
+    /// block_rq_complete
+    pub complete_dev: u16,
+    pub complete_sector: u16,
+    pub complete_nr_sector: u16,
+    pub complete_error: u16,
+    pub complete_rwbs: u16,
+    /// syscalls/sys_enter_futex
+    pub futex_uaddr: u16,
+    pub futex_op: u16,
+    /// syscalls/sys_enter_futex_wait (Linux 6.7+)
+    pub futex_wait_uaddr: u16,
+    /// syscalls/sys_enter_futex_waitv (Linux 5.16+)
+    pub futex_waitv_waiters: u16,
+    /// syscalls/sys_exit_futex* (same layout for all three)
+    pub futex_ret: u16,
+    /// `task_struct` fields for the raw sched_switch / sched_waking programs,
+    /// from the kernel's BTF (0 when they are not used: classic tracepoints).
+    pub task_pid: u16,
+    pub task_exit_state: u16,
+    /// `thread_info.cpu` (or `cpu`) within task_struct.
+    pub task_cpu: u16,
+    /// `thread.fsbase` within task_struct: a thread's `pthread_self()`,
+    /// which is how CPython 3.10 names its threads (0 when unknown).
+    pub task_fsbase: u16,
+    pub _pad: [u16; 3],
+}
+const _: () = assert!(size_of::<TracepointOffsets>() == 72);
+// SAFETY: a repr(C) struct of integers with no hidden padding (the
+// derived bytemuck::Pod checks it): every bit pattern is a valid value.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for TracepointOffsets {}
+
+/// Where the pipe programs find a file descriptor's file and tell a pipe:
+/// `current->files->fdt->fd[fd]`, the file's inode mode (a FIFO) and its
+/// `private_data` (the pipe), from the kernel's BTF, and `sys_exit_read`'s
+/// `ret` field, from tracefs. Userspace sets it as the `FILE_OFFSETS`
+/// global; all zero turns the pipe program off. 24 bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileOffsets {
+    pub task_files: u16,
+    pub files_fdt: u16,
+    pub fdt_max_fds: u16,
+    pub fdt_fd: u16,
+    pub file_inode: u16,
+    pub file_private_data: u16,
+    pub inode_mode: u16,
+    /// `sys_exit_read`'s `ret`.
+    pub exit_ret: u16,
+    pub _pad: [u16; 4],
+}
+const _: () = assert!(size_of::<FileOffsets>() == 24);
+// SAFETY: as for TracepointOffsets.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for FileOffsets {}

@@ -1,0 +1,222 @@
+//! What tprof says on stderr while it records: the line a script can wait
+//! for once tracking has begun, the progress line (redrawn once a second
+//! on a terminal, printed every ten seconds otherwise), what stopping
+//! does, and the totals at the end. Formatting is apart from printing, so
+//! the lines are tested.
+
+use std::{
+    io::{IsTerminal as _, Write as _},
+    path::Path,
+    time::Duration,
+};
+
+use tprof_core::recording::GpuInfo;
+
+use super::options::{RecordOutcome, StopReason};
+use super::signals::FINISHING;
+
+/// The one line a script waiting for tprof to attach can look for, and
+/// whether the GPUs are sampled.
+pub(super) fn announce(processes: usize, threads: usize, path: &Path, gpu: &GpuInfo) {
+    eprintln!(
+        "tprof: recording {processes} process(es), {threads} thread(s) to {} (Ctrl-C to stop)",
+        path.display()
+    );
+    match &gpu.status {
+        Some(reason) => eprintln!("tprof: no GPU data: {reason}"),
+        None => eprintln!("tprof: sampling {} GPU(s)", gpu.devices.len()),
+    }
+}
+
+/// What the progress line shows.
+pub(super) struct Progress<'a> {
+    pub elapsed: Duration,
+    pub events: u64,
+    pub lost: u64,
+    pub processes: usize,
+    /// The pipeline is too far behind to take a drain.
+    pub lagging: bool,
+    /// While stopping: what tprof waits for.
+    pub stopping: Option<&'a str>,
+}
+
+impl Progress<'_> {
+    pub(super) fn line(&self) -> String {
+        let lagging = if self.lagging {
+            " (writing behind: events wait in the ring buffer)"
+        } else {
+            ""
+        };
+        let mut line = format!(
+            "tprof: {:.0} s, {} events, {} lost, {} processes{lagging}",
+            self.elapsed.as_secs_f64(),
+            self.events,
+            self.lost,
+            self.processes
+        );
+        if let Some(stopping) = self.stopping {
+            line = format!("{line}; {stopping}; {FINISHING}");
+        }
+        line
+    }
+
+    /// Redraws the line on a terminal; elsewhere (a log) prints it on
+    /// every tenth second.
+    pub(super) fn show(&self) {
+        if std::io::stderr().is_terminal() {
+            eprint!("\r\x1b[K{}", self.line());
+            let _ = std::io::stderr().flush();
+        } else if self.elapsed.as_secs().is_multiple_of(10) {
+            eprintln!("{}", self.line());
+        }
+    }
+}
+
+/// Ends the progress line on a terminal, before what follows.
+pub(super) fn end_progress() {
+    if std::io::stderr().is_terminal() {
+        eprintln!();
+    }
+}
+
+/// What stopping does, on one line (a script can wait for "finishing").
+pub(super) fn announce_stop(reason: StopReason, command: Option<u32>, kill_after: Duration) {
+    if let Some(line) = stop_line(reason, command, kill_after) {
+        eprintln!("{line}");
+    }
+}
+
+fn stop_line(reason: StopReason, command: Option<u32>, kill_after: Duration) -> Option<String> {
+    let what = match (reason, command) {
+        (StopReason::TargetsExited, _) => return None,
+        (_, Some(pid)) => {
+            let sig = match reason {
+                StopReason::Interrupted => "SIGINT",
+                StopReason::HungUp => "SIGHUP",
+                _ => "SIGTERM",
+            };
+            format!(
+                "stopping the command: {sig} to its process group {pid}, SIGKILL after {} s",
+                kill_after.as_secs_f64()
+            )
+        }
+        (_, None) => "detaching; the targets keep running".to_string(),
+    };
+    let hint = if reason.is_signal() {
+        FINISHING
+    } else {
+        "finishing…"
+    };
+    Some(format!("tprof: {} ({what}); {hint}", reason.as_str()))
+}
+
+/// The totals of a finished recording, and how the command ended.
+pub(super) fn stopped(outcome: &RecordOutcome) {
+    if let Some(exit) = &outcome.command_exit {
+        eprintln!("tprof: the command (pid {}) {}", exit.pid, exit.describe());
+    }
+    eprintln!("{}", stopped_line(outcome));
+}
+
+fn stopped_line(outcome: &RecordOutcome) -> String {
+    let stacks_lost = match outcome.lost.stack_lost() {
+        0 => String::new(),
+        n => format!(", {n} stacks lost"),
+    };
+    let in_flight_lost = match outcome.lost.in_flight_lost() {
+        0 => String::new(),
+        n => format!(", {n} requests, bios or CUDA calls lost in flight"),
+    };
+    format!(
+        "tprof: stopped ({}), {} events, {} lost{stacks_lost}{in_flight_lost}, written to {}",
+        outcome.stop_reason.as_str(),
+        outcome.events,
+        outcome.lost.total(),
+        outcome.path.display()
+    )
+}
+
+/// `tprof: stack copies: N drained, B bytes in S s (R bytes/s)`: B counts
+/// whole ring-buffer records (header, registers and the stack bytes).
+pub(super) fn copy_stats_line(copies: u64, bytes: u64, secs: f64) -> String {
+    format!(
+        "tprof: stack copies: {copies} drained, {bytes} bytes in {secs:.2} s ({:.0} bytes/s)",
+        bytes as f64 / secs.max(1e-9)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tprof_core::recording::LostCounts;
+
+    #[test]
+    fn copy_stats_line_gives_bytes_per_second() {
+        assert_eq!(
+            copy_stats_line(3, 3000, 2.0),
+            "tprof: stack copies: 3 drained, 3000 bytes in 2.00 s (1500 bytes/s)"
+        );
+        // No time elapsed: no division by zero.
+        assert!(copy_stats_line(0, 0, 0.0).ends_with("(0 bytes/s)"));
+    }
+
+    #[test]
+    fn progress_line_says_when_writing_is_behind_and_what_stopping_waits_for() {
+        let progress = Progress {
+            elapsed: Duration::from_millis(12_400),
+            events: 5,
+            lost: 1,
+            processes: 3,
+            lagging: false,
+            stopping: None,
+        };
+        assert_eq!(
+            progress.line(),
+            "tprof: 12 s, 5 events, 1 lost, 3 processes"
+        );
+        let behind = Progress {
+            lagging: true,
+            stopping: Some("waiting for the command"),
+            ..progress
+        };
+        assert_eq!(
+            behind.line(),
+            format!(
+                "tprof: 12 s, 5 events, 1 lost, 3 processes (writing behind: events wait in \
+                 the ring buffer); waiting for the command; {FINISHING}"
+            )
+        );
+    }
+
+    #[test]
+    fn stopping_says_what_becomes_of_the_targets() {
+        let kill_after = Duration::from_secs(10);
+        assert_eq!(
+            stop_line(StopReason::Interrupted, Some(42), kill_after).unwrap(),
+            format!(
+                "tprof: interrupted (stopping the command: SIGINT to its process group 42, \
+                 SIGKILL after 10 s); {FINISHING}"
+            )
+        );
+        assert_eq!(
+            stop_line(StopReason::Duration, None, kill_after).unwrap(),
+            "tprof: duration (detaching; the targets keep running); finishing…"
+        );
+        assert_eq!(stop_line(StopReason::TargetsExited, None, kill_after), None);
+    }
+
+    #[test]
+    fn stopped_line_names_stack_and_in_flight_losses_only_when_some() {
+        let outcome = RecordOutcome {
+            path: "/tmp/x.tprof".into(),
+            stop_reason: StopReason::Duration,
+            events: 10,
+            lost: LostCounts::default(),
+            command_exit: None,
+        };
+        assert_eq!(
+            stopped_line(&outcome),
+            "tprof: stopped (duration), 10 events, 0 lost, written to /tmp/x.tprof"
+        );
+    }
+}

@@ -7,12 +7,18 @@
 //!
 //! A job imports torch after it starts, so the targets are scanned every
 //! few drains until one maps libtorch (its first iteration is seconds of
-//! imports later), and every process once a second as CUDA's are.
+//! imports later), and every process once a second as CUDA's are. The
+//! exported functions are probed at once; the end of a `record_function`
+//! region, which is not exported, is looked up in the full symbol table on
+//! a thread of its own and probed by offset when found (`attach_exits`,
+//! at the next look), so the first steps of a job may lack it.
 
 use std::fs::File;
+use std::path::PathBuf;
+use std::sync::mpsc;
 
-use anyhow::Result;
-use object::{Object as _, ObjectSymbol as _};
+use anyhow::{Context as _, Result};
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
 use super::cuda::{NewLibraries, probed_library};
 use super::programs::KernelPrograms;
@@ -50,10 +56,46 @@ pub(super) fn mark_symbols(file: &File) -> Result<Vec<(u32, Option<String>)>> {
     Ok(out)
 }
 
+/// The file offset of the end of a `record_function` region
+/// (`mark::RECORD_FUNCTION_EXIT_SYMBOL`), from the library's full symbol
+/// table: half a million symbols and 78 MB of names in torch 2.15, found
+/// in about a second (debug build, mapped), so never on the drain's
+/// thread.
+fn exit_offset(path: &std::path::Path) -> Result<u64> {
+    let file = File::open(path)?;
+    // Mapped, not read through a cache: half a million names read one
+    // pread each took seconds; mapped, page faults bring them in.
+    // SAFETY: the mapping is read-only and private; a library file changed
+    // under a running job would break the job first.
+    let map = unsafe { memmap2::Mmap::map(&file)? };
+    let elf = object::File::parse(&*map)?;
+    let prefix = profiler_ebpf::mark::RECORD_FUNCTION_EXIT_SYMBOL;
+    let symbol = elf
+        .symbols()
+        .find(|s| s.is_definition() && s.name().is_ok_and(|n| n.starts_with(prefix)))
+        .with_context(|| format!("{prefix}…: not in the symbol table"))?;
+    let section = symbol
+        .section_index()
+        .and_then(|i| elf.section_by_index(i).ok())
+        .context("its section is not in the file")?;
+    let (start, _) = section.file_range().context("its section has no bytes")?;
+    Ok(symbol.address() - section.address() + start)
+}
+
+/// A lookup of the exit symbol, done: the library (as attached) and the
+/// offset, or why not.
+struct ExitFound {
+    library: PathBuf,
+    index: usize,
+    offset: Result<u64>,
+}
+
 pub(super) struct TorchTracer {
     libraries: NewLibraries,
     info: StepProbes,
     dirty: bool,
+    /// Lookups of the exit symbol under way, on threads of their own.
+    exits: (mpsc::Sender<ExitFound>, mpsc::Receiver<ExitFound>),
 }
 
 impl TorchTracer {
@@ -67,6 +109,54 @@ impl TorchTracer {
                 libraries: Vec::new(),
             },
             dirty: true,
+            exits: mpsc::channel(),
+        }
+    }
+
+    /// Looks for the exit symbol of the library just probed (its index in
+    /// `info.libraries`) on a thread of low priority: the job is importing
+    /// torch meanwhile, and its steps come seconds later.
+    fn find_exit(&self, library: PathBuf, index: usize) {
+        let sender = self.exits.0.clone();
+        let spawned = std::thread::Builder::new()
+            .name("tprof-symtab".into())
+            .spawn(move || {
+                // Only this thread's niceness: below the job's, whose imports
+                // run meanwhile, and well below tprof's own (-10).
+                // SAFETY: setpriority on the calling thread (who 0) takes
+                // plain integers and touches no memory.
+                unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 5) };
+                let offset = exit_offset(&library);
+                let _ = sender.send(ExitFound {
+                    library,
+                    index,
+                    offset,
+                });
+            });
+        if let Err(e) = spawned {
+            eprintln!("tprof: note: cannot look for the end of libtorch's regions: {e}");
+        }
+    }
+
+    /// Probes the region ends whose lookups finished.
+    pub(super) fn attach_exits(&mut self, programs: &mut KernelPrograms) {
+        while let Ok(found) = self.exits.1.try_recv() {
+            let symbol = profiler_ebpf::mark::RECORD_FUNCTION_EXIT_SYMBOL;
+            let attached = found.offset.and_then(|offset| {
+                programs.attach_torch_at(
+                    &found.library,
+                    profiler_ebpf::mark::RECORD_FUNCTION_EXIT,
+                    offset,
+                )
+            });
+            let Some(library) = self.info.libraries.get_mut(found.index) else {
+                continue;
+            };
+            match attached {
+                Ok(()) => library.probed.push(format!("{symbol}…")),
+                Err(e) => library.missing.push(format!("{symbol}…: {e:#}")),
+            }
+            self.dirty = true;
         }
     }
 
@@ -98,6 +188,7 @@ impl TorchTracer {
             let all = profiler_ebpf::mark::ALL.len();
             let library = probed_library("training steps", lib, pid, now_ns, probes, all);
             self.info.libraries.push(library);
+            self.find_exit(path, self.info.libraries.len() - 1);
             self.dirty = true;
         }
         Ok(())

@@ -411,8 +411,9 @@ impl Tracker {
         programs: &mut KernelPrograms,
         out: &mut Pipeline,
     ) -> Result<()> {
+        self.torch.attach_exits(programs);
         if self.torch.found() {
-            return Ok(());
+            return self.write_step_probes(out);
         }
         let now = monotonic_ns();
         for &pid in &self.roots {
@@ -433,6 +434,7 @@ impl Tracker {
             self.cuda.scan(programs, pid, now)?;
             self.torch.scan(programs, pid, now)?;
         }
+        self.torch.attach_exits(programs);
         self.write_step_probes(out)?;
         self.cuda.refresh_launches(programs)?;
         self.write_cuda(out)

@@ -245,6 +245,22 @@ impl KernelPrograms {
         Ok(out)
     }
 
+    /// Probes one libtorch function at a file offset (found by the caller
+    /// in the library's full symbol table: aya's attach by name would scan
+    /// it again), for every process mapping the file. The error says why
+    /// not.
+    pub fn attach_torch_at(&mut self, library: &Path, what: u32, file_offset: u64) -> Result<()> {
+        let point = UProbeAttachPoint {
+            location: UProbeAttachLocation::AbsoluteOffset(file_offset),
+            cookie: Some(u64::from(what)),
+        };
+        let program = self.uprobe(name::TORCH_MARK)?;
+        let id = program.attach(point, library, UProbeScope::AllProcesses)?;
+        let link = program.take_link(id)?;
+        self.links.keep(link);
+        Ok(())
+    }
+
     /// Whether pipe transfers are traced, or why not.
     pub fn pipes(&self) -> std::result::Result<(), &str> {
         self.pipes.as_ref().map(|_| ()).map_err(String::as_str)

@@ -47,8 +47,11 @@ into fresh memory in place of page-locked memory ("pin_memory_thread":
 """
 
 import argparse
+import functools
 import json
+import mmap
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -94,6 +97,37 @@ def parse_args():
     p.add_argument("--iterations", type=int, default=40, help="timed iterations")
     p.add_argument("--go-file", help="after warm-up, wait until this file exists")
     p.add_argument("--generate-only", action="store_true", help="make the images and exit")
+    # The zoo of input-pipeline pathologies (`cargo xtask bench zoo`): each
+    # option below makes one of them, alone or together.
+    p.add_argument(
+        "--dataset",
+        choices=["jpeg", "python", "bursty", "large", "disk"],
+        default="jpeg",
+        help="jpeg: decode with OpenCV; python: parse records in pure Python (holds the GIL); "
+        "bursty: every 8th batch waits for remote storage (in order, no shuffle); "
+        "large: images sent at full resolution as --dtype, resized by the trainer; "
+        "disk: small random O_DIRECT reads of --disk-file",
+    )
+    p.add_argument("--item-work", type=int, default=6000, help="python: tokens parsed per item")
+    p.add_argument("--burst-ms", type=float, default=240.0,
+                   help="bursty: how long a costly batch waits for its items (fetched from remote storage)")
+    p.add_argument("--collate", choices=["default", "numpy"], default="default",
+                   help="numpy: a collate_fn that returns numpy arrays, which go through the pipe pickled "
+                   "(default_collate's tensors go through shared memory)")
+    p.add_argument("--dtype", choices=["float32", "float64", "uint8"], default="float32",
+                   help="what a batch holds when the workers send it (uint8: the trainer converts)")
+    p.add_argument("--disk-file", default="/var/tmp/tprof-zoo-records.bin",
+                   help="disk: the file read with O_DIRECT (made when missing; not on tmpfs)")
+    p.add_argument("--disk-reads", type=int, default=24, help="disk: random 4 KiB reads per item")
+    p.add_argument("--epoch-batches", type=int, default=None, help="batches per epoch (short epochs)")
+    p.add_argument("--worker-init-ms", type=float, default=0.0,
+                   help="worker_init_fn also opens an index for this long (waiting, as on a remote store)")
+    p.add_argument("--mp-context", choices=["fork", "spawn", "forkserver"], default=None)
+    p.add_argument("--dataset-payload-mb", type=int, default=0,
+                   help="an index the dataset carries, pickled into every worker under spawn")
+    p.add_argument("--model", choices=["small", "large"], default="small")
+    p.add_argument("--metrics-thread", action="store_true",
+                   help="a Python thread in the trainer that computes metrics in pure Python")
     return p.parse_args()
 
 
@@ -170,23 +204,128 @@ def write_images(args, out_dir):
 
 
 class JpegDataset(torch.utils.data.Dataset):
+    """The job's dataset: JPEGs decoded with OpenCV, or one of the zoo's
+    variants (--dataset). Each variant's costly work is a function of its
+    own (parse_record, decode_costly, read_record), as in a user's code,
+    so a profiler has a name to show."""
+
     def __init__(self, args):
         self.paths = [os.path.join(args.data_dir, f"{i:05d}.jpg") for i in range(args.images)]
+        self.length = len(self.paths)
+        if args.epoch_batches is not None:
+            self.length = min(self.length, args.epoch_batches * args.batch_size)
+        self.kind = args.dataset
         self.size = args.image_size
         self.blur = args.blur
+        self.dtype = args.dtype
+        self.batch_size = args.batch_size
+        self.item_work = args.item_work
+        self.burst_ms = args.burst_ms
+        self.disk_file = args.disk_file
+        self.disk_reads = args.disk_reads
+        self.disk = None  # (fd, buffer), opened in each process on first use
+        # An index the dataset carries: pickled into every worker under
+        # spawn or forkserver, shared copy-on-write under fork.
+        self.payload = np.ones(args.dataset_payload_mb << 20, np.uint8) if args.dataset_payload_mb else None
         self.threads_seen = None
         self.threads_settled = False
 
     def __len__(self):
-        return len(self.paths)
+        return self.length
 
     def __getitem__(self, index):
-        img = cv2.imread(self.paths[index], cv2.IMREAD_COLOR)
-        img = cv2.resize(img, (self.size, self.size), interpolation=cv2.INTER_AREA)
-        img = cv2.GaussianBlur(img, (self.blur, self.blur), 0)
-        tensor = torch.from_numpy(img).permute(2, 0, 1).float().div_(255.0)
+        if self.kind == "python":
+            img = parse_record(index, self.item_work, self.size)
+        elif self.kind == "disk":
+            img = self.read_record(index)
+        else:
+            if self.kind == "bursty" and (index // self.batch_size) % 8 == 7:
+                fetch_remote(self.burst_ms / self.batch_size)
+            img = cv2.imread(self.paths[index], cv2.IMREAD_COLOR)
+            if self.kind == "large":
+                # Sent at full resolution; the trainer resizes.
+                return to_tensor(img, self.dtype), index % 10
+            img = cv2.resize(img, (self.size, self.size), interpolation=cv2.INTER_AREA)
+            img = cv2.GaussianBlur(img, (self.blur, self.blur), 0)
+        tensor = to_tensor(img, self.dtype)
         report_worker_threads(self)
         return tensor, index % 10
+
+    def read_record(self, index):
+        """A record stored as small blocks scattered over a file (an index
+        lookup, then the pieces), read with O_DIRECT so that every read
+        reaches the disk, as on a dataset far larger than the page cache."""
+        if self.disk is None:
+            fd = os.open(self.disk_file, os.O_RDONLY | os.O_DIRECT)
+            self.disk = (fd, mmap.mmap(-1, DISK_BLOCK), os.fstat(fd).st_size // DISK_BLOCK)
+        fd, block, blocks = self.disk
+        rng = random.Random(index)
+        pieces = []
+        for _ in range(self.disk_reads):
+            os.preadv(fd, [block], rng.randrange(blocks) * DISK_BLOCK)
+            pieces.append(bytes(block[:256]))
+        raw = np.frombuffer(b"".join(pieces), np.uint8)
+        need = self.size * self.size * 3
+        return np.resize(raw, need).reshape(self.size, self.size, 3)
+
+
+DISK_BLOCK = 4096
+
+
+def make_disk_file(path, mib=256):
+    """The disk dataset's file, made once (random bytes, so nothing
+    compresses or dedups it); kept off tmpfs so O_DIRECT reads hit a disk."""
+    if os.path.exists(path) and os.path.getsize(path) == mib << 20:
+        return
+    staging = f"{path}.{os.getpid()}.tmp"
+    with open(staging, "wb") as f:
+        for _ in range(mib):
+            f.write(os.urandom(1 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(staging, path)
+
+
+def parse_record(index, work, size):
+    """A record parsed in pure Python (a stand-in for text, JSON or
+    annotation parsing): tokens hashed into a feature grid. It holds the
+    GIL throughout, so on the training thread nothing else of the
+    trainer's Python runs meanwhile."""
+    rng = random.Random(index)
+    grid = [0] * (size * size)
+    cells = len(grid)
+    for _ in range(work):
+        token = rng.getrandbits(24)
+        grid[token % cells] += token & 7
+    plane = np.asarray(grid, dtype=np.uint8).reshape(size, size)
+    return np.repeat(plane[:, :, None], 3, axis=2)
+
+
+def fetch_remote(ms):
+    """An item not in the local cache, fetched from remote storage first:
+    the bursty dataset's every 8th batch is made of them. It waits rather
+    than computes, so a deeper prefetch hides it without more CPU."""
+    time.sleep(ms / 1000.0)
+
+
+def numpy_collate(batch):
+    """A collate_fn that returns numpy arrays (as code written for another
+    framework does): a worker pickles them whole into the pipe, where
+    default_collate's tensors would travel through shared memory."""
+    images = np.stack([np.asarray(img) for img, _ in batch])
+    labels = np.asarray([label for _, label in batch])
+    return images, labels
+
+
+def to_tensor(img, dtype):
+    """HWC uint8 to a CHW tensor of the type the batch is sent as: uint8
+    leaves the conversion to the trainer (decode later)."""
+    tensor = torch.from_numpy(img).permute(2, 0, 1)
+    if dtype == "uint8":
+        return tensor.contiguous()
+    if dtype == "float64":
+        return tensor.double().div_(255.0)
+    return tensor.float().div_(255.0)
 
 
 def thread_table():
@@ -238,8 +377,11 @@ def report_worker_threads(dataset):
     emit({"event": "worker_threads", "pid": os.getpid(), "ts_ns": time.monotonic_ns(), "threads": thread_table()})
 
 
-def worker_init(worker_id):
+def worker_init(worker_id, init_ms=0.0):
     info = torch.utils.data.get_worker_info()
+    start = time.monotonic_ns()
+    if init_ms > 0:
+        open_index(init_ms)
     emit(
         {
             "event": "worker_start",
@@ -247,11 +389,18 @@ def worker_init(worker_id):
             "num_workers": info.num_workers,
             "pid": os.getpid(),
             "ppid": os.getppid(),
-            "ts_ns": time.monotonic_ns(),
+            "ts_ns": start,
+            "init_end_ns": time.monotonic_ns(),
             "torch_threads": torch.get_num_threads(),
             "cv2_threads": cv2.getNumThreads(),
         }
     )
+
+
+def open_index(ms):
+    """What a worker_init_fn opens before the first item (an LMDB
+    environment, a tokenizer, a remote index): here a wait of `ms`."""
+    time.sleep(ms / 1000.0)
 
 
 # ---- pin memory without an accelerator -----------------------------------
@@ -295,6 +444,35 @@ class SmallCnn(nn.Module):
 
     def forward(self, x):
         return self.head(self.features(x).flatten(1))
+
+
+class LargeCnn(SmallCnn):
+    """A model whose compute outweighs its input pipeline (the zoo's
+    healthy, compute-bound job)."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 48, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(48, 96, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(96, 96, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(96, 32, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+        )
+
+
+def metrics_loop(stop):
+    """Running statistics in pure Python, as a logging or metrics thread
+    might keep them: it holds the GIL whenever it runs, so the training
+    thread's Python waits for it."""
+    window = []
+    while not stop.is_set():
+        window.append(sum(i * i for i in range(2000)) % 97)
+        del window[:-100]
 
 
 # ---- the training loop -----------------------------------------------------
@@ -356,6 +534,8 @@ def wait_for(path):
 def main():
     args = parse_args()
     generate_images(args)
+    if args.dataset == "disk":
+        make_disk_file(args.disk_file)
     if args.generate_only:
         return
     accelerator = torch.accelerator.is_available()
@@ -389,28 +569,48 @@ def main():
             "torch": torch.__version__,
             "opencv": cv2.__version__,
             "numpy": np.__version__,
+            "dataset": args.dataset,
+            "dtype": args.dtype,
+            "epoch_batches": args.epoch_batches,
+            "worker_init_ms": args.worker_init_ms,
+            "mp_context": args.mp_context,
+            "model": args.model,
+            "metrics_thread": args.metrics_thread,
+            "collate": args.collate,
         }
     )
     loader_args = {}
     if args.prefetch_factor is not None:
         loader_args["prefetch_factor"] = args.prefetch_factor
+    if args.mp_context is not None and args.num_workers > 0:
+        loader_args["multiprocessing_context"] = args.mp_context
     loader = torch.utils.data.DataLoader(
         JpegDataset(args),
         batch_size=args.batch_size,
-        shuffle=True,
+        # The bursty dataset's costly batches come in order.
+        shuffle=args.dataset != "bursty",
         num_workers=args.num_workers,
         pin_memory=args.pin_memory,
         persistent_workers=args.persistent_workers and args.num_workers > 0,
-        worker_init_fn=worker_init,
+        worker_init_fn=functools.partial(worker_init, init_ms=args.worker_init_ms),
+        collate_fn=numpy_collate if args.collate == "numpy" else None,
         drop_last=True,
         **loader_args,
     )
-    model = SmallCnn().to(device)
+    model = (LargeCnn() if args.model == "large" else SmallCnn()).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     stream = Batches(loader)
 
     def train_step(images, labels):
+        if isinstance(images, np.ndarray):
+            images, labels = torch.from_numpy(images), torch.from_numpy(labels)
+        if images.dtype != torch.float32:
+            images = images.float()
+            if args.dtype == "uint8":
+                images.div_(255.0)
+        if images.shape[-1] != args.image_size:
+            images = nn.functional.interpolate(images, size=(args.image_size, args.image_size), mode="bilinear")
         images = images.to(device, non_blocking=True)
         labels = labels.to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
@@ -424,6 +624,9 @@ def main():
     # profiler's steps count it (tprof's first step is the first batch
     # asked for). Later epochs' iterators are made inside the iteration
     # that exhausts the previous one, as in any training loop.
+    stop_metrics = threading.Event()
+    if args.metrics_thread:
+        threading.Thread(target=metrics_loop, args=(stop_metrics,), name="metrics", daemon=True).start()
     stream.start()
     warmup_iterations = []
     for i in range(args.warmup):
@@ -454,6 +657,7 @@ def main():
         end = time.monotonic_ns()
         iterations.append({"index": i, "epoch": epoch, "start_ns": start, "batch_ns": batch, "end_ns": end, "loss": round(loss, 4)})
 
+    stop_metrics.set()
     span_s = (iterations[-1]["end_ns"] - iterations[0]["start_ns"]) / 1e9
     emit(
         {

@@ -36,6 +36,7 @@ use crate::setup;
 
 mod real;
 mod stacks;
+mod zoo;
 
 #[derive(ClapArgs)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -192,12 +193,18 @@ enum Which {
     /// weights next to `perf record --call-graph dwarf`'s; writes
     /// target/bench/stacks.md.
     Stacks(stacks::Args),
+    /// A zoo of real PyTorch input-pipeline pathologies: record each bad
+    /// configuration, apply tprof's changes, and measure the advised
+    /// configuration against a sweep and the predicted step against the
+    /// measured one; writes target/bench/zoo.md.
+    Zoo(zoo::Args),
 }
 
 pub(crate) fn run(args: &Args) -> Result<()> {
     match &args.which {
         Some(Which::Real(real)) => return real::run(real),
         Some(Which::Stacks(stacks)) => return stacks::run(stacks),
+        Some(Which::Zoo(zoo)) => return zoo::run(zoo),
         None => {}
     }
     if !cmd::is_root() {

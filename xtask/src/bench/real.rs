@@ -40,8 +40,15 @@ pub(super) struct Config {
     omp: Option<u64>,
     mkl: Option<u64>,
     pin_memory: bool,
-    persistent_workers: bool,
-    prefetch_factor: Option<u64>,
+    pub(super) persistent_workers: bool,
+    pub(super) prefetch_factor: Option<u64>,
+    /// More of the job's options, fixed for a configuration (the zoo's
+    /// pathologies: `--dataset python`, `--epoch-batches 4`, …).
+    pub(super) extra: Vec<String>,
+    /// `--dtype`: what a batch holds when the workers send it.
+    pub(super) dtype: Option<String>,
+    /// `--metrics-thread`: a thread in the trainer that holds the GIL.
+    pub(super) metrics_thread: bool,
 }
 
 impl Config {
@@ -53,6 +60,9 @@ impl Config {
             pin_memory: false,
             persistent_workers: false,
             prefetch_factor: None,
+            extra: Vec::new(),
+            dtype: None,
+            metrics_thread: false,
         }
     }
 
@@ -76,6 +86,12 @@ impl Config {
         if let Some(p) = self.prefetch_factor {
             label.push_str(&format!(", prefetch_factor={p}"));
         }
+        if let Some(d) = &self.dtype {
+            label.push_str(&format!(", batches {d}"));
+        }
+        if self.metrics_thread {
+            label.push_str(", metrics thread");
+        }
         label
     }
 
@@ -95,6 +111,13 @@ impl Config {
         if let Some(p) = self.prefetch_factor {
             c.args(["--prefetch-factor", &p.to_string()]);
         }
+        if let Some(d) = &self.dtype {
+            c.args(["--dtype", d]);
+        }
+        if self.metrics_thread {
+            c.arg("--metrics-thread");
+        }
+        c.args(&self.extra);
         c.env_remove("OMP_NUM_THREADS")
             .env_remove("MKL_NUM_THREADS");
         if let Some(o) = self.omp {
@@ -135,7 +158,8 @@ pub(super) fn run(args: &Args) -> Result<()> {
 
     let recorded = Config::sweep(8, false);
     println!("recording {} with tprof", recorded.label());
-    let (findings, advised, skipped) = advise(&python, &recorded, args.iterations, &dir)?;
+    let recording = dir.join("real-8-workers.tprof");
+    let (findings, advised, skipped) = advise(&python, &recorded, args.iterations, &recording)?;
     println!("tprof advises: {}", advised.label());
 
     let mut configs: Vec<Config> = [false, true]
@@ -170,13 +194,12 @@ pub(super) fn run(args: &Args) -> Result<()> {
 /// Records `config` with tprof and applies its findings' changes to it:
 /// the findings (id and changes, for the results) and the advised config,
 /// with the changes it could not apply.
-fn advise(
+pub(super) fn advise(
     python: &Path,
     config: &Config,
     iterations: u32,
-    dir: &Path,
+    recording: &Path,
 ) -> Result<(Vec<Value>, Config, Vec<String>)> {
-    let recording = dir.join("real-8-workers.tprof");
     let tprof = cmd::root().join("target/release/tprof");
     let job = config.command(python, iterations);
     let mut record = command(tprof.to_str().context("utf-8 path")?);
@@ -189,7 +212,7 @@ fn advise(
             "--no-report",
             "-o",
         ])
-        .arg(&recording)
+        .arg(recording)
         .arg("--")
         .arg(job.get_program())
         .args(job.get_args())
@@ -203,7 +226,7 @@ fn advise(
     run_cmd(&mut record)?;
     let out = command(tprof.to_str().context("utf-8 path")?)
         .args(["report", "--json"])
-        .arg(&recording)
+        .arg(recording)
         .output()?;
     if !out.status.success() {
         bail!(
@@ -228,7 +251,7 @@ fn advise(
 
 /// Applies one `{"setting", "from"?, "to"}`; false for a setting the job
 /// has no switch for.
-fn apply(config: &mut Config, change: &Value) -> bool {
+pub(super) fn apply(config: &mut Config, change: &Value) -> bool {
     let to = &change["to"];
     match (change["setting"].as_str(), to.as_u64(), to.as_bool()) {
         (Some("num_workers"), Some(n), _) => config.num_workers = n,
@@ -237,6 +260,9 @@ fn apply(config: &mut Config, change: &Value) -> bool {
         (Some("prefetch_factor"), Some(n), _) => config.prefetch_factor = Some(n),
         (Some("pin_memory"), _, Some(b)) => config.pin_memory = b,
         (Some("persistent_workers"), _, Some(b)) => config.persistent_workers = b,
+        (Some("batch_dtype"), _, _) if to.is_string() => {
+            config.dtype = to.as_str().map(str::to_string);
+        }
         _ => return false,
     }
     true
@@ -262,7 +288,7 @@ fn sweep(python: &Path, configs: &[Config], args: &Args) -> Result<Vec<Vec<f64>>
 }
 
 /// One untraced run; the job's own iterations per second.
-fn run_job(python: &Path, config: &Config, iterations: u32) -> Result<f64> {
+pub(super) fn run_job(python: &Path, config: &Config, iterations: u32) -> Result<f64> {
     let out = config
         .command(python, iterations)
         .stderr(Stdio::null())
@@ -279,7 +305,7 @@ fn run_job(python: &Path, config: &Config, iterations: u32) -> Result<f64> {
         .context("train_job.py printed no summary")
 }
 
-fn median(values: &[f64]) -> f64 {
+pub(super) fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -292,7 +318,7 @@ fn median(values: &[f64]) -> f64 {
     }
 }
 
-fn load_average() -> String {
+pub(super) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()

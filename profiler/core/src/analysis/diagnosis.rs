@@ -883,9 +883,18 @@ fn trainer_cpu_bound(f: &Facts) -> Option<Finding> {
     } else {
         0.0
     };
-    // Where the anatomy names the trainer's work (model compute, loading),
-    // its own findings say it better.
-    let named = f.anatomy.share(Phase::Compute) + f.anatomy.share(Phase::Loading);
+    // Where the anatomy names the trainer's work (model compute, loading,
+    // receiving, the GIL, copies), its own findings say it better.
+    let named = [
+        Phase::Compute,
+        Phase::Loading,
+        Phase::Receiving,
+        Phase::Gil,
+        Phase::Copies,
+    ]
+    .into_iter()
+    .map(|p| f.anatomy.share(p))
+    .sum::<f64>();
     if busy < TRAINER_BUSY || f.p.data_wait_frac >= STARVED || named >= phases::MIN_SHARE {
         return None;
     }

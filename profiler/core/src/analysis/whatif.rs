@@ -62,6 +62,11 @@ pub struct StepModel {
     /// CPU work per step: the trainer's process, the workers.
     pub trainer_cpu_ms: f64,
     pub worker_cpu_ms: f64,
+    /// Of the workers', what their starts took (workers restarted in the
+    /// steady state).
+    pub start_cpu_ms: f64,
+    /// Of the workers', what sending batches took (pickling, writing).
+    pub sending_cpu_ms: f64,
     /// The cores the job could use, less what other processes kept busy
     /// in the steady state when that was half a core or more.
     pub cores: f64,
@@ -115,6 +120,8 @@ impl StepModel {
             workers: pipeline.workers.at_a_time,
             trainer_cpu_ms: (cpu.trainer_s + cpu.trainer_side_s) * 1e3 / n,
             worker_cpu_ms: cpu.workers_s * 1e3 / n,
+            start_cpu_ms: per_step(w.start_cpu_ns),
+            sending_cpu_ms: per_step(w.sending_cpu_ns),
             cores,
             other_cpus,
         })
@@ -123,6 +130,26 @@ impl StepModel {
     /// The CPU bound: the job's CPU work per step spread over the cores.
     pub fn cpu_bound_ms(&self) -> f64 {
         (self.trainer_cpu_ms + self.worker_cpu_ms) / self.cores.max(0.1)
+    }
+
+    /// The step with workers that start once: their starts' CPU gone from
+    /// the CPU term, the rest as measured.
+    pub fn without_restarts(&self) -> f64 {
+        let cpu = (self.trainer_cpu_ms + (self.worker_cpu_ms - self.start_cpu_ms).max(0.0))
+            / self.cores.max(0.1);
+        step(self.serial_ms, self.batch_ms, self.workers.max(1), cpu)
+    }
+
+    /// Batches `factor` times smaller to pass: the trainer's receiving
+    /// (`receiving_ms` a step, on its own path and CPU) and the workers'
+    /// sending CPU shrink with their bytes.
+    pub fn with_smaller_batches(&self, receiving_ms: f64, factor: f64) -> f64 {
+        let saved = 1.0 - 1.0 / factor.max(1.0);
+        let serial = (self.serial_ms - saved * receiving_ms).max(0.0);
+        let trainer_cpu = (self.trainer_cpu_ms - saved * receiving_ms).max(0.0);
+        let worker_cpu = (self.worker_cpu_ms - saved * self.sending_cpu_ms).max(0.0);
+        let cpu = (trainer_cpu + worker_cpu) / self.cores.max(0.1);
+        step(serial, self.batch_ms, self.workers.max(1), cpu)
     }
 
     /// The step with `workers` workers and everything else as measured.
@@ -218,6 +245,8 @@ mod tests {
             workers: 1,
             trainer_cpu_ms: 40.0,
             worker_cpu_ms: 60.0,
+            start_cpu_ms: 0.0,
+            sending_cpu_ms: 0.0,
             cores: 2.0,
             other_cpus: 0.0,
         }

@@ -219,6 +219,18 @@ fn is_libc(module: &str) -> bool {
 /// below that, when there is one: `parse_record (train_job.py)`,
 /// `JpegDataset.__getitem__ (train_job.py) in cv2.abi3.so`.
 pub(super) fn label(table: &StackTable, stack: u32) -> String {
+    label_from(table, stack, false)
+}
+
+/// The name of a piece of the framework's own work (receiving, sending a
+/// batch): the innermost Python function whatever its file (`Queue._feed
+/// (queues.py)`, `ForkingPickler.dumps (reduction.py)`), with the native
+/// library under it, where [`label`] would name the job's code around it.
+pub(super) fn framework_label(table: &StackTable, stack: u32) -> String {
+    label_from(table, stack, true)
+}
+
+fn label_from(table: &StackTable, stack: u32, framework: bool) -> String {
     let all: Vec<&Frame> = frames(table, stack).filter(|f| !f.is_kernel()).collect();
     // A data worker's stack begins with its parent's frames at the fork
     // (the training loop's): its own code is below its loop.
@@ -236,7 +248,7 @@ pub(super) fn label(table: &StackTable, stack: u32) -> String {
     let pick = pythons
         .iter()
         .rev()
-        .find(|&&i| !is_framework_file(&user[i].module))
+        .find(|&&i| framework || !is_framework_file(&user[i].module))
         .or_else(|| {
             // Only the framework's: the innermost that is not one of
             // threading's waits (a queue feeder waiting in Condition.wait

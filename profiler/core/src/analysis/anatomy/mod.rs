@@ -267,6 +267,12 @@ pub struct WorkerLoad {
     /// Stacks told idle from sleep; without them every non-IO block counts
     /// as idle.
     pub idle_known: bool,
+    /// CPU the worker processes' threads used starting (fork to first
+    /// batch) in the steady state: what persistent workers would not spend.
+    pub start_cpu_ns: u64,
+    /// CPU the worker processes' threads used sending batches (pickling,
+    /// writing them out), from their on-CPU samples in the steady state.
+    pub sending_cpu_ns: u64,
 }
 
 impl WorkerLoad {
@@ -613,6 +619,17 @@ impl<'a> Ctx<'a> {
         id
     }
 
+    /// A label for the framework's own work (receiving, sending).
+    fn framework_label(&mut self, stack: Option<u32>) -> u32 {
+        match (self.table, stack) {
+            (Some(table), Some(stack)) => {
+                let name = classify::framework_label(table, stack);
+                self.labels.id(name)
+            }
+            _ => self.label(stack),
+        }
+    }
+
     fn named(&mut self, text: String) -> u32 {
         self.labels.id(text)
     }
@@ -669,7 +686,11 @@ impl<'a> Ctx<'a> {
         }
         for (s, e, stack) in pieces {
             let phase = self.trainer_work(Some(stack)).on_cpu();
-            let label = self.label(Some(stack));
+            let label = if phase == Phase::Receiving {
+                self.framework_label(Some(stack))
+            } else {
+                self.label(Some(stack))
+            };
             push(out, s, e, phase, label);
         }
     }
@@ -853,6 +874,8 @@ impl<'a> Ctx<'a> {
     fn worker_load(&self, (start, end): (u64, u64)) -> WorkerLoad {
         let mut load = WorkerLoad {
             idle_known: self.table.is_some_and(|t| !t.timed.is_empty()),
+            start_cpu_ns: self.start_cpu(start, end),
+            sending_cpu_ns: self.sending_cpu(start, end),
             ..WorkerLoad::default()
         };
         let mains = self
@@ -888,6 +911,49 @@ impl<'a> Ctx<'a> {
             }
         }
         load
+    }
+
+    /// The worker processes' on-CPU samples in `[start, end)` that were
+    /// sending a batch, as time (a sample stands for a sampling period).
+    fn sending_cpu(&self, start: u64, end: u64) -> u64 {
+        let Some(table) = self.table.filter(|t| t.sample_hz > 0) else {
+            return 0;
+        };
+        let workers: std::collections::HashSet<u32> = self
+            .model
+            .threads
+            .iter()
+            .filter(|t| self.roles.of(t.tid) == Role::DataWorker && t.tid == t.pid)
+            .map(|t| t.pid)
+            .collect();
+        let samples = table
+            .timed
+            .iter()
+            .filter(|t| t.kind.is_on_cpu() && t.start_ns >= start && t.start_ns < end)
+            .filter(|t| workers.contains(&t.pid))
+            .filter(|t| classify::worker_work(table, t.stack) == WorkerWork::Sending)
+            .count() as u64;
+        samples * 1_000_000_000 / table.sample_hz
+    }
+
+    /// On-CPU time of the worker processes' threads between each one's
+    /// fork and first batch, within `[start, end)`.
+    fn start_cpu(&self, start: u64, end: u64) -> u64 {
+        self.worker_starts
+            .iter()
+            .map(|w| {
+                let (a, b) = (w.start_ns.max(start), w.ready_ns.unwrap_or(end).min(end));
+                if b <= a {
+                    return 0;
+                }
+                self.model
+                    .threads
+                    .iter()
+                    .filter(|t| t.pid == w.pid && t.start_ns < b && t.end_ns > a)
+                    .map(|t| t.breakdown(a, b).on_cpu)
+                    .sum::<u64>()
+            })
+            .sum()
     }
 
     /// When worker process `pid` became ready, if it was forked in the

@@ -32,18 +32,24 @@ pub(super) fn walk(ctx: &mut Ctx, tid: u32, start: u64, end: u64, depth: usize) 
     };
     let (pid, role) = (thread.pid, ctx.roles.of(tid));
     let side = Side::of(ctx, pid, role);
-    if thread.start_ns > start
-        && let Some(until) = ctx.starting_until(pid, start)
-    {
-        // Not born yet: its process was being started.
-        let label = ctx.named("[fork]".into());
-        push(
-            &mut out,
-            start,
-            thread.start_ns.min(until).min(end),
-            Phase::WorkerStart,
-            label,
-        );
+    if thread.start_ns > start {
+        let born = thread.start_ns.min(end);
+        let main = (tid != pid)
+            .then(|| ctx.thread_at(pid, born.saturating_sub(1)))
+            .flatten();
+        match main {
+            // A thread its process started meanwhile (a queue's feeder
+            // starts with the first batch): before it, its process's main
+            // thread was on the path.
+            Some(_) if depth < MAX_DEPTH => out.extend(walk(ctx, pid, start, born, depth + 1)),
+            _ => {
+                if ctx.starting_until(pid, start).is_some() {
+                    // Not born yet: its process was being started.
+                    let label = ctx.named("[fork]".into());
+                    push(&mut out, start, born, Phase::WorkerStart, label);
+                }
+            }
+        }
     }
     let first = thread.intervals.partition_by_end(|e| e <= start);
     for iv in thread.intervals.iter_from(first) {
@@ -128,7 +134,11 @@ fn running(ctx: &mut Ctx, tid: u32, pid: u32, side: Side, a: u64, b: u64, out: &
                 WorkerWork::Making => Phase::WorkerBusy,
             },
         };
-        let label = ctx.label(stack);
+        let label = if phase == Phase::Sending {
+            ctx.framework_label(stack)
+        } else {
+            ctx.label(stack)
+        };
         starting_split(ctx, pid, side, s, e, phase, label, out);
     }
 }

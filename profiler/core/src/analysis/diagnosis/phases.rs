@@ -21,6 +21,9 @@ const SUPPLY_HEADROOM: f64 = 0.9;
 /// Waits are bursty when this share of their time falls in the slowest
 /// quarter of the steps.
 const BURSTY: f64 = 0.6;
+/// A finding whose whole point is a faster step (a deeper prefetch) fires
+/// only when the step measured is this much above the one predicted.
+const MIN_GAIN: f64 = 1.15;
 
 /// Every finding of this module that applies.
 pub(super) fn findings(f: &Facts) -> Vec<Finding> {
@@ -146,8 +149,8 @@ fn worker_start(f: &Facts) -> Option<Finding> {
     let total_ms = m.step_ms * m.steps as f64;
     let start_ms = p.mean_ms * m.steps as f64;
     let first_batches = p.steps as f64 * m.batch_ms;
-    let predicted = ((total_ms - start_ms + first_batches) / m.steps as f64)
-        .max(m.with_workers(m.workers.max(1)));
+    let predicted =
+        ((total_ms - start_ms + first_batches) / m.steps as f64).max(m.without_restarts());
     let per_start = start_ms / p.steps.max(1) as f64;
     let named = p
         .top
@@ -213,20 +216,21 @@ fn worker_start(f: &Facts) -> Option<Finding> {
 /// started it sooner.
 fn prefetch_starved(f: &Facts) -> Option<Finding> {
     let m = f.model?;
-    let wait_share = f.anatomy.batch_wait_share();
-    if wait_share < MIN_SHARE || m.workers == 0 || m.batch_ms <= 0.0 {
+    if m.workers == 0 || m.batch_ms <= 0.0 {
         return None;
     }
-    let rest = m.serial_ms.max(m.cpu_bound_ms());
-    let supply = m.batch_ms / m.workers as f64;
-    // Waits for a CPU mean too many threads, not bursts.
-    let busy = share(f, Phase::WorkerBusy) + share(f, Phase::WorkerIo);
-    if supply > SUPPLY_HEADROOM * rest || busy < share(f, Phase::WorkerCpuWait) {
-        return None;
-    }
-    let mut waits: Vec<u64> = f
+    // Steps whose worker started (an epoch's first) are another finding's.
+    let steps: Vec<&crate::analysis::anatomy::PhaseTimes> = f
         .anatomy
         .steps
+        .iter()
+        .filter(|s| s.get(Phase::WorkerStart) == 0)
+        .collect();
+    if steps.is_empty() {
+        return None;
+    }
+    let total: u64 = steps.iter().map(|s| s.total()).sum();
+    let mut waits: Vec<u64> = steps
         .iter()
         .map(|s| {
             s.nonzero()
@@ -235,15 +239,28 @@ fn prefetch_starved(f: &Facts) -> Option<Finding> {
                 .sum()
         })
         .collect();
+    let waited: u64 = waits.iter().sum();
+    let wait_share = waited as f64 / total.max(1) as f64;
+    let rest = m.serial_ms.max(m.cpu_bound_ms());
+    let supply = m.batch_ms / m.workers as f64;
+    // Waits for a CPU mean too many threads, not bursts.
+    let busy =
+        share(f, Phase::WorkerBusy) + share(f, Phase::WorkerIo) + share(f, Phase::WorkerSleep);
+    if wait_share < MIN_SHARE
+        || supply > SUPPLY_HEADROOM * rest
+        || busy < share(f, Phase::WorkerCpuWait)
+    {
+        return None;
+    }
     waits.sort_unstable_by(|a, b| b.cmp(a));
-    let total: u64 = waits.iter().sum();
     let quarter: u64 = waits.iter().take(waits.len().div_ceil(4)).sum();
-    let concentrated = quarter as f64 / total.max(1) as f64;
-    if concentrated < BURSTY {
+    let concentrated = quarter as f64 / waited.max(1) as f64;
+    let measured = total as f64 / 1e6 / steps.len() as f64;
+    let predicted = m.without_restarts();
+    if concentrated < BURSTY || measured < MIN_GAIN * predicted {
         return None;
     }
     let longest_ms = waits.first().copied().unwrap_or(0) as f64 / 1e6;
-    let predicted = m.with_workers(m.workers);
     // Batches queued ahead must cover the longest wait at the predicted
     // pace, spread over the workers; PyTorch's default is 2 per worker.
     let ahead = (longest_ms / predicted.max(f64::MIN_POSITIVE)).ceil() as usize;
@@ -258,8 +275,8 @@ fn prefetch_starved(f: &Facts) -> Option<Finding> {
         explains_frac: wait_share,
         evidence: vec![
             format!(
-                "the trainer waited for batches {:.0}% of the steps' time, {:.0}% of it in the slowest \
-                 quarter of the steps",
+                "the trainer waited for batches {:.0}% of the time of the steps no worker start held up, \
+                 {:.0}% of it in the slowest quarter of them",
                 100.0 * wait_share,
                 100.0 * concentrated
             ),
@@ -267,7 +284,10 @@ fn prefetch_starved(f: &Facts) -> Option<Finding> {
                 "a worker makes a batch in {:.1} ms on average; {} workers deliver one every {supply:.1} ms",
                 m.batch_ms, m.workers
             ),
-            prediction_text(&m, predicted),
+            format!(
+                "those steps took {measured:.1} ms on average; {}",
+                prediction_text(&m, predicted)
+            ),
         ],
         fix: format!(
             "Set prefetch_factor={factor}: each worker then works further ahead, so that a costly \
@@ -292,14 +312,23 @@ fn costly_batches(f: &Facts) -> Option<Finding> {
     }
     let m = f.model?;
     let (receiving, sending) = (mean_ms(f, Phase::Receiving), mean_ms(f, Phase::Sending));
-    // A batch of uint8 images is a quarter of float32's bytes.
-    let predicted = m.without_serial(receiving * 0.75);
+    // A batch of uint8 images is a quarter of float32's bytes (an eighth
+    // of float64's: the prediction is for the smaller gain).
+    let predicted = m.with_smaller_batches(receiving, 4.0);
     let label = |phase| {
         f.anatomy
             .phase(phase)
             .map(|p| tops(p, 2))
             .unwrap_or_default()
     };
+    // Reading the pipe itself is most of receiving: the batch travels
+    // through it pickled whole (numpy arrays, lists), where tensors would
+    // leave only a handle to shared memory in it.
+    let pickled_whole = f
+        .anatomy
+        .labels_of(Phase::Receiving)
+        .first()
+        .is_some_and(|(l, _)| l.contains("Connection._recv"));
     Some(Finding {
         id: FindingId::CostlyBatches,
         title: format!(
@@ -314,7 +343,8 @@ fn costly_batches(f: &Facts) -> Option<Finding> {
                 label(Phase::Receiving)
             ),
             format!(
-                "sending (the worker pickling into shared memory): {}",
+                "sending (the worker pickling, writing out; {:.1} ms of its CPU a step): {}",
+                m.sending_cpu_ms,
                 label(Phase::Sending)
             ),
             format!(
@@ -322,10 +352,18 @@ fn costly_batches(f: &Facts) -> Option<Finding> {
                 prediction_text(&m, predicted)
             ),
         ],
-        fix: "Send smaller batches: keep images uint8 in the workers and convert (and normalize) \
-              after the batch arrives, on the GPU where there is one; decode later; a collate_fn \
-              that builds one contiguous tensor."
-            .into(),
+        fix: format!(
+            "Send smaller batches: keep images uint8 in the workers and convert (and normalize) \
+             after the batch arrives, on the GPU where there is one; resize before sending, not \
+             after.{}",
+            if pickled_whole {
+                " The batches travel pickled whole through the pipe (most of receiving is reading \
+                 it): they are not tensors (numpy arrays, lists); a collate_fn that returns \
+                 tensors sends them through shared memory instead."
+            } else {
+                ""
+            }
+        ),
         changes: vec![Change::text("batch_dtype", "uint8")],
         expect: "The trainer's receiving phase shrinks with the batch's bytes.".into(),
         phase: Some(Phase::Receiving),

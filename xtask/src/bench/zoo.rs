@@ -102,7 +102,16 @@ fn cases() -> Vec<Case> {
     const SLOW_INIT: &[&str] = &["--epoch-batches", "6", "--worker-init-ms", "300"];
     const DISK: &[&str] = &["--dataset", "disk"];
     const DECODE: &[&str] = &["--blur", "21", "--image-size", "48"];
-    const BURSTY: &[&str] = &["--dataset", "bursty"];
+    const BURSTY: &[&str] = &[
+        "--dataset",
+        "bursty",
+        "--burst-ms",
+        "180",
+        "--image-size",
+        "96",
+        "--epoch-batches",
+        "96",
+    ];
     const LARGE: &[&str] = &[
         "--dataset",
         "large",
@@ -179,7 +188,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "bursty",
-            what: "every 8th batch waits 240 ms for remote storage, prefetch_factor=2",
+            what: "every 8th batch waits 180 ms for remote storage, prefetch_factor=2",
             expect: &["prefetch_starved"],
             bad: with(kept(2, BURSTY), |c| c.prefetch_factor = Some(2)),
             sweep: [2, 4, 8]

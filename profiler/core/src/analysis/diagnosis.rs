@@ -53,6 +53,9 @@ const POOL_COST: f64 = 0.10;
 const SATURATED_UTIL_PCT: f64 = 85.0;
 /// A blame share that makes a cause a leading one.
 const LEADING: f64 = 0.35;
+/// Workers that spend this share of their working time (on a CPU or in
+/// block IO) in block IO are bound by reads, not by the cores.
+const IO_BOUND_WORKERS: f64 = 0.5;
 /// Mean GPU utilization that counts as GPU-bound.
 const GPU_BUSY_PCT: f64 = 80.0;
 /// Trainer share of its life on a CPU that makes it CPU-bound.
@@ -564,10 +567,14 @@ fn too_many_workers(f: &Facts) -> Option<Finding> {
     let starves_trainer = f.starved() && blame >= LEADING;
     let queues_trainer = f.trainer_queued() >= TRAINER_QUEUED;
     let advice = f.p.advice?;
+    // Workers that mostly wait for reads are not too many for the cores:
+    // the advice counts CPU only, and more readers read side by side.
+    let reading = f.workers.io_s >= IO_BOUND_WORKERS * (f.workers.on_cpu_s + f.workers.io_s);
     if !(starves_trainer || queues_trainer)
         || f.demand_per_core() < OVERSUBSCRIBED
         || waiting < CONTENDED
         || advice.num_workers >= f.worker_processes
+        || reading
     {
         return None;
     }

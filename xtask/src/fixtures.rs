@@ -17,10 +17,13 @@
 //! profiler/core/tests/fixtures/README.md says how.
 //!
 //! The workloads: tests/workloads/pipeline.c in five shapes,
-//! `cuda_copies.c` with the fake libcudart and NVML, and `two_functions.c`.
-//! Each is recorded in a session of its own at nice -15, so the machine's
-//! other work does not shape it, and the version's directory gets a README
-//! saying how each was made.
+//! `cuda_copies.c` with the fake libcudart and NVML, `two_functions.c`, and
+//! the real PyTorch job (tests/workloads/train_job.py, in the venv setup
+//! makes) in three of the zoo's pathologies, attached with `-p` after its
+//! warm-up (a recording from its start holds torch's imports: megabytes of
+//! stacks). Each is recorded in a session of its own at nice -15, so the
+//! machine's other work does not shape it, and the version's directory gets
+//! a README saying how each was made.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -29,7 +32,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, bail};
 
 use crate::cmd::{self, cargo, command, probe, run as run_cmd};
-use crate::workloads;
+use crate::{job_env, workloads};
+
+/// The workload name of the real PyTorch job: attached after its warm-up.
+const TRAIN_JOB: &str = "train_job.py";
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -147,6 +153,64 @@ const FIXTURES: &[Fixture] = &[
         exercises: "on-CPU stacks split 3:1 between burn_a and burn_b; one thread, taken \
                     for the trainer, and no steps (trainer_cpu_bound)",
     },
+    Fixture {
+        name: "zoo_loading",
+        workload: TRAIN_JOB,
+        args: &[
+            Text("--num-workers"),
+            Text("0"),
+            Text("--dataset"),
+            Text("python"),
+            Text("--iterations"),
+            Text("10"),
+        ],
+        env: &[
+            ("OMP_NUM_THREADS", Text("1")),
+            ("MKL_NUM_THREADS", Text("1")),
+        ],
+        exercises: "the real PyTorch job loading on the training thread: the anatomy's \
+                    loading and compute phases from Python frames, libtorch's step and \
+                    end-of-__next__ marks, loading_in_trainer",
+    },
+    Fixture {
+        name: "zoo_restart",
+        workload: TRAIN_JOB,
+        args: &[
+            Text("--num-workers"),
+            Text("2"),
+            Text("--epoch-batches"),
+            Text("3"),
+            Text("--worker-init-ms"),
+            Text("200"),
+            Text("--iterations"),
+            Text("9"),
+        ],
+        env: &[
+            ("OMP_NUM_THREADS", Text("1")),
+            ("MKL_NUM_THREADS", Text("1")),
+        ],
+        exercises: "the real job's workers restarted every epoch with a slow worker_init_fn: \
+                    worker start followed through the fork into open_index, waits followed \
+                    to the workers, slow_worker_start",
+    },
+    Fixture {
+        name: "zoo_gil",
+        workload: TRAIN_JOB,
+        args: &[
+            Text("--num-workers"),
+            Text("2"),
+            Text("--persistent-workers"),
+            Text("--metrics-thread"),
+            Text("--iterations"),
+            Text("10"),
+        ],
+        env: &[
+            ("OMP_NUM_THREADS", Text("1")),
+            ("MKL_NUM_THREADS", Text("1")),
+        ],
+        exercises: "the real job with a metrics thread holding the GIL: the trainer's GIL \
+                    waits and their holder, gil_contention",
+    },
 ];
 
 pub(crate) fn run(args: &Args) -> Result<()> {
@@ -207,11 +271,24 @@ struct Needs {
     fake_cudart: PathBuf,
     fake_nvml: PathBuf,
     data_file: PathBuf,
+    /// The train-job venv's interpreter, when a fixture runs the job.
+    job_python: Option<PathBuf>,
 }
 
 impl Needs {
     fn build(stage: &Path) -> Result<Needs> {
+        let mut job_python = None;
         for f in FIXTURES {
+            if f.workload == TRAIN_JOB {
+                if job_python.is_none() {
+                    fs::copy(
+                        cmd::root().join("tests/workloads/train_job.py"),
+                        stage.join(TRAIN_JOB),
+                    )?;
+                    job_python = Some(job_env::ensure()?);
+                }
+                continue;
+            }
             workloads::build(f.workload, stage)?;
         }
         let mib = FIXTURES
@@ -237,6 +314,7 @@ impl Needs {
                 "libnvidia-ml-fake.so",
             )?,
             data_file,
+            job_python,
         })
     }
 
@@ -306,6 +384,10 @@ fn prioritized(cmd: &mut std::process::Command) {
 /// recording's path.
 fn record(tprof: &Path, stage: &Path, needs: &Needs, fixture: &Fixture) -> Result<PathBuf> {
     let out = stage.join(format!("{}.tprof", fixture.name));
+    if fixture.workload == TRAIN_JOB {
+        record_attached(tprof, stage, needs, fixture, &out)?;
+        return check_size(fixture, out);
+    }
     let mut cmd = command(&tprof.to_string_lossy());
     prioritized(&mut cmd);
     cmd.current_dir(stage)
@@ -325,6 +407,91 @@ fn record(tprof: &Path, stage: &Path, needs: &Needs, fixture: &Fixture) -> Resul
         cmd.env(key, needs.resolve(value));
     }
     run_cmd(&mut cmd)?;
+    check_size(fixture, out)
+}
+
+/// The real PyTorch job, attached after its warm-up: it waits on a go file
+/// once it printed "ready" (its workers alive), tprof attaches with `-p`,
+/// and the go file lets the timed iterations run; tprof stops when the job
+/// exits.
+fn record_attached(
+    tprof: &Path,
+    stage: &Path,
+    needs: &Needs,
+    fixture: &Fixture,
+    out: &Path,
+) -> Result<()> {
+    use std::io::{BufRead as _, BufReader};
+    use std::process::Stdio;
+    let python = needs.job_python.as_ref().context("the train-job venv")?;
+    let go = stage.join("go");
+    let _ = fs::remove_file(&go);
+    let mut job = command(&python.to_string_lossy());
+    prioritized(&mut job);
+    job.current_dir(stage)
+        .arg(format!("./{TRAIN_JOB}"))
+        .args([
+            "--data-dir",
+            "/dev/shm/tprof-train-job-images",
+            "--go-file",
+            "./go",
+        ])
+        .args(fixture.args.iter().map(|&v| needs.resolve(v)))
+        .stdout(Stdio::piped());
+    for &(key, value) in fixture.env {
+        job.env(key, needs.resolve(value));
+    }
+    let mut job = job.spawn().context("start train_job.py")?;
+    let lines = BufReader::new(job.stdout.take().context("the job's stdout")?);
+    let mut lines = lines.lines();
+    let pid = loop {
+        let line = lines
+            .next()
+            .context("train_job.py ended before it was ready")??;
+        if line.contains("\"event\":\"ready\"") {
+            break job.id();
+        }
+    };
+    let mut rec = command(&tprof.to_string_lossy());
+    prioritized(&mut rec);
+    rec.current_dir(stage)
+        .args([
+            "record",
+            "--force",
+            "--no-report",
+            "--no-flamegraphs",
+            "--no-timeline",
+        ])
+        .arg("-o")
+        .arg(out)
+        .args(["-p", &pid.to_string()])
+        .stderr(Stdio::piped());
+    let mut rec = rec.spawn().context("start tprof record")?;
+    let mut errors = BufReader::new(rec.stderr.take().context("tprof's stderr")?).lines();
+    for line in errors.by_ref() {
+        if line?.contains("recording") {
+            break;
+        }
+    }
+    fs::write(&go, b"")?;
+    // The job's output must be read for it not to block on a full pipe.
+    for line in lines {
+        line?;
+    }
+    if !job.wait()?.success() {
+        bail!("train_job.py failed under fixture {}", fixture.name);
+    }
+    for line in errors {
+        line?;
+    }
+    if !rec.wait()?.success() {
+        bail!("tprof record -p failed for fixture {}", fixture.name);
+    }
+    Ok(())
+}
+
+/// The recording, if it fits the budget.
+fn check_size(fixture: &Fixture, out: PathBuf) -> Result<PathBuf> {
     let size = fs::metadata(&out)?.len();
     if size > MAX_FIXTURE_BYTES {
         bail!(
@@ -381,10 +548,23 @@ fn add_fixtures(dir: &Path, recorded: &[(&Fixture, PathBuf)]) -> Result<()> {
                 _ => "…".into(),
             })
             .collect();
+        let env: Vec<String> = fixture
+            .env
+            .iter()
+            .map(|&(k, v)| match v {
+                Text(t) => format!("{k}={t}"),
+                _ => format!("{k}=…"),
+            })
+            .collect();
+        let env = if env.is_empty() {
+            "-".to_string()
+        } else {
+            format!("`{}`", env.join(" "))
+        };
         let row = format!(
-            "| {} | `./{} {}` | - | {} | {} (added alone, by `--only`, at commit {commit}) |",
+            "| {} | `{} {}` | {env} | {} | {} (added alone, by `--only`, at commit {commit}) |",
             fixture.name,
-            fixture.workload,
+            command_shown(fixture),
             args.join(" "),
             fs::metadata(path)?.len(),
             fixture.exercises
@@ -405,6 +585,18 @@ fn add_fixtures(dir: &Path, recorded: &[(&Fixture, PathBuf)]) -> Result<()> {
     }
     fs::write(&readme, text)?;
     Ok(())
+}
+
+/// How a fixture's command reads in the manifest.
+fn command_shown(fixture: &Fixture) -> String {
+    if fixture.workload == TRAIN_JOB {
+        format!(
+            "$VENV/bin/python ./{TRAIN_JOB} --data-dir /dev/shm/tprof-train-job-images --go-file \
+             ./go` (attached with `tprof record -p` once it printed ready) `"
+        )
+    } else {
+        format!("./{}", fixture.workload)
+    }
 }
 
 /// DIR/README.md: how each fixture of this version was made.
@@ -444,9 +636,9 @@ fn write_manifest(dir: &Path, version: u32, recorded: &[(&Fixture, PathBuf)]) ->
             .collect();
         writeln!(
             text,
-            "| {} | `./{} {}` | {} | {} | {} |",
+            "| {} | `{} {}` | {} | {} | {} |",
             fixture.name,
-            fixture.workload,
+            command_shown(fixture),
             args.join(" "),
             if env.is_empty() {
                 "-".into()

@@ -5,15 +5,24 @@
  * and forks "second", which spins 0.3 s. Other processes on the machine may
  * take the pid in between, so it retries. Prints {"role","pid","ppid"} for
  * each child and {"reused":true|false}. Needs root (ns_last_pid).
+ *
+ * `pid_reuse exec`: second then execs a shell loop, so the pid's two
+ * holders play different roles (a forked worker, then a helper program).
  */
 #include "truth.h"
 
 #include <sys/wait.h>
 
-static void child(const char *role, double seconds)
+static void child(const char *role, double seconds, int exec_shell)
 {
 	set_thread_name(role);
 	emit("{\"role\":\"%s\",\"pid\":%d,\"ppid\":%d}", role, getpid(), getppid());
+	if (exec_shell) {
+		/* About as long as the spin, on a machine of today. */
+		execl("/bin/sh", "sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done",
+		      (char *)NULL);
+		perror("exec /bin/sh");
+	}
 	spin_for(seconds);
 	_exit(0);
 }
@@ -30,11 +39,12 @@ static int set_last_pid(pid_t pid)
 	return ok ? 0 : -1;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	int exec_shell = argc > 1 && strcmp(argv[1], "exec") == 0;
 	pid_t first = fork();
 	if (first == 0)
-		child("first", 0.2);
+		child("first", 0.2, 0);
 	waitpid(first, NULL, 0);
 	for (int attempt = 0; attempt < 100; attempt++) {
 		if (set_last_pid(first - 1) != 0) {
@@ -44,7 +54,7 @@ int main(void)
 		pid_t pid = fork();
 		if (pid == 0) {
 			if (getpid() == first)
-				child("second", 0.3);
+				child("second", 0.3, exec_shell);
 			_exit(0);
 		}
 		waitpid(pid, NULL, 0);

@@ -154,6 +154,15 @@ const FIXTURES: &[Fixture] = &[
                     for the trainer, and no steps (trainer_cpu_bound)",
     },
     Fixture {
+        name: "pid_reuse",
+        workload: "pid_reuse",
+        args: &[Text("exec")],
+        env: &[],
+        exercises: "identity: one pid and tid held by a forked worker, then (steered by \
+                    ns_last_pid) by a helper that execs a shell; each keeps its own \
+                    thread, process, role, stacks and timeline track",
+    },
+    Fixture {
         name: "zoo_loading",
         workload: TRAIN_JOB,
         args: &[

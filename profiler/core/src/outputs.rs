@@ -297,7 +297,7 @@ fn stack_filter(input: &Input, model: &Model, summary: &Summary, path: &Path) ->
     };
     Ok(Filter {
         spans,
-        role_tids: resolved.tids,
+        role_threads: resolved.threads,
         ..input.filter.clone()
     })
 }
@@ -415,11 +415,11 @@ fn timeline(input: &Input, format: TimelineFormat, out: impl io::Write) -> Resul
         .spans
         .filter(|_| resolved.explicit)
         .and_then(|s| Some((s.first()?.0, s.last()?.1)));
-    let cropped = (window.is_some() || resolved.tids.is_some()).then(|| {
+    let cropped = (window.is_some() || resolved.threads.is_some()).then(|| {
         let (start, end) =
             window.unwrap_or((input.model.window_start_ns, input.model.window_end_ns));
-        facts.keep(start, end, resolved.tids.as_ref());
-        input.model.crop(start, end, resolved.tids.as_ref())
+        facts.keep(start, end, resolved.threads.as_ref());
+        input.model.crop(start, end, resolved.threads.as_ref())
     });
     let model = cropped.as_ref().unwrap_or(input.model);
     let timeline = TimelineInput::new(model, summary, &facts, title, input.limits);

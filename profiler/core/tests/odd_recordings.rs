@@ -150,6 +150,7 @@ fn random_recording_and_events(rng: &mut Rng) -> (Recording, Vec<u8>) {
         .map(|_| StackSample {
             pid: pid(rng),
             tid: pid(rng),
+            thread_ns: rng.value(),
             kind: StackKind::from_abi(rng.value() as u32),
             stack: rng.value() as u32,
             weight: rng.value(),
@@ -473,6 +474,7 @@ fn huge_stack_weights_fold_and_draw() {
     let sample = |kind, weight| StackSample {
         pid: 1,
         tid: 1,
+        thread_ns: 0,
         kind,
         stack: 0,
         weight,

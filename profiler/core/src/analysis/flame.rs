@@ -12,7 +12,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::model::Model;
+use crate::model::{Model, ThreadKey};
 use crate::recording::{Frame, FrameKind, StackKind, StackSample, StackTable};
 
 /// Which time a flamegraph shows.
@@ -57,7 +57,7 @@ pub struct Filter {
     /// None: all of it. Needs the stacks' times (`StackTable::timed`).
     pub spans: Option<Vec<(u64, u64)>>,
     /// Only these threads (the roles chosen), when set.
-    pub role_tids: Option<BTreeSet<u32>>,
+    pub role_threads: Option<BTreeSet<ThreadKey>>,
     /// Keep the interpreter's own frames between Python frames (the
     /// interleaved view); by default they are hidden, as py-spy shows
     /// Python stacks, and the native code Python called stays.
@@ -66,13 +66,20 @@ pub struct Filter {
 
 impl Filter {
     pub fn keeps(&self, sample: &StackSample) -> bool {
-        self.keeps_thread(sample.pid, sample.tid)
+        self.keeps_thread(sample.pid, sample.tid, sample.thread_ns)
     }
 
-    fn keeps_thread(&self, pid: u32, tid: u32) -> bool {
+    fn keeps_thread(&self, pid: u32, tid: u32, thread_ns: u64) -> bool {
+        let key = ThreadKey {
+            tid,
+            start_ns: thread_ns,
+        };
         (self.pids.is_empty() || self.pids.contains(&pid))
             && (self.tids.is_empty() || self.tids.contains(&tid))
-            && self.role_tids.as_ref().is_none_or(|t| t.contains(&tid))
+            && self.role_threads.as_ref().is_none_or(|keys| {
+                // Formats 2 and 3 kept no thread start: the tid decides.
+                keys.contains(&key) || (thread_ns == 0 && keys.iter().any(|k| k.tid == tid))
+            })
     }
 }
 
@@ -88,11 +95,11 @@ pub fn samples<'t>(table: &'t StackTable, filter: &Filter) -> Cow<'t, [StackSamp
             .collect::<Vec<_>>()
             .into();
     };
-    let mut sums: BTreeMap<(u32, u32, StackKind, u32), u64> = BTreeMap::new();
+    let mut sums: BTreeMap<(u32, u32, u64, StackKind, u32), u64> = BTreeMap::new();
     for t in table
         .timed
         .iter()
-        .filter(|t| filter.keeps_thread(t.pid, t.tid))
+        .filter(|t| filter.keeps_thread(t.pid, t.tid, t.thread_ns))
     {
         let weight = if t.kind.is_on_cpu() {
             u64::from(
@@ -107,14 +114,17 @@ pub fn samples<'t>(table: &'t StackTable, filter: &Filter) -> Cow<'t, [StackSamp
                 .sum()
         };
         if weight > 0 {
-            let sum = sums.entry((t.pid, t.tid, t.kind, t.stack)).or_default();
+            let sum = sums
+                .entry((t.pid, t.tid, t.thread_ns, t.kind, t.stack))
+                .or_default();
             *sum = sum.saturating_add(weight);
         }
     }
     sums.into_iter()
-        .map(|((pid, tid, kind, stack), weight)| StackSample {
+        .map(|((pid, tid, thread_ns, kind, stack), weight)| StackSample {
             pid,
             tid,
+            thread_ns,
             kind,
             stack,
             weight,
@@ -171,13 +181,19 @@ pub fn fold(model: &Model, kind: FlameKind, filter: &Filter) -> Vec<(String, u64
     // so rounding happens once per line rather than once per sample.
     let mut sums: BTreeMap<String, u64> = BTreeMap::new();
     // A stack's line is made once per (thread, stack), not per weight.
-    let mut made: HashMap<(u32, u32, StackKind, u32), String> = HashMap::new();
+    let mut made: HashMap<(u32, u32, u64, StackKind, u32), String> = HashMap::new();
     for sample in samples(table, filter).iter() {
         let Some(weight) = weight(table, sample, kind) else {
             continue;
         };
         let line = made
-            .entry((sample.pid, sample.tid, sample.kind, sample.stack))
+            .entry((
+                sample.pid,
+                sample.tid,
+                sample.thread_ns,
+                sample.kind,
+                sample.stack,
+            ))
             .or_insert_with(|| stack_line(model, table, &labels, sample, filter))
             .clone();
         // Saturating: weights come from the file, which may be hostile.
@@ -236,7 +252,10 @@ fn stack_line(
     sample: &StackSample,
     filter: &Filter,
 ) -> String {
-    let mut parts = vec![process_role(model, sample.pid), thread_name(model, sample)];
+    let mut parts = vec![
+        process_role(model, sample.pid, sample.thread_ns),
+        thread_name(model, sample),
+    ];
     if let Some(stack) = table.stacks.get(sample.stack as usize) {
         parts.extend(
             shown_frames(table, stack, filter)
@@ -254,15 +273,18 @@ fn stack_line(
         .join(";")
 }
 
-/// The root frame of a process's stacks. For now: the recording's target
-/// by its name, every descendant as "NAME (child)", so forked workers
-/// (which keep the parent's name until they exec) group apart from it.
-/// The role detection of a later issue (trainer, pt_data_worker) plugs in
-/// here.
-pub fn process_role(model: &Model, pid: u32) -> String {
-    let comm = model
-        .processes
-        .get(&pid)
+/// The root frame of a process's stacks: the recording's target by its
+/// name, every descendant as "NAME (child)", so forked workers (which keep
+/// the parent's name until they exec) group apart from it. `thread_ns` is
+/// the start of the sample's thread: for a reused pid it picks the holder
+/// the thread belonged to (0, formats 2 and 3: the latest holder).
+pub fn process_role(model: &Model, pid: u32, thread_ns: u64) -> String {
+    let process = if thread_ns == 0 {
+        model.processes.get(&pid)
+    } else {
+        model.process_of(pid, thread_ns)
+    };
+    let comm = process
         .map(|p| p.comm.clone())
         .unwrap_or_else(|| format!("pid {pid}"));
     if model.depth(pid) == 0 {
@@ -272,13 +294,20 @@ pub fn process_role(model: &Model, pid: u32) -> String {
     }
 }
 
-/// The thread's latest name (a reused tid: the latest thread of that pid).
+/// The name of the sample's thread: the holder of its tid that began at
+/// its start (formats 2 and 3, which kept no start: the latest holder).
 pub fn thread_name(model: &Model, sample: &StackSample) -> String {
-    model
+    let mut holders = model
         .threads
         .iter()
         .rev()
-        .find(|t| t.tid == sample.tid && t.pid == sample.pid)
+        .filter(|t| t.tid == sample.tid && t.pid == sample.pid);
+    let exact = model
+        .threads
+        .iter()
+        .find(|t| t.tid == sample.tid && t.pid == sample.pid && t.start_ns == sample.thread_ns);
+    exact
+        .or_else(|| holders.next())
         .map(|t| t.comm.clone())
         .unwrap_or_else(|| format!("tid {}", sample.tid))
 }
@@ -440,6 +469,7 @@ mod tests {
         let sample = |pid, kind, stack, weight| StackSample {
             pid,
             tid: pid,
+            thread_ns: 0,
             kind,
             stack,
             weight,

@@ -40,6 +40,9 @@ const NS: f64 = 1e9;
 /// Where one thread's time went.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ThreadStats {
+    /// Who it is (a reused tid is another thread).
+    #[serde(skip)]
+    pub key: crate::model::ThreadKey,
     pub pid: u32,
     pub tid: u32,
     pub comm: String,
@@ -74,6 +77,7 @@ impl ThreadStats {
         let sleeping = secs(life.blocked().saturating_sub(disk_ns));
         let disk = secs(disk_ns);
         ThreadStats {
+            key: thread.key(),
             io_s: secs(life.io),
             futex_s: secs(life.futex),
             sleep_s: secs(life.sleep),
@@ -343,7 +347,7 @@ fn process_stats(
                 on += t.on_cpu_s;
                 run += t.runnable_s;
                 blocked += t.blocked_s;
-                role = role.max_for_process(roles.of(t.tid));
+                role = role.max_for_process(roles.of_key(t.key));
             }
             ProcessStats {
                 pid: p.pid,

@@ -27,7 +27,7 @@ use serde::Serialize;
 
 use super::roles::{PoolLibrary, Role, Roles};
 use super::steps::StepStats;
-use crate::model::{Breakdown, Model, Process, Thread};
+use crate::model::{Breakdown, Model, Process, ProcessKey, Thread, ThreadKey};
 
 const NS: f64 = 1e9;
 
@@ -65,7 +65,8 @@ pub struct Pipeline {
 /// The data-worker processes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Workers {
-    /// Every data-worker process seen, in pid order.
+    /// Every data-worker process seen, in pid order (a pid twice when two
+    /// workers held it in turn).
     pub pids: Vec<u32>,
     /// How many were alive at a time for most of the phase: the loader's
     /// num_workers (several loaders at once add up).
@@ -95,6 +96,8 @@ pub struct PoolGroup {
 /// A thread's time in the phase.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PhaseThread {
+    /// Who it is (a reused tid is another thread).
+    pub key: ThreadKey,
     pub tid: u32,
     pub pid: u32,
     pub role: Role,
@@ -161,12 +164,13 @@ pub fn pipeline(model: &Model, roles: &Roles, steps: &StepStats, cores: f64) -> 
         .iter()
         .filter(|t| t.start_ns < end_ns && t.end_ns > start_ns)
         .map(|t| PhaseThread {
+            key: t.key(),
             tid: t.tid,
             pid: t.pid,
-            role: roles.of(t.tid),
-            in_worker: worker_pid.contains(&t.pid),
+            role: roles.of_thread(t),
+            in_worker: worker_pid.contains(&model.process_key(t)),
             time: t.breakdown(start_ns, end_ns),
-            spin_share: spin.get(&t.tid).copied().unwrap_or(0.0),
+            spin_share: spin.get(&t.key()).copied().unwrap_or(0.0),
         })
         .collect();
     let data_wait_ns: u64 = steps
@@ -183,12 +187,12 @@ pub fn pipeline(model: &Model, roles: &Roles, steps: &StepStats, cores: f64) -> 
         workers: workers(model, &worker_pid, start_ns, end_ns),
         helpers: helpers(model, roles),
         pin_memory_tids: roles
-            .by_tid
+            .by_thread
             .iter()
             .filter(|(_, r)| **r == Role::PinMemory)
-            .map(|(tid, _)| *tid)
+            .map(|(key, _)| key.tid)
             .collect(),
-        pools: pool_groups(roles, &threads_by_tid(model), &worker_pid),
+        pools: pool_groups(model, roles, &worker_pid),
         threads,
         cpu: PhaseCpu::default(),
         data_wait_frac: if duration_s > 0.0 {
@@ -237,33 +241,30 @@ fn phase(model: &Model, steps: &StepStats) -> (u64, u64, bool) {
     }
 }
 
-/// Pids of processes whose threads are data workers (a process's main
-/// thread decides; a worker's pool threads do not make it one).
-fn worker_processes(model: &Model, roles: &Roles) -> Vec<u32> {
-    let mut pids: Vec<u32> = model
+/// Processes whose threads are data workers (a process's main thread
+/// decides; a worker's pool threads do not make it one). By key: a pid a
+/// worker held may be a helper's later.
+fn worker_processes(model: &Model, roles: &Roles) -> Vec<ProcessKey> {
+    let mut keys: Vec<ProcessKey> = model
         .threads
         .iter()
-        .filter(|t| roles.of(t.tid) == Role::DataWorker)
-        .map(|t| t.pid)
+        .filter(|t| roles.of_thread(t) == Role::DataWorker)
+        .map(|t| model.process_key(t))
         .collect();
-    pids.sort_unstable();
-    pids.dedup();
-    pids
-}
-
-fn threads_by_tid(model: &Model) -> HashMap<u32, &Thread> {
-    model.threads.iter().map(|t| (t.tid, t)).collect()
+    keys.sort_unstable();
+    keys.dedup();
+    keys
 }
 
 /// The share of each thread's on-CPU time spent spinning for work: the
 /// share of its samples in an OpenMP runtime or sched_yield
 /// (roles::spin_shares); for a pool thread with no samples to tell that
 /// waits as a sched_yield loop does, all of it.
-fn spin_shares(model: &Model, roles: &Roles) -> HashMap<u32, f64> {
+fn spin_shares(model: &Model, roles: &Roles) -> HashMap<ThreadKey, f64> {
     let mut shares = super::roles::spin_shares(model);
     for t in &model.threads {
-        if roles.pool_library.contains_key(&t.tid) && super::roles::spins_on_yield(t) {
-            shares.entry(t.tid).or_insert(1.0);
+        if roles.pool_library_of(t).is_some() && super::roles::spins_on_yield(t) {
+            shares.entry(t.key()).or_insert(1.0);
         }
     }
     shares
@@ -272,7 +273,7 @@ fn spin_shares(model: &Model, roles: &Roles) -> HashMap<u32, f64> {
 fn phase_cpu(threads: &[PhaseThread], roles: &Roles, duration_s: f64) -> PhaseCpu {
     let trainer_pid = roles
         .trainer
-        .and_then(|tid| threads.iter().find(|t| t.tid == tid))
+        .and_then(|key| threads.iter().find(|t| t.key == key))
         .map(|t| t.pid);
     let secs = |ns: f64| ns / NS;
     let mut cpu = PhaseCpu {
@@ -284,7 +285,7 @@ fn phase_cpu(threads: &[PhaseThread], roles: &Roles, duration_s: f64) -> PhaseCp
         on_cpu += t.time.on_cpu;
         runnable += t.time.runnable;
         cpu.pool_spin_s += secs(t.time.on_cpu as f64 * t.spin_share);
-        if Some(t.tid) == roles.trainer {
+        if Some(t.key) == roles.trainer {
             cpu.trainer_s += secs(t.work_ns());
         } else if t.in_worker {
             cpu.workers_s += secs(t.work_ns());
@@ -325,14 +326,14 @@ fn advise(cpu: &PhaseCpu, cores: f64) -> Option<Advice> {
 
 /// Worker processes alive at a time for most of the phase, and how many
 /// times a new set started.
-fn workers(model: &Model, pids: &[u32], start_ns: u64, end_ns: u64) -> Workers {
+fn workers(model: &Model, keys: &[ProcessKey], start_ns: u64, end_ns: u64) -> Workers {
     let lives: Vec<(u64, u64)> = model
         .all_processes()
-        .filter(|p| pids.contains(&p.pid))
+        .filter(|p| keys.contains(&p.key()))
         .map(|p| life(model, p))
         .collect();
     Workers {
-        pids: pids.to_vec(),
+        pids: keys.iter().map(|k| k.pid).collect(),
         at_a_time: most_common_count(&lives, start_ns, end_ns),
         restarts: restarts(&lives),
     }
@@ -395,7 +396,7 @@ fn helpers(model: &Model, roles: &Roles) -> Vec<Helper> {
         let threads: Vec<&Thread> = model
             .threads
             .iter()
-            .filter(|t| t.pid == p.pid && roles.of(t.tid) == Role::Helper)
+            .filter(|t| model.process_key(t) == p.key() && roles.of_thread(t) == Role::Helper)
             .collect();
         if threads.is_empty() {
             continue;
@@ -415,22 +416,19 @@ fn helpers(model: &Model, roles: &Roles) -> Vec<Helper> {
     out
 }
 
-fn pool_groups(
-    roles: &Roles,
-    threads: &HashMap<u32, &Thread>,
-    worker_pids: &[u32],
-) -> Vec<PoolGroup> {
-    let mut groups: BTreeMap<(u32, PoolLibrary), usize> = BTreeMap::new();
-    for (tid, lib) in &roles.pool_library {
-        if let Some(t) = threads.get(tid) {
-            *groups.entry((t.pid, *lib)).or_default() += 1;
+fn pool_groups(model: &Model, roles: &Roles, workers: &[ProcessKey]) -> Vec<PoolGroup> {
+    let threads: HashMap<ThreadKey, &Thread> = model.threads.iter().map(|t| (t.key(), t)).collect();
+    let mut groups: BTreeMap<(ProcessKey, PoolLibrary), usize> = BTreeMap::new();
+    for (key, lib) in &roles.pool_library {
+        if let Some(t) = threads.get(key) {
+            *groups.entry((model.process_key(t), *lib)).or_default() += 1;
         }
     }
     groups
         .into_iter()
-        .map(|((pid, library), threads)| PoolGroup {
-            pid,
-            in_worker: worker_pids.contains(&pid),
+        .map(|((process, library), threads)| PoolGroup {
+            pid: process.pid,
+            in_worker: workers.contains(&process),
             library,
             threads,
         })

@@ -137,6 +137,7 @@ mod tests {
         StackSample {
             pid,
             tid: pid,
+            thread_ns: 0,
             kind,
             stack,
             weight,

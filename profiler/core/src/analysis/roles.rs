@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
-use crate::model::{Model, Thread};
+use crate::model::{Model, Thread, ThreadKey};
 use crate::recording::FrameKind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -142,17 +142,81 @@ impl PoolLibrary {
     }
 }
 
+/// Every thread's role, by who it is ([`ThreadKey`]: a reused tid is
+/// another thread, with a role of its own).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Roles {
-    pub by_tid: BTreeMap<u32, Role>,
-    pub trainer: Option<u32>,
+    pub by_thread: BTreeMap<ThreadKey, Role>,
+    /// The trainer thread.
+    pub trainer: Option<ThreadKey>,
     /// Each pool thread's library.
-    pub pool_library: BTreeMap<u32, PoolLibrary>,
+    pub pool_library: BTreeMap<ThreadKey, PoolLibrary>,
 }
 
 impl Roles {
+    /// The role of a thread of the model.
+    pub fn of_thread(&self, t: &Thread) -> Role {
+        self.of_key(t.key())
+    }
+
+    /// The role of the thread `key`: the holder of its tid whose life
+    /// began last at or before the key's start (the key itself, for a
+    /// thread of the model the roles were classified on).
+    pub fn of_key(&self, key: ThreadKey) -> Role {
+        self.of_at(key.tid, key.start_ns)
+    }
+
+    /// Roles of threads that all began with the window, for tests.
+    #[cfg(test)]
+    pub(crate) fn from_tids(
+        roles: impl IntoIterator<Item = (u32, Role)>,
+        trainer: Option<u32>,
+    ) -> Roles {
+        let key = |tid| ThreadKey { tid, start_ns: 0 };
+        Roles {
+            by_thread: roles.into_iter().map(|(t, r)| (key(t), r)).collect(),
+            trainer: trainer.map(key),
+            ..Roles::default()
+        }
+    }
+
+    /// The role of the thread `tid` at `ts`: the holder of the tid whose
+    /// life began last at or before `ts` (a wakeup's waker, a sample's
+    /// thread).
+    pub fn of_at(&self, tid: u32, ts: u64) -> Role {
+        let from = ThreadKey { tid, start_ns: 0 };
+        let to = ThreadKey { tid, start_ns: ts };
+        self.by_thread
+            .range(from..=to)
+            .next_back()
+            .or_else(|| self.holders(tid).next())
+            .map_or(Role::Other, |(_, &r)| r)
+    }
+
+    /// The role of `tid` where its time is not known: its latest holder's.
     pub fn of(&self, tid: u32) -> Role {
-        self.by_tid.get(&tid).copied().unwrap_or(Role::Other)
+        self.holders(tid)
+            .next_back()
+            .map_or(Role::Other, |(_, &r)| r)
+    }
+
+    fn holders(&self, tid: u32) -> impl DoubleEndedIterator<Item = (&ThreadKey, &Role)> {
+        let from = ThreadKey { tid, start_ns: 0 };
+        let to = ThreadKey {
+            tid,
+            start_ns: u64::MAX,
+        };
+        self.by_thread.range(from..=to)
+    }
+
+    /// The trainer's tid.
+    pub fn trainer_tid(&self) -> Option<u32> {
+        self.trainer.map(|k| k.tid)
+    }
+
+    /// A pool thread's library.
+    pub fn pool_library_of(&self, t: &Thread) -> Option<PoolLibrary> {
+        self.pool_library.get(&t.key()).copied()
     }
 }
 
@@ -160,13 +224,13 @@ pub fn classify(model: &Model) -> Roles {
     let samples = pool_samples(model);
     let origins = thread_origins(model);
     let helpers = helper_processes(model);
-    let mut by_tid = BTreeMap::new();
+    let mut by_thread = BTreeMap::new();
     let mut pool_library = BTreeMap::new();
     for t in &model.threads {
         let role = if helpers.contains(&(t.pid, process_start(model, t))) {
             Role::Helper
-        } else if let Some(library) = pool_of(t, &samples, origins.get(&t.tid)) {
-            pool_library.insert(t.tid, library);
+        } else if let Some(library) = pool_of(t, &samples, origins.get(&t.key())) {
+            pool_library.insert(t.key(), library);
             Role::Pool
         } else if t.comm == "pt_data_pin" {
             Role::PinMemory
@@ -175,15 +239,15 @@ pub fn classify(model: &Model) -> Roles {
         } else {
             Role::Other
         };
-        by_tid.insert(t.tid, role);
+        by_thread.insert(t.key(), role);
     }
-    let trainer = find_trainer(model, &by_tid);
-    if let Some(tid) = trainer {
-        by_tid.insert(tid, Role::Trainer);
-        pool_library.remove(&tid);
+    let trainer = find_trainer(model, &by_thread);
+    if let Some(key) = trainer {
+        by_thread.insert(key, Role::Trainer);
+        pool_library.remove(&key);
     }
     Roles {
-        by_tid,
+        by_thread,
         trainer,
         pool_library,
     }
@@ -247,7 +311,7 @@ fn helper_processes(model: &Model) -> HashSet<(u32, u64)> {
 /// pool's, nor is a thread that ran Python code.
 fn pool_of(
     t: &Thread,
-    samples: &HashMap<u32, PoolSamples>,
+    samples: &HashMap<ThreadKey, PoolSamples>,
     origin: Option<&ThreadOrigin>,
 ) -> Option<PoolLibrary> {
     if t.tid == t.pid || origin.is_some_and(|o| o.python) {
@@ -260,7 +324,7 @@ fn pool_of(
     if let Some(library) = origin.and_then(ThreadOrigin::start_library) {
         return Some(library);
     }
-    let own = samples.get(&t.tid).filter(|s| s.total > 0);
+    let own = samples.get(&t.key()).filter(|s| s.total > 0);
     if let Some(s) = own {
         let share = |n: u64| n as f64 / s.total as f64;
         let openmp = s.by_library.get(&PoolLibrary::OpenMp).copied().unwrap_or(0);
@@ -300,12 +364,12 @@ impl ThreadOrigin {
 /// `start_thread`, then the library's thread function
 /// (`cv::WorkerThread::thread_loop_wrapper` in cv2.abi3.so,
 /// `gomp_thread_start` in libgomp).
-fn thread_origins(model: &Model) -> HashMap<u32, ThreadOrigin> {
+fn thread_origins(model: &Model) -> HashMap<ThreadKey, ThreadOrigin> {
     let Some(table) = &model.stacks else {
         return HashMap::new();
     };
     let mut per_stack: HashMap<u32, (Option<Option<PoolLibrary>>, bool)> = HashMap::new();
-    let mut origins: HashMap<u32, ThreadOrigin> = HashMap::new();
+    let mut origins: HashMap<ThreadKey, ThreadOrigin> = HashMap::new();
     for s in &table.samples {
         let &mut (start, python) = per_stack.entry(s.stack).or_insert_with(|| {
             let frames = table
@@ -320,7 +384,7 @@ fn thread_origins(model: &Model) -> HashMap<u32, ThreadOrigin> {
             });
             (start_routine_library(table, frames), python)
         });
-        let origin = origins.entry(s.tid).or_default();
+        let origin = origins.entry(sample_thread(model, s)).or_default();
         origin.python |= python;
         if let Some(lib) = start {
             *origin.starts.entry(lib).or_default() += 1;
@@ -403,11 +467,29 @@ impl PoolSamples {
 /// Per tid, its on-CPU samples by the pool library their leaf runs in;
 /// samples inside sched_yield count as [`PoolLibrary::Unknown`] (a pool
 /// spinning for work).
-fn pool_samples(model: &Model) -> HashMap<u32, PoolSamples> {
+/// The thread a stack sample is of: its tid and start (formats 2 and 3 kept
+/// no start: the tid's latest holder).
+fn sample_thread(model: &Model, s: &crate::recording::StackSample) -> ThreadKey {
+    if s.thread_ns != 0 {
+        return ThreadKey {
+            tid: s.tid,
+            start_ns: s.thread_ns,
+        };
+    }
+    model.threads.iter().rev().find(|t| t.tid == s.tid).map_or(
+        ThreadKey {
+            tid: s.tid,
+            start_ns: 0,
+        },
+        Thread::key,
+    )
+}
+
+fn pool_samples(model: &Model) -> HashMap<ThreadKey, PoolSamples> {
     let Some(table) = &model.stacks else {
         return HashMap::new();
     };
-    let mut counts: HashMap<u32, PoolSamples> = HashMap::new();
+    let mut counts: HashMap<ThreadKey, PoolSamples> = HashMap::new();
     for s in table.samples.iter().filter(|s| s.kind.is_on_cpu()) {
         let frames = table
             .stacks
@@ -423,7 +505,7 @@ fn pool_samples(model: &Model) -> HashMap<u32, PoolSamples> {
                 .and_then(|&f| table.frames.get(f as usize))
                 .and_then(|frame| pool_library_of(&frame.module))
         };
-        let entry = counts.entry(s.tid).or_default();
+        let entry = counts.entry(sample_thread(model, s)).or_default();
         // Weights come from the file: saturate rather than trust them.
         entry.total = entry.total.saturating_add(s.weight);
         if let Some(lib) = library {
@@ -449,7 +531,7 @@ fn is_yield(table: &crate::recording::StackTable, frame: u32) -> bool {
 /// Per tid, the share of its on-CPU samples spent spinning for pool work:
 /// in an OpenMP runtime (barriers and dispatch; the parallel work itself
 /// runs in the caller's code) or in sched_yield.
-pub fn spin_shares(model: &Model) -> HashMap<u32, f64> {
+pub fn spin_shares(model: &Model) -> HashMap<ThreadKey, f64> {
     pool_samples(model)
         .into_iter()
         .filter(|(_, s)| s.total > 0)
@@ -471,34 +553,42 @@ fn is_kernel(table: &crate::recording::StackTable, frame: u32) -> bool {
 }
 
 /// The thread of a target process that workers (or the pin thread) wake
-/// most often while it waits; else the first target's main thread.
-fn find_trainer(model: &Model, roles: &BTreeMap<u32, Role>) -> Option<u32> {
-    let pid_of: HashMap<u32, u32> = model.threads.iter().map(|t| (t.tid, t.pid)).collect();
-    let mut woken: HashMap<u32, usize> = HashMap::new();
+/// most often while it waits; else the first target's main thread (its
+/// longest-lived holder of the tid).
+fn find_trainer(model: &Model, roles: &BTreeMap<ThreadKey, Role>) -> Option<ThreadKey> {
+    let role_at = |tid: u32, ts: u64| {
+        model
+            .thread_key_at(tid, ts)
+            .and_then(|k| roles.get(&k).copied())
+    };
+    let mut woken: HashMap<ThreadKey, usize> = HashMap::new();
     for w in &model.wakeups {
-        let Some(&pid) = pid_of.get(&w.tid) else {
+        let Some(t) = model.thread_at(w.tid, w.ts) else {
             continue;
         };
-        let candidate = model.depth(pid) == 0
-            && matches!(roles.get(&w.tid), Some(Role::Other))
+        let candidate = model.depth(t.pid) == 0
+            && matches!(roles.get(&t.key()), Some(Role::Other))
             && matches!(
-                roles.get(&w.waker_tid),
+                role_at(w.waker_tid, w.ts),
                 Some(Role::DataWorker | Role::PinMemory)
             );
         if candidate {
-            *woken.entry(w.tid).or_default() += 1;
+            *woken.entry(t.key()).or_default() += 1;
         }
     }
     let most_woken = woken
         .into_iter()
-        .max_by_key(|&(tid, n)| (n, std::cmp::Reverse(tid)))
-        .map(|(tid, _)| tid);
+        .max_by_key(|&(key, n)| (n, std::cmp::Reverse(key)))
+        .map(|(key, _)| key);
     most_woken.or_else(|| {
-        model
-            .targets
-            .iter()
-            .find(|&&pid| model.threads.iter().any(|t| t.tid == pid))
-            .copied()
+        model.targets.iter().find_map(|&pid| {
+            model
+                .threads
+                .iter()
+                .filter(|t| t.tid == pid)
+                .max_by_key(|t| t.lifetime_ns())
+                .map(Thread::key)
+        })
     })
 }
 
@@ -564,7 +654,7 @@ mod tests {
             ..Default::default()
         };
         let roles = classify(&model);
-        assert_eq!(roles.trainer, Some(10));
+        assert_eq!(roles.trainer_tid(), Some(10));
         assert_eq!(roles.of(10), Role::Trainer);
         assert_eq!(roles.of(11), Role::PinMemory);
         assert_eq!(roles.of(12), Role::Other);
@@ -581,7 +671,7 @@ mod tests {
             threads: vec![thread(10, 10, "train"), thread(11, 10, "helper")],
             ..Default::default()
         };
-        assert_eq!(classify(&model).trainer, Some(10));
+        assert_eq!(classify(&model).trainer_tid(), Some(10));
     }
 
     /// A thread that alternates `run` ns on a CPU with `wait` ns runnable,
@@ -657,7 +747,7 @@ mod tests {
             ..Default::default()
         };
         let roles = classify(&model);
-        assert_eq!(roles.trainer, Some(10));
+        assert_eq!(roles.trainer_tid(), Some(10));
         for helper in [20, 30, 31] {
             assert_eq!(roles.of(helper), Role::Helper, "{helper}");
         }
@@ -685,7 +775,14 @@ mod tests {
         let roles = classify(&model);
         assert_eq!(roles.of(21), Role::Pool);
         assert_eq!(roles.of(23), Role::Pool);
-        assert_eq!(roles.pool_library.get(&21), Some(&PoolLibrary::Unknown));
+        assert_eq!(
+            roles
+                .pool_library
+                .iter()
+                .find(|(k, _)| k.tid == 21)
+                .map(|(_, l)| l),
+            Some(&PoolLibrary::Unknown)
+        );
         assert_eq!(roles.of(22), Role::DataWorker);
         assert_eq!(roles.of(20), Role::DataWorker);
     }
@@ -719,6 +816,7 @@ mod tests {
         let sample = |tid, kind, stack, weight| StackSample {
             pid: 20,
             tid,
+            thread_ns: 0,
             kind,
             stack,
             weight,
@@ -760,7 +858,14 @@ mod tests {
         };
         let roles = classify(&model);
         assert_eq!(roles.of(21), Role::Pool);
-        assert_eq!(roles.pool_library.get(&21), Some(&PoolLibrary::OpenCv));
+        assert_eq!(
+            roles
+                .pool_library
+                .iter()
+                .find(|(k, _)| k.tid == 21)
+                .map(|(_, l)| l),
+            Some(&PoolLibrary::OpenCv)
+        );
         // All its samples in cv2, but it runs Python: the program's thread.
         assert_eq!(roles.of(22), Role::DataWorker);
         // A stack cut short leaves the samples to decide: all in cv2.

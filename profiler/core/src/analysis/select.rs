@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use super::Summary;
 use super::roles::Role;
-use crate::model::Model;
+use crate::model::{Model, Thread, ThreadKey};
 
 /// A stretch of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +56,7 @@ pub struct Resolved {
     /// CLOCK_MONOTONIC spans to keep, in time order and apart; None: all.
     pub spans: Option<Vec<(u64, u64)>>,
     /// Threads to keep; None: all.
-    pub tids: Option<BTreeSet<u32>>,
+    pub threads: Option<BTreeSet<ThreadKey>>,
     /// Whether the spans were asked for (not the default): stacks without
     /// times can then not be shown, which is an error rather than a
     /// silent change of what is shown.
@@ -114,17 +114,17 @@ impl Selection {
                 }
             }
         };
-        let tids = (!self.roles.is_empty()).then(|| {
+        let threads = (!self.roles.is_empty()).then(|| {
             model
                 .threads
                 .iter()
-                .map(|t| t.tid)
-                .filter(|&tid| self.roles.contains(&summary.roles.of(tid)))
+                .filter(|t| self.roles.contains(&summary.roles.of_thread(t)))
+                .map(Thread::key)
                 .collect()
         });
         Ok(Resolved {
             spans,
-            tids,
+            threads,
             explicit,
         })
     }

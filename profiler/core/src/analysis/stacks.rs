@@ -74,6 +74,7 @@ mod tests {
         let sample = |stack, kind, weight| StackSample {
             pid: 1,
             tid: 1,
+            thread_ns: 0,
             kind,
             stack,
             weight,

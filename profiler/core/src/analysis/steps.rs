@@ -36,8 +36,8 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use super::roles::{Role, Roles};
-use crate::model::{Breakdown, Mark, Model, Thread, ThreadState, WakeEdge};
-use crate::recording::{Frame, FrameKind};
+use crate::model::{Breakdown, Mark, Model, ProcessKey, Thread, ThreadState, WakeEdge};
+use crate::recording::{Frame, FrameKind, StackSample};
 
 const NS: f64 = 1e9;
 /// Trainer CPU time between two wakeups by the same producer below which
@@ -238,7 +238,7 @@ impl StepStats {
 }
 
 pub fn steps(model: &Model, roles: &Roles, gpu_idle: &[(u64, u64)]) -> StepStats {
-    let trainer_tid = mark_trainer(model).or(roles.trainer);
+    let trainer_tid = mark_trainer(model).or(roles.trainer_tid());
     let Some(trainer) = trainer_tid.and_then(|tid| longest_thread(model, tid)) else {
         return StepStats {
             source: StepSource {
@@ -282,7 +282,12 @@ pub fn steps(model: &Model, roles: &Roles, gpu_idle: &[(u64, u64)]) -> StepStats
         blame.add(&worker_breakdown(model, d));
     }
     let steady = steady_end.saturating_sub(steady_start).max(1) as f64;
-    let worker_pids: Vec<u32> = in_steady.iter().map(|d| d.worker_pid).collect();
+    // The delivering processes by key: a pid a worker held may be another
+    // process's before or after.
+    let workers: HashSet<ProcessKey> = in_steady
+        .iter()
+        .filter_map(|d| model.process_of(d.worker_pid, d.ts_ns).map(|p| p.key()))
+        .collect();
     let mut slowest: Vec<usize> = (0..steps.len()).collect();
     slowest.sort_by_key(|&i| (std::cmp::Reverse(steps[i].duration_ns()), i));
     slowest.truncate(SLOWEST);
@@ -304,7 +309,7 @@ pub fn steps(model: &Model, roles: &Roles, gpu_idle: &[(u64, u64)]) -> StepStats
         data_wait_frac: (data_wait_ns as f64 / steady).min(1.0),
         data_wait_s: data_wait_ns as f64 / NS,
         blame: Blame::from_breakdown(&blame),
-        worker_top_functions: top_functions(model, &worker_pids, 3),
+        worker_top_functions: top_functions(model, &workers, 3),
         gpu_idle: align_gpu_idle(trainer, &deliveries, gpu_idle),
         deliveries,
         steps,
@@ -528,7 +533,7 @@ fn worker_messages(model: &Model, roles: &Roles, reader: u32) -> Vec<Message> {
         let i = wakeups.partition_point(|w| w.ts <= ts);
         let w = wakeups.get(i.checked_sub(1)?)?;
         let first_read = n == 0 || reads[n - 1].ts < w.ts;
-        let from_worker = roles.of(w.waker_tid) == Role::DataWorker;
+        let from_worker = roles.of_at(w.waker_tid, w.ts) == Role::DataWorker;
         (first_read
             && from_worker
             && was_blocked(thread, w.ts)
@@ -613,7 +618,10 @@ fn deliveries(model: &Model, roles: &Roles, trainer: &Thread) -> Vec<Delivery> {
     // wakeup merged into it is quadratic in the wakeups merged).
     let (mut cpu_since, mut summed_to) = (0, 0);
     for w in model.wakeups.iter().filter(|w| w.tid == trainer.tid) {
-        let producer = matches!(roles.of(w.waker_tid), Role::DataWorker | Role::PinMemory);
+        let producer = matches!(
+            roles.of_at(w.waker_tid, w.ts),
+            Role::DataWorker | Role::PinMemory
+        );
         // A worker's exit wakes the parent's wait(): not a batch.
         let waker_gone = exited_at.get(&w.waker_tid).is_some_and(|&end| end <= w.ts);
         if !producer || waker_gone || !was_blocked(trainer, w.ts) {
@@ -666,7 +674,7 @@ fn blocked_since(t: &Thread, ts: u64) -> u64 {
 /// The worker process behind a delivery: the waker's, or through the pin
 /// thread, the process of whoever last woke the pin thread.
 fn blamed_worker(model: &Model, roles: &Roles, w: &WakeEdge) -> u32 {
-    if roles.of(w.waker_tid) != Role::PinMemory {
+    if roles.of_at(w.waker_tid, w.ts) != Role::PinMemory {
         return w.waker_tgid;
     }
     model
@@ -676,7 +684,7 @@ fn blamed_worker(model: &Model, roles: &Roles, w: &WakeEdge) -> u32 {
             p.tid == w.waker_tid
                 && p.ts <= w.ts
                 && w.ts - p.ts <= PIN_CHAIN_NS
-                && roles.of(p.waker_tid) == Role::DataWorker
+                && roles.of_at(p.waker_tid, p.ts) == Role::DataWorker
         })
         .map_or(w.waker_tgid, |p| p.waker_tgid)
 }
@@ -755,16 +763,25 @@ fn percentile(sorted: &[u64], q: f64) -> f64 {
 /// The most common functions of these processes' on-CPU samples: the
 /// innermost Python function where the stack has one (what the job's
 /// author wrote, with the native code it called beneath), else the leaf.
-fn top_functions(model: &Model, pids: &[u32], n: usize) -> Vec<(String, f64)> {
+fn top_functions(model: &Model, workers: &HashSet<ProcessKey>, n: usize) -> Vec<(String, f64)> {
     let Some(table) = &model.stacks else {
         return Vec::new();
+    };
+    let of_worker = |s: &StackSample| {
+        // Formats 2 and 3 kept no thread start: the pid decides.
+        let process = if s.thread_ns == 0 {
+            model.processes.get(&s.pid)
+        } else {
+            model.process_of(s.pid, s.thread_ns)
+        };
+        process.is_some_and(|p| workers.contains(&p.key()))
     };
     let mut by_leaf: HashMap<String, u64> = HashMap::new();
     let mut total: u64 = 0;
     for s in table
         .samples
         .iter()
-        .filter(|s| s.kind.is_on_cpu() && pids.contains(&s.pid))
+        .filter(|s| s.kind.is_on_cpu() && of_worker(s))
     {
         let frames: Vec<&Frame> = table
             .stacks
@@ -880,11 +897,7 @@ mod tests {
             wakeups,
             ..Default::default()
         };
-        let roles = Roles {
-            by_tid: [(1, Role::Trainer), (2, Role::DataWorker)].into(),
-            trainer: Some(1),
-            ..Default::default()
-        };
+        let roles = Roles::from_tids([(1, Role::Trainer), (2, Role::DataWorker)], Some(1));
         let s = steps(&model, &roles, &[]);
         // A recording without step probes: the batches waited for.
         assert_eq!(s.source.detector, "waited_batches");
@@ -918,11 +931,7 @@ mod tests {
             wakeups: vec![wake(10 * MS, 1, 2, 2), wake(12 * MS, 1, 2, 2)],
             ..Default::default()
         };
-        let roles = Roles {
-            by_tid: [(1, Role::Trainer), (2, Role::DataWorker)].into(),
-            trainer: Some(1),
-            ..Default::default()
-        };
+        let roles = Roles::from_tids([(1, Role::Trainer), (2, Role::DataWorker)], Some(1));
         let s = steps(&model, &roles, &[]);
         assert_eq!(s.deliveries.len(), 1);
         assert_eq!(s.count, 0);
@@ -964,11 +973,7 @@ mod tests {
             window_end_ns: 200 * MS,
             ..Default::default()
         };
-        let roles = Roles {
-            by_tid: [(1, Role::Trainer), (2, Role::DataWorker)].into(),
-            trainer: Some(1),
-            ..Default::default()
-        };
+        let roles = Roles::from_tids([(1, Role::Trainer), (2, Role::DataWorker)], Some(1));
         let s = steps(&model, &roles, &[]);
         assert_eq!(s.source.detector, "torch_marks");
         assert_eq!(s.source.confidence, Some("high"));
@@ -1021,11 +1026,7 @@ mod tests {
             window_end_ns: 100 * MS,
             ..Default::default()
         };
-        let roles = Roles {
-            by_tid: [(1, Role::Trainer), (2, Role::DataWorker)].into(),
-            trainer: Some(1),
-            ..Default::default()
-        };
+        let roles = Roles::from_tids([(1, Role::Trainer), (2, Role::DataWorker)], Some(1));
         let s = steps(&model, &roles, &[]);
         assert_eq!(s.source.detector, "pipe_reads");
         assert_eq!(s.count, 5);
@@ -1051,11 +1052,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let roles = Roles {
-            by_tid: [(1, Role::Trainer)].into(),
-            trainer: Some(1),
-            ..Default::default()
-        };
+        let roles = Roles::from_tids([(1, Role::Trainer)], Some(1));
         let s = steps(&model, &roles, &[]);
         assert_eq!(s.count, 0);
         assert_eq!(s.source.detector, "none");

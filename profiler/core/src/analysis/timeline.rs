@@ -66,8 +66,15 @@ pub struct TimelineFacts {
 impl TimelineFacts {
     /// Only what lies in `[start, end)` and, when `tids` is given, belongs
     /// to those threads.
-    pub fn keep(&mut self, start: u64, end: u64, tids: Option<&std::collections::BTreeSet<u32>>) {
-        let kept = |tid: u32| tids.is_none_or(|t| t.contains(&tid));
+    pub fn keep(
+        &mut self,
+        start: u64,
+        end: u64,
+        threads: Option<&std::collections::BTreeSet<crate::model::ThreadKey>>,
+    ) {
+        let tids: Option<std::collections::BTreeSet<u32>> =
+            threads.map(|k| k.iter().map(|k| k.tid).collect());
+        let kept = |tid: u32| tids.as_ref().is_none_or(|t| t.contains(&tid));
         let overlaps = |a: u64, b: u64| a < end && b > start;
         self.steps
             .retain(|s| kept(s.tid) && overlaps(s.start_ns, s.end_ns));

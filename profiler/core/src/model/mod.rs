@@ -27,6 +27,7 @@
 
 pub mod cuda;
 pub mod gpu;
+mod identity;
 mod io;
 mod reasons;
 mod stacks;
@@ -38,6 +39,7 @@ use foldhash::{HashMap, HashMapExt as _};
 
 pub use cuda::{Cuda, CudaCall, CudaOp};
 pub use gpu::{Gpu, Gpus};
+pub use identity::{ProcessKey, ThreadKey};
 pub use io::{FutexWait, IoOp, IoRequest};
 pub use threads::{BlockReason, Breakdown, Interval, Intervals, SwitchOut, Thread, ThreadState};
 
@@ -68,6 +70,16 @@ pub struct Process {
     /// process forked to run `ldconfig` or a compiler, as opposed to a
     /// DataLoader worker, which is a fork of the trainer's interpreter).
     pub exec_ns: Option<u64>,
+}
+
+impl Process {
+    /// Who it is: its pid and when its life in the window began.
+    pub fn key(&self) -> ProcessKey {
+        ProcessKey {
+            pid: self.pid,
+            start_ns: self.start_ns,
+        }
+    }
 }
 
 /// Futex returns that mean "not woken by another thread".
@@ -266,7 +278,9 @@ impl<'a> Assembly<'a> {
         self.model.collect(event, &mut self.cuda_raw);
         self.threads.apply(event);
         if let Some(stacks) = &mut self.stacks {
-            stacks.apply(event);
+            let window_start = self.model.window_start_ns;
+            let threads = &self.threads;
+            stacks.apply(event, |tid| threads.start_of(tid).unwrap_or(window_start));
         }
     }
 
@@ -519,6 +533,18 @@ impl Model {
             .or(current)
     }
 
+    /// The key of the process the thread `t` belongs to (for a pid the
+    /// model never saw as a process, the pid from the window's start).
+    pub fn process_key(&self, t: &Thread) -> ProcessKey {
+        self.process_of(t.pid, t.start_ns).map_or(
+            ProcessKey {
+                pid: t.pid,
+                start_ns: self.window_start_ns,
+            },
+            Process::key,
+        )
+    }
+
     /// Names each holder of a reused pid from the /proc snapshots taken
     /// during its life (the snapshots of all holders were merged at first).
     fn name_reused_pids(&mut self, rec: &Recording) {
@@ -549,6 +575,27 @@ impl Model {
     }
 
     /// Fork generations between `pid` and a recording target (0: a target).
+    /// The thread `tid` alive at `ts` (for a reused tid, the holder then;
+    /// a time outside every holder's life gives the nearest earlier one).
+    pub fn thread_at(&self, tid: u32, ts: u64) -> Option<&Thread> {
+        let mut holders = self.threads.iter().filter(|t| t.tid == tid);
+        let mut best: Option<&Thread> = None;
+        for t in holders.by_ref() {
+            if t.start_ns <= ts && ts <= t.end_ns {
+                return Some(t);
+            }
+            if t.start_ns <= ts || best.is_none() {
+                best = Some(t);
+            }
+        }
+        best
+    }
+
+    /// The key of the thread `tid` alive at `ts` ([`Model::thread_at`]).
+    pub fn thread_key_at(&self, tid: u32, ts: u64) -> Option<ThreadKey> {
+        self.thread_at(tid, ts).map(Thread::key)
+    }
+
     /// The model of `[start, end)` only, with only the threads `keep`
     /// holds (all when None): thread intervals clipped, events, requests,
     /// calls and samples outside left out; the process table is kept whole
@@ -558,17 +605,21 @@ impl Model {
         &self,
         start: u64,
         end: u64,
-        keep: Option<&std::collections::BTreeSet<u32>>,
+        keep: Option<&std::collections::BTreeSet<ThreadKey>>,
     ) -> Model {
         let (start, end) = (start.max(self.window_start_ns), end.min(self.window_end_ns));
         let end = end.max(start);
-        let kept = |tid: u32| keep.is_none_or(|k| k.contains(&tid));
+        // Events name a tid only: a tid is kept when a thread kept holds it.
+        let tids: Option<std::collections::BTreeSet<u32>> =
+            keep.map(|k| k.iter().map(|k| k.tid).collect());
+        let kept = |tid: u32| tids.as_ref().is_none_or(|k| k.contains(&tid));
+        let kept_thread = |t: &Thread| keep.is_none_or(|k| k.contains(&t.key()));
         let inside = |ts: u64| ts >= start && ts <= end;
         let overlaps = |a: u64, b: u64| a < end && b > start;
         let threads = self
             .threads
             .iter()
-            .filter(|t| kept(t.tid) && overlaps(t.start_ns, t.end_ns.max(t.start_ns + 1)))
+            .filter(|t| kept_thread(t) && overlaps(t.start_ns, t.end_ns.max(t.start_ns + 1)))
             .map(|t| Thread {
                 start_ns: t.start_ns.max(start),
                 end_ns: t.end_ns.min(end),

@@ -12,8 +12,9 @@ use crate::recording::{
     events::OffCpuStacks, stacks::markers,
 };
 
-/// (pid, tid, kind, user stack, kernel stack): what one weight is summed by.
-type Key = (u32, u32, StackKind, i32, i32);
+/// (pid, tid, the thread's start, kind, user stack, kernel stack): what one
+/// weight is summed by (a reused tid is another thread).
+type Key = (u32, u32, u64, StackKind, i32, i32);
 
 /// A sample or off-CPU interval before its (user, kernel) pair has a
 /// stack id in the table.
@@ -27,8 +28,9 @@ struct Timed {
 #[derive(Debug, Default)]
 pub(super) struct StackAssembly {
     weights: BTreeMap<Key, u64>,
-    /// Threads off CPU now: (tid → pid, switch-out time, where from).
-    open: HashMap<u32, (u32, u64, OffCpuStacks)>,
+    /// Threads off CPU now: (tid → pid, its start, switch-out time, where
+    /// from).
+    open: HashMap<u32, (u32, u64, u64, OffCpuStacks)>,
     /// Every sample and closed interval, with its time (24 bytes each).
     timed: Vec<Timed>,
 }
@@ -40,7 +42,9 @@ impl std::fmt::Debug for Timed {
 }
 
 impl StackAssembly {
-    pub(super) fn apply(&mut self, event: &Event) {
+    /// Applies an event; `start_of` gives the live thread of a tid's start
+    /// (the model's thread builder knows it).
+    pub(super) fn apply(&mut self, event: &Event, start_of: impl Fn(u32) -> u64) {
         match *event {
             Event::Sample {
                 ts,
@@ -50,7 +54,14 @@ impl StackAssembly {
                 kernel_stack,
                 ..
             } => {
-                let key = (tgid, tid, StackKind::OnCpu, user_stack, kernel_stack);
+                let key = (
+                    tgid,
+                    tid,
+                    start_of(tid),
+                    StackKind::OnCpu,
+                    user_stack,
+                    kernel_stack,
+                );
                 self.add(key, 1);
                 self.timed.push(Timed {
                     start_ns: ts,
@@ -74,7 +85,8 @@ impl StackAssembly {
                     // was not seen (a lost event): that interval's end is
                     // unknown, so it is dropped rather than guessed.
                     Some(stacks) => {
-                        self.open.insert(prev_tid, (prev_tgid, ts, stacks));
+                        let start = start_of(prev_tid);
+                        self.open.insert(prev_tid, (prev_tgid, start, ts, stacks));
                     }
                     None => {
                         self.open.remove(&prev_tid);
@@ -89,8 +101,8 @@ impl StackAssembly {
     }
 
     fn close(&mut self, tid: u32, now: u64) {
-        if let Some((pid, since, stacks)) = self.open.remove(&tid) {
-            let key = (pid, tid, stacks.kind, stacks.user, stacks.kernel);
+        if let Some((pid, start, since, stacks)) = self.open.remove(&tid) {
+            let key = (pid, tid, start, stacks.kind, stacks.user, stacks.kernel);
             self.add(key, now.saturating_sub(since));
             self.timed.push(Timed {
                 start_ns: since,
@@ -133,7 +145,7 @@ impl StackAssembly {
                 next
             })
         };
-        for ((pid, tid, kind, user, kernel), weight) in self.weights {
+        for ((pid, tid, thread_ns, kind, user, kernel), weight) in self.weights {
             if weight == 0 {
                 continue;
             }
@@ -141,6 +153,7 @@ impl StackAssembly {
             table.samples.push(StackSample {
                 pid,
                 tid,
+                thread_ns,
                 kind,
                 stack,
                 weight,
@@ -149,14 +162,15 @@ impl StackAssembly {
         let mut timed: Vec<TimedStack> = self
             .timed
             .into_iter()
-            .filter(|t| t.key.2.is_on_cpu() || t.end_ns > t.start_ns)
+            .filter(|t| t.key.3.is_on_cpu() || t.end_ns > t.start_ns)
             .map(|t| {
-                let (pid, tid, kind, user, kernel) = t.key;
+                let (pid, tid, thread_ns, kind, user, kernel) = t.key;
                 TimedStack {
                     start_ns: t.start_ns,
                     end_ns: t.end_ns,
                     pid,
                     tid,
+                    thread_ns,
                     stack: stack_of(&mut table, user, kernel),
                     kind,
                 }
@@ -259,7 +273,7 @@ mod tests {
             // Off again at 400, still off when the window closes at 1000.
             switch(400, 10, 11, Some(SLEEP)),
         ] {
-            asm.apply(&event);
+            asm.apply(&event, |_| 0);
         }
         let table = asm.finish(&dictionary(), 99, 1_000);
         assert_eq!(table.sample_hz, 99);
@@ -278,8 +292,8 @@ mod tests {
     #[test]
     fn a_lost_user_stack_is_a_marker_and_bad_ids_are_lost() {
         let mut asm = StackAssembly::default();
-        asm.apply(&sample(10, -1, 1));
-        asm.apply(&sample(11, 99, -1));
+        asm.apply(&sample(10, -1, 1), |_| 0);
+        asm.apply(&sample(11, 99, -1), |_| 0);
         let table = asm.finish(&dictionary(), 99, 1_000);
         let marker = table.frames.len() as u32 - 1;
         assert_eq!(table.frames[marker as usize].kind, FrameKind::Marker);
@@ -294,16 +308,19 @@ mod tests {
     #[test]
     fn an_exit_or_a_missed_switch_in_drops_the_open_interval() {
         let mut asm = StackAssembly::default();
-        asm.apply(&switch(100, 10, 0, Some(SLEEP)));
-        asm.apply(&Event::Exit {
-            ts: 200,
-            tid: 10,
-            tgid: 7,
-            group_dead: false,
-        });
-        asm.apply(&switch(300, 11, 0, Some(SLEEP)));
+        asm.apply(&switch(100, 10, 0, Some(SLEEP)), |_| 0);
+        asm.apply(
+            &Event::Exit {
+                ts: 200,
+                tid: 10,
+                tgid: 7,
+                group_dead: false,
+            },
+            |_| 0,
+        );
+        asm.apply(&switch(300, 11, 0, Some(SLEEP)), |_| 0);
         // 11's switch-in was lost: a second switch-out restarts its interval.
-        asm.apply(&switch(500, 11, 0, Some(SLEEP)));
+        asm.apply(&switch(500, 11, 0, Some(SLEEP)), |_| 0);
         let table = asm.finish(&dictionary(), 99, 600);
         let weights: Vec<(u32, u64)> = table.samples.iter().map(|s| (s.tid, s.weight)).collect();
         assert_eq!(weights, [(11, 100)]);

@@ -419,6 +419,14 @@ pub struct Thread {
 }
 
 impl Thread {
+    /// Who it is: its tid and when its life in the window began.
+    pub fn key(&self) -> super::ThreadKey {
+        super::ThreadKey {
+            tid: self.tid,
+            start_ns: self.start_ns,
+        }
+    }
+
     pub fn lifetime_ns(&self) -> u64 {
         self.end_ns - self.start_ns
     }
@@ -617,6 +625,11 @@ impl Builder {
                 seq: self.spawned,
             },
         );
+    }
+
+    /// When the live thread `tid` began (its key's start), if it is live.
+    pub(super) fn start_of(&self, tid: u32) -> Option<u64> {
+        self.live.get(&tid).map(|l| l.thread.start_ns)
     }
 
     /// A thread the kernel tracks but we never saw start (it was created

@@ -472,10 +472,20 @@ pub fn for_each_timestamp(
                 left: bytes.len(),
             });
         }
-        f(hdr.ts_ns);
+        // Only what decode_all keeps: a kind it skips (one this reader does
+        // not know, or a stack copy that belongs to the capture, never to
+        // a file) must not stretch the window the events span.
+        if decodes_to_event(hdr.kind) {
+            f(hdr.ts_ns);
+        }
         bytes = &bytes[size..];
     }
     Ok(())
+}
+
+/// Whether [`decode`] makes an [`Event`] of a record of this kind.
+fn decodes_to_event(k: u16) -> bool {
+    !matches!(k, kind::STACK_COPY | kind::PY_STACK) && kind_name(k) != "unknown"
 }
 
 /// The name of an event kind, as lost-event counts report it.

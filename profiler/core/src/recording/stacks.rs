@@ -179,6 +179,11 @@ impl StackKind {
 pub struct StackSample {
     pub pid: u32,
     pub tid: u32,
+    /// When the thread began (its [`crate::model::ThreadKey`]'s start), so
+    /// a reused tid's stacks stay another thread's. Formats 2 and 3 did
+    /// not keep it (0).
+    #[serde(default)]
+    pub thread_ns: u64,
     pub kind: StackKind,
     /// Index into [`StackTable::stacks`].
     pub stack: u32,
@@ -219,6 +224,8 @@ pub struct TimedStack {
     pub end_ns: u64,
     pub pid: u32,
     pub tid: u32,
+    /// When the thread began ([`StackSample::thread_ns`]).
+    pub thread_ns: u64,
     /// Index into [`StackTable::stacks`].
     pub stack: u32,
     pub kind: StackKind,

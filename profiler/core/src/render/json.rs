@@ -253,6 +253,8 @@ struct Thread<'a> {
     ppid: u32,
     tid: u32,
     comm: &'a str,
+    role: &'static str,
+    start_s: f64,
     lifetime_s: f64,
     on_cpu_s: f64,
     runnable_s: f64,
@@ -338,6 +340,8 @@ pub fn render(summary: &Summary) -> String {
                 ppid: ppids.get(&t.pid).copied().unwrap_or(0),
                 tid: t.tid,
                 comm: &t.comm,
+                role: summary.roles.of_key(t.key).name(),
+                start_s: t.key.start_ns.saturating_sub(summary.window_start_ns) as f64 / 1e9,
                 lifetime_s: t.lifetime_s,
                 on_cpu_s: t.on_cpu_s,
                 runnable_s: t.runnable_s,
@@ -377,11 +381,13 @@ pub fn render(summary: &Summary) -> String {
                 unwoken: f.unwoken,
             })
             .collect(),
+        // By tid, as the contract has it: a reused tid shows its latest
+        // holder's role (threads[] lists each holder).
         roles: summary
             .roles
-            .by_tid
+            .by_thread
             .iter()
-            .map(|(tid, role)| (tid.to_string(), role.name()))
+            .map(|(key, role)| (key.tid.to_string(), role.name()))
             .collect(),
         steps: steps(summary),
         anatomy: anatomy(summary),

@@ -114,8 +114,16 @@ pub fn profile(
             location_id.extend(shown.iter().rev().map(|&f| b.location(f)));
         }
         let thread = flame::thread_name(model, sample);
-        let role = role_label(roles.of(sample.tid));
-        let process = flame::process_role(model, sample.pid);
+        let key = crate::model::ThreadKey {
+            tid: sample.tid,
+            start_ns: sample.thread_ns,
+        };
+        let role = role_label(if sample.thread_ns == 0 {
+            roles.of(sample.tid)
+        } else {
+            roles.of_key(key)
+        });
+        let process = flame::process_role(model, sample.pid, sample.thread_ns);
         let mut label = vec![
             b.num_label("pid", sample.pid.into()),
             b.num_label("tid", sample.tid.into()),

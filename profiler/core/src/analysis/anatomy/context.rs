@@ -126,6 +126,7 @@ mod tests {
             end_ns: end,
             pid: 1,
             tid: 1,
+            thread_ns: 0,
             stack,
             kind: StackKind::Sleep,
         }
@@ -137,6 +138,7 @@ mod tests {
             end_ns: ts,
             pid: 1,
             tid: 1,
+            thread_ns: 0,
             stack,
             kind: StackKind::OnCpu,
         }

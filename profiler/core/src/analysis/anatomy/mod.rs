@@ -588,7 +588,7 @@ impl<'a> Ctx<'a> {
             single_process: !model
                 .threads
                 .iter()
-                .any(|t| roles.of(t.tid) == Role::DataWorker),
+                .any(|t| roles.of_thread(t) == Role::DataWorker),
         }
     }
 
@@ -704,7 +704,7 @@ impl<'a> Ctx<'a> {
         let waker = self.waker(trainer, woken);
         let from_producer = waker.is_some_and(|w| {
             matches!(
-                self.roles.of(w.waker_tid),
+                self.roles.of_at(w.waker_tid, w.ts),
                 Role::DataWorker | Role::PinMemory
             )
         });
@@ -882,7 +882,7 @@ impl<'a> Ctx<'a> {
             .model
             .threads
             .iter()
-            .filter(|t| t.tid == t.pid && self.roles.of(t.tid) == Role::DataWorker);
+            .filter(|t| t.tid == t.pid && self.roles.of_thread(t) == Role::DataWorker);
         for t in mains {
             let from = match self.worker_ready.get(&t.pid) {
                 Some(w) => w.ready_ns.unwrap_or(u64::MAX).max(start),
@@ -923,7 +923,7 @@ impl<'a> Ctx<'a> {
             .model
             .threads
             .iter()
-            .filter(|t| self.roles.of(t.tid) == Role::DataWorker && t.tid == t.pid)
+            .filter(|t| self.roles.of_thread(t) == Role::DataWorker && t.tid == t.pid)
             .map(|t| t.pid)
             .collect();
         let samples = table
@@ -1030,7 +1030,7 @@ fn worker_starts(model: &Model, roles: &Roles, trainer: &Thread) -> Vec<WorkerSt
         .filter(|p| p.origin == crate::recording::Origin::Forked && p.exec_ns.is_none())
         .filter(|p| {
             model.threads.iter().any(|t| {
-                t.pid == p.pid && t.start_ns >= p.start_ns && roles.of(t.tid) == Role::DataWorker
+                t.pid == p.pid && t.start_ns >= p.start_ns && roles.of_thread(t) == Role::DataWorker
             })
         })
         .map(|p| WorkerStartup {
@@ -1047,7 +1047,7 @@ fn worker_starts(model: &Model, roles: &Roles, trainer: &Thread) -> Vec<WorkerSt
             .find(|e| {
                 e.waker_tgid == w.pid
                     && e.ts >= w.start_ns
-                    && (e.tid == trainer.tid || roles.of(e.tid) == Role::PinMemory)
+                    && (e.tid == trainer.tid || roles.of_at(e.tid, e.ts) == Role::PinMemory)
             })
             .map(|e| e.ts);
     }
@@ -1188,6 +1188,7 @@ mod tests {
             end_ns: end,
             pid,
             tid,
+            thread_ns: 0,
             stack,
             kind,
         }
@@ -1275,11 +1276,7 @@ mod tests {
             window_end_ns: 100 * MS,
             ..Model::default()
         };
-        let roles = Roles {
-            by_tid: [(1, Role::Trainer), (2, Role::DataWorker)].into(),
-            trainer: Some(1),
-            ..Roles::default()
-        };
+        let roles = Roles::from_tids([(1, Role::Trainer), (2, Role::DataWorker)], Some(1));
         let steps = StepStats {
             trainer_tid: Some(1),
             steps: vec![Step {

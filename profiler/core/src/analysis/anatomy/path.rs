@@ -30,7 +30,7 @@ pub(super) fn walk(ctx: &mut Ctx, tid: u32, start: u64, end: u64, depth: usize) 
     let Some(thread) = ctx.thread_at(tid, end.saturating_sub(1)) else {
         return out;
     };
-    let (pid, role) = (thread.pid, ctx.roles.of(tid));
+    let (pid, role) = (thread.pid, ctx.roles.of_thread(thread));
     let side = Side::of(ctx, pid, role);
     if thread.start_ns > start {
         let born = thread.start_ns.min(end);

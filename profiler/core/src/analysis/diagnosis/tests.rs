@@ -27,7 +27,7 @@ use crate::analysis::{
     steps::Blame,
     summarize,
 };
-use crate::model::{Breakdown, Model};
+use crate::model::{Breakdown, Model, ThreadKey};
 
 /// How far below (or above) a threshold the nearest non-firing (firing)
 /// case sits.
@@ -55,6 +55,7 @@ impl Job {
         self.0.threads.push(ThreadStats {
             pid,
             tid,
+            key: ThreadKey { tid, start_ns: 0 },
             comm: role.name().to_string(),
             depth: usize::from(pid != TRAINER),
             lifetime_s: 1.0,
@@ -72,13 +73,19 @@ impl Job {
             involuntary_switches: 0,
             exited: false,
         });
-        self.0.roles.by_tid.insert(tid, role);
+        self.0
+            .roles
+            .by_thread
+            .insert(ThreadKey { tid, start_ns: 0 }, role);
         self
     }
 
     /// The trainer: on a CPU and waiting for one these shares of its life.
     fn trainer(mut self, on_cpu: f64, runnable: f64) -> Job {
-        self.0.roles.trainer = Some(TRAINER);
+        self.0.roles.trainer = Some(ThreadKey {
+            tid: TRAINER,
+            start_ns: 0,
+        });
         self.0.steps.trainer_tid = Some(TRAINER);
         self.thread(TRAINER, TRAINER, Role::Trainer, on_cpu, runnable)
     }
@@ -202,6 +209,7 @@ impl Job {
             .threads
             .iter()
             .map(|t| PhaseThread {
+                key: t.key,
                 tid: t.tid,
                 pid: t.pid,
                 role: s.roles.of(t.tid),

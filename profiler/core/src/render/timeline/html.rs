@@ -147,7 +147,7 @@ fn page<'a>(input: &'a TimelineInput) -> Page<'a> {
     let lane_threads: Vec<&Thread> = order
         .iter()
         .flat_map(|&pid| input.threads_of(pid))
-        .filter(|t| !folded(input.role(t.tid)))
+        .filter(|t| !folded(input.role(t)))
         .collect();
     let (min_slice_ns, slices) = fit_slices(&lane_threads, input.limits);
     let slices_of: HashMap<(u32, u64), &Vec<super::Slice>> = lane_threads
@@ -164,7 +164,7 @@ fn page<'a>(input: &'a TimelineInput) -> Page<'a> {
             label: format!("{} (pid {pid})", input.process_label(pid)),
         });
         let threads = input.threads_of(pid);
-        for thread in threads.iter().filter(|t| !folded(input.role(t.tid))) {
+        for thread in threads.iter().filter(|t| !folded(input.role(t))) {
             if input.steps.iter().any(|s| s.tid == thread.tid) {
                 lanes.push(Lane::Steps {
                     label: "steps".into(),
@@ -210,7 +210,7 @@ fn page<'a>(input: &'a TimelineInput) -> Page<'a> {
             }
             lanes.push(Lane::States {
                 label: input.thread_label(thread),
-                sub: format!("tid {}, {}", thread.tid, role_label(input.role(thread.tid))),
+                sub: format!("tid {}, {}", thread.tid, role_label(input.role(thread))),
                 tid: thread.tid,
                 s,
             });
@@ -223,7 +223,7 @@ fn page<'a>(input: &'a TimelineInput) -> Page<'a> {
         }
         let pooled: Vec<&Thread> = threads
             .into_iter()
-            .filter(|t| folded(input.role(t.tid)))
+            .filter(|t| folded(input.role(t)))
             .collect();
         if !pooled.is_empty() {
             lanes.push(pool_lane(input, &pooled, bin_ns));
@@ -325,7 +325,7 @@ fn pool_lane(input: &TimelineInput, threads: &[&Thread], bin_ns: u64) -> Lane {
             .map(|v| ((v * 100 + bin_ns / 2) / bin_ns) as u32)
             .collect()
     };
-    let roles: Vec<Role> = threads.iter().map(|t| input.role(t.tid)).collect();
+    let roles: Vec<Role> = threads.iter().map(|t| input.role(t)).collect();
     let what = if roles.iter().all(|&r| r == Role::Pool) {
         "pool threads"
     } else {
@@ -480,16 +480,15 @@ mod tests {
     }
 
     fn render(model: &Model, title: &str) -> String {
-        let roles = Roles {
-            by_tid: BTreeMap::from([
+        let roles = Roles::from_tids(
+            [
                 (1, Role::Trainer),
                 (2, Role::DataWorker),
                 (3, Role::Pool),
                 (4, Role::Pool),
-            ]),
-            trainer: Some(1),
-            ..Default::default()
-        };
+            ],
+            Some(1),
+        );
         let stalls = [Stall {
             tid: 1,
             start_ns: 0,

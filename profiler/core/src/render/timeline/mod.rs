@@ -105,20 +105,27 @@ impl<'a> TimelineInput<'a> {
         }
     }
 
-    pub fn role(&self, tid: u32) -> Role {
+    /// A thread's role.
+    pub fn role(&self, thread: &Thread) -> Role {
+        self.roles.of_thread(thread)
+    }
+
+    /// The role of `tid` where no thread is at hand (a process's main
+    /// thread by its pid): its latest holder's.
+    fn role_of_tid(&self, tid: u32) -> Role {
         self.roles.of(tid)
     }
 
     /// A process' role: its main thread's, else that of any thread with a
     /// role of its own.
     fn process_role(&self, pid: u32) -> Role {
-        match self.role(pid) {
+        match self.role_of_tid(pid) {
             Role::Pool | Role::Other => self
                 .model
                 .threads
                 .iter()
                 .filter(|t| t.pid == pid)
-                .map(|t| self.role(t.tid))
+                .map(|t| self.role(t))
                 .find(|&r| !folded(r))
                 .unwrap_or(Role::Other),
             role => role,
@@ -140,7 +147,7 @@ impl<'a> TimelineInput<'a> {
 
     /// A thread's name, with its role where the name does not say it.
     pub fn thread_label(&self, thread: &Thread) -> String {
-        let role = self.role(thread.tid);
+        let role = self.role(thread);
         let comm = if thread.comm.is_empty() {
             "?"
         } else {
@@ -179,7 +186,7 @@ impl<'a> TimelineInput<'a> {
     fn threads_of(&self, pid: u32) -> Vec<&Thread> {
         let mut threads: Vec<&Thread> =
             self.model.threads.iter().filter(|t| t.pid == pid).collect();
-        let rank = |t: &Thread| match self.role(t.tid) {
+        let rank = |t: &Thread| match self.role(t) {
             Role::Trainer => 0,
             Role::PinMemory => 1,
             Role::DataWorker => 2,

@@ -213,7 +213,7 @@ impl<S: TraceSink> Layout<'_, '_, S> {
     }
 
     fn thread(&mut self, thread: &Thread, slices: impl Iterator<Item = Slice>) -> io::Result<()> {
-        let sort = match self.input.role(thread.tid) {
+        let sort = match self.input.role(thread) {
             Role::Trainer => 0,
             Role::PinMemory => 1,
             Role::DataWorker => 2,
@@ -650,11 +650,10 @@ mod tests {
     }
 
     fn roles() -> Roles {
-        Roles {
-            by_tid: BTreeMap::from([(1, Role::Trainer), (2, Role::DataWorker), (3, Role::Pool)]),
-            trainer: Some(1),
-            ..Default::default()
-        }
+        Roles::from_tids(
+            [(1, Role::Trainer), (2, Role::DataWorker), (3, Role::Pool)],
+            Some(1),
+        )
     }
 
     fn render(model: &Model, steps: &[TimelineStep], stalls: &[Stall]) -> Value {

@@ -33,6 +33,18 @@ fn check_adds_up(s: &Summary) {
     }
     let shares: f64 = s.anatomy.phases.iter().map(|p| p.share).sum();
     assert!((shares - 1.0).abs() < 1e-9, "{shares}");
+    // Findings are ranked by the share of all the steps' time they
+    // explain: one read from a subset of the steps (prefetch, the steps no
+    // worker start held up) counts its part of the whole.
+    for f in &s.findings {
+        assert!((0.0..=1.0).contains(&f.explains_frac), "{f:?}");
+        if f.id == "prefetch_starved" {
+            assert!(
+                f.explains_frac <= s.anatomy.batch_wait_share() + 1e-9,
+                "{f:?}"
+            );
+        }
+    }
 }
 
 fn leading_input(s: &Summary) -> &analysis::diagnosis::Finding {

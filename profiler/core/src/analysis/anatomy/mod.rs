@@ -756,13 +756,15 @@ impl<'a> Ctx<'a> {
     fn holder(&mut self, waker: Option<&WakeEdge>) -> u32 {
         let text = match waker {
             Some(w) => {
-                let name = self
-                    .thread_at(w.waker_tid, w.ts)
-                    .map_or("?", |t| t.comm.as_str());
-                let at = self.running_label_at(w.waker_tid, w.ts);
-                match at {
-                    Some(l) => format!("held by {name} (tid {}): {l}", w.waker_tid),
-                    None => format!("held by {name} (tid {})", w.waker_tid),
+                // A thread the recording never saw start (its fork lost)
+                // is still named by its tid.
+                let who = match self.thread_at(w.waker_tid, w.ts) {
+                    Some(t) => format!("{} (tid {})", t.comm, w.waker_tid),
+                    None => format!("tid {}, a thread the recording missed", w.waker_tid),
+                };
+                match self.running_label_at(w.waker_tid, w.ts) {
+                    Some(l) => format!("held by {who}: {l}"),
+                    None => format!("held by {who}"),
                 }
             }
             None => "held by an untraced thread".into(),

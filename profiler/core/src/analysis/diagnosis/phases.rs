@@ -220,16 +220,16 @@ fn prefetch_starved(f: &Facts) -> Option<Finding> {
         return None;
     }
     // Steps whose worker started (an epoch's first) are another finding's.
-    let steps: Vec<&crate::analysis::anatomy::PhaseTimes> = f
+    let (steps, started): (Vec<&crate::analysis::anatomy::PhaseTimes>, Vec<_>) = f
         .anatomy
         .steps
         .iter()
-        .filter(|s| s.get(Phase::WorkerStart) == 0)
-        .collect();
+        .partition(|s| s.get(Phase::WorkerStart) == 0);
     if steps.is_empty() {
         return None;
     }
     let total: u64 = steps.iter().map(|s| s.total()).sum();
+    let started_ns: u64 = started.iter().map(|s| s.total()).sum();
     let mut waits: Vec<u64> = steps
         .iter()
         .map(|s| {
@@ -241,6 +241,9 @@ fn prefetch_starved(f: &Facts) -> Option<Finding> {
         .collect();
     let waited: u64 = waits.iter().sum();
     let wait_share = waited as f64 / total.max(1) as f64;
+    // Ranked against the other findings by its share of all the steps'
+    // time: the started steps' time is part of what it does not explain.
+    let explains = waited as f64 / (total + started_ns).max(1) as f64;
     let rest = m.serial_ms.max(m.cpu_bound_ms());
     let supply = m.batch_ms / m.workers as f64;
     // Waits for a CPU mean too many threads, not bursts.
@@ -256,14 +259,18 @@ fn prefetch_starved(f: &Facts) -> Option<Finding> {
     let quarter: u64 = waits.iter().take(waits.len().div_ceil(4)).sum();
     let concentrated = quarter as f64 / waited.max(1) as f64;
     let measured = total as f64 / 1e6 / steps.len() as f64;
-    let predicted = m.without_restarts();
-    if concentrated < BURSTY || measured < MIN_GAIN * predicted {
+    let steady = m.without_restarts();
+    if concentrated < BURSTY || measured < MIN_GAIN * steady {
         return None;
     }
+    // A deeper prefetch evens out the other steps; those a worker start
+    // held up stay as measured.
+    let predicted = (started_ns as f64 / 1e6 + steady * steps.len() as f64)
+        / (steps.len() + started.len()) as f64;
     let longest_ms = waits.first().copied().unwrap_or(0) as f64 / 1e6;
     // Batches queued ahead must cover the longest wait at the predicted
     // pace, spread over the workers; PyTorch's default is 2 per worker.
-    let ahead = (longest_ms / predicted.max(f64::MIN_POSITIVE)).ceil() as usize;
+    let ahead = (longest_ms / steady.max(f64::MIN_POSITIVE)).ceil() as usize;
     let factor = (ahead.div_ceil(m.workers) + 2).clamp(3, 16);
     Some(Finding {
         id: FindingId::PrefetchStarved,
@@ -271,8 +278,8 @@ fn prefetch_starved(f: &Facts) -> Option<Finding> {
             "Prefetch starved: the workers keep up on average ({supply:.1} ms a batch against {rest:.1} ms \
              a step) but the trainer waits in bursts, up to {longest_ms:.0} ms"
         ),
-        severity: severity(wait_share),
-        explains_frac: wait_share,
+        severity: severity(explains),
+        explains_frac: explains,
         evidence: vec![
             format!(
                 "the trainer waited for batches {:.0}% of the time of the steps no worker start held up, \
@@ -285,7 +292,7 @@ fn prefetch_starved(f: &Facts) -> Option<Finding> {
                 m.batch_ms, m.workers
             ),
             format!(
-                "those steps took {measured:.1} ms on average; {}",
+                "those steps took {measured:.1} ms on average and would take {steady:.1} ms; {}",
                 prediction_text(&m, predicted)
             ),
         ],

@@ -53,6 +53,10 @@ mod timeline;
 // roles against its own ground truth, advice in the right direction, a
 // report whose sentences add up.
 mod real_job;
+// The zoo of input-pipeline pathologies on the real job: the finding that
+// names each, its setting, and the step's anatomy against the job's own
+// timestamps.
+mod zoo;
 // Exports for other tools and multi-node merges: Perfetto traces against
 // Perfetto's own definitions, pprof profiles through `go tool pprof`, the
 // straggler of two concurrent ranks and a moved clock anchor.

@@ -712,7 +712,7 @@ impl<'a> Ctx<'a> {
         let label = self.label(stack);
         match work {
             TrainerWork::Gil => {
-                let holder = self.holder(waker);
+                let holder = self.holder(waker, a, b);
                 push(out, a, b, Phase::Gil, holder);
             }
             TrainerWork::NextBatch => self.batch_wait(waker, a, b, out),
@@ -752,24 +752,49 @@ impl<'a> Ctx<'a> {
         out.extend(mine);
     }
 
-    /// "held by NAME (tid N)": the thread that woke a GIL wait.
-    fn holder(&mut self, waker: Option<&WakeEdge>) -> u32 {
+    /// "held by NAME (tid N)": the thread that woke a GIL wait in
+    /// `[a, b)`.
+    fn holder(&mut self, waker: Option<&WakeEdge>, a: u64, b: u64) -> u32 {
         let text = match waker {
-            Some(w) => {
-                // A thread the recording never saw start (its fork lost)
-                // is still named by its tid.
-                let who = match self.thread_at(w.waker_tid, w.ts) {
-                    Some(t) => format!("{} (tid {})", t.comm, w.waker_tid),
-                    None => format!("tid {}, a thread the recording missed", w.waker_tid),
-                };
-                match self.running_label_at(w.waker_tid, w.ts) {
-                    Some(l) => format!("held by {who}: {l}"),
-                    None => format!("held by {who}"),
-                }
-            }
+            // A timer ended the wait (CPython's switch interval ran out and
+            // the waiter asks the holder to drop the GIL; tid 0 is the
+            // interrupt's): the holder is the sibling that ran meanwhile.
+            Some(w) if w.waker_tid == 0 => match self.busiest_sibling(a, b) {
+                Some(t) => self.held_by(t.tid, b),
+                None => "held by an untraced thread".into(),
+            },
+            Some(w) => self.held_by(w.waker_tid, w.ts),
             None => "held by an untraced thread".into(),
         };
         self.named(text)
+    }
+
+    fn held_by(&mut self, tid: u32, ts: u64) -> String {
+        // A thread the recording never saw start (its fork lost) is still
+        // named by its tid.
+        let who = match self.thread_at(tid, ts) {
+            Some(t) => format!("{} (tid {tid})", t.comm),
+            None => format!("tid {tid}, a thread the recording missed"),
+        };
+        match self.running_label_at(tid, ts) {
+            Some(l) => format!("held by {who}: {l}"),
+            None => format!("held by {who}"),
+        }
+    }
+
+    /// The trainer's fellow thread that ran longest in `[a, b)`.
+    fn busiest_sibling(&self, a: u64, b: u64) -> Option<&'a Thread> {
+        let trainer = self.trainer;
+        self.threads
+            .values()
+            .flatten()
+            .copied()
+            .filter(|t| t.pid == trainer.pid && t.tid != trainer.tid)
+            .filter(|t| t.start_ns < b && t.end_ns > a)
+            .map(|t| (t, on_cpu_within(t, a, b)))
+            .filter(|&(_, ns)| ns > 0)
+            .max_by_key(|&(t, ns)| (ns, std::cmp::Reverse(t.tid)))
+            .map(|(t, _)| t)
     }
 
     /// The label of what `tid` was running at `ts`.
@@ -971,6 +996,17 @@ impl<'a> Ctx<'a> {
 }
 
 /// Appends a piece, merging it into the last when they are alike.
+/// How long `t` was on a CPU within `[a, b)`.
+fn on_cpu_within(t: &Thread, a: u64, b: u64) -> u64 {
+    let first = t.intervals.partition_by_end(|e| e <= a);
+    t.intervals
+        .iter_from(first)
+        .take_while(|iv| iv.start_ns < b)
+        .filter(|iv| iv.state == ThreadState::Running)
+        .map(|iv| iv.end_ns.min(b).saturating_sub(iv.start_ns.max(a)))
+        .sum()
+}
+
 fn push(out: &mut Vec<Segment>, start: u64, end: u64, phase: Phase, label: u32) {
     if end <= start {
         return;
@@ -1308,6 +1344,101 @@ mod tests {
         // Without marks, the batch was in hand when receiving ended.
         assert_eq!(a.batch_ns, [80 * MS]);
         assert!(!a.batch_marked);
+    }
+
+    /// A GIL wait that CPython's switch interval ended: a timer woke the
+    /// trainer (waker tid 0), and the holder is the fellow thread that ran
+    /// most of the wait, not "tid 0".
+    #[test]
+    fn a_timed_out_gil_wait_names_the_running_sibling() {
+        let native = |symbol: &str| Frame {
+            module: "libpython3.11.so".into(),
+            symbol: Some(symbol.into()),
+            kind: FrameKind::Native,
+            offset: 1,
+        };
+        let mut table = StackTable {
+            sample_hz: 100,
+            frames: vec![
+                py("train.py", "main"),
+                native("take_gil"),
+                py("train.py", "metrics_loop"),
+                py("train.py", "log_line"),
+            ],
+            stacks: vec![vec![0, 1], vec![2], vec![3], vec![0]],
+            ..StackTable::default()
+        };
+        table.timed = vec![
+            timed(1, 1, 5 * MS, 5 * MS, 3, StackKind::OnCpu),
+            timed(1, 1, 10 * MS, 20 * MS, 0, StackKind::Sleep),
+            timed(1, 1, 25 * MS, 25 * MS, 3, StackKind::OnCpu),
+            timed(3, 1, 15 * MS, 15 * MS, 1, StackKind::OnCpu),
+            timed(4, 1, 11 * MS, 11 * MS, 2, StackKind::OnCpu),
+        ];
+        let model = Model {
+            threads: vec![
+                thread(
+                    1,
+                    1,
+                    &[
+                        (0, 10 * MS, Running),
+                        (10 * MS, 20 * MS, Sleeping),
+                        (20 * MS, 30 * MS, Running),
+                    ],
+                ),
+                thread(
+                    3,
+                    1,
+                    &[
+                        (0, 5 * MS, Sleeping),
+                        (5 * MS, 25 * MS, Running),
+                        (25 * MS, 30 * MS, Sleeping),
+                    ],
+                ),
+                thread(
+                    4,
+                    1,
+                    &[
+                        (0, 10 * MS, Sleeping),
+                        (10 * MS, 12 * MS, Running),
+                        (12 * MS, 30 * MS, Sleeping),
+                    ],
+                ),
+            ],
+            wakeups: vec![WakeEdge {
+                ts: 20 * MS,
+                tid: 1,
+                waker_tid: 0,
+                waker_tgid: 0,
+                flags: 0,
+            }],
+            stacks: Some(table),
+            window_end_ns: 30 * MS,
+            ..Model::default()
+        };
+        let roles = Roles::from_tids([(1, Role::Trainer)], Some(1));
+        let steps = StepStats {
+            trainer_tid: Some(1),
+            steps: vec![Step {
+                start_ns: 0,
+                end_ns: 30 * MS,
+                data_wait_ns: 0,
+                wait_start_ns: 0,
+                delivered_ns: 0,
+                cuda_sync_ns: 0,
+                trainer: Default::default(),
+                blame: Default::default(),
+                worker_pid: 0,
+                end_estimated: false,
+            }],
+            ..StepStats::default()
+        };
+        let a = anatomy(&model, &roles, &steps, &[]);
+        // The wait's 10 ms, and the running on either side up to halfway
+        // to the samples that show other work.
+        assert_eq!(a.steps[0].get(Phase::Gil), 15 * MS);
+        let gil = a.phase(Phase::Gil).unwrap();
+        assert_eq!(gil.top[0].0, "held by t3 (tid 3): metrics_loop (train.py)");
     }
 
     /// With libtorch's end-of-`__next__` mark, the boundary between

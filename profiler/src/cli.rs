@@ -14,7 +14,7 @@ use profiler::analysis::{
     roles::Role,
     select::{self, Selection, Stretch},
 };
-use profiler::capture::{MapLimits, RecordOptions, gpu::GpuOptions, procfs};
+use profiler::capture::{CaptureOptions, MapLimits, RecordOptions, gpu::GpuOptions, procfs};
 use profiler::output;
 pub(crate) use profiler::outputs::TimelineFormat;
 
@@ -68,9 +68,6 @@ pub(crate) enum Command {
 
 #[derive(Args, Debug)]
 pub(crate) struct RecordArgs {
-    /// Attach to this running process and all its descendants (repeatable).
-    #[arg(short, long = "pid", value_name = "PID")]
-    pub pids: Vec<u32>,
     /// Stop after this long (e.g. 30s, 500ms, 2m); default: until Ctrl-C or
     /// until the targets exit. A command tprof launched is stopped then too
     /// (SIGTERM, see --kill-after).
@@ -85,6 +82,24 @@ pub(crate) struct RecordArgs {
     /// Do not print the report after recording.
     #[arg(long)]
     pub no_report: bool,
+    /// Do not write the cpu and wall flamegraphs next to the recording.
+    #[arg(long)]
+    pub no_flamegraphs: bool,
+    /// Do not write the timelines (.timeline.html and .timeline.json) next
+    /// to the recording.
+    #[arg(long)]
+    pub no_timeline: bool,
+    #[command(flatten)]
+    pub capture: CaptureArgs,
+}
+
+/// What to capture and how: the targets and the kernel side, shared by
+/// `record` and `top`.
+#[derive(Args, Debug)]
+pub(crate) struct CaptureArgs {
+    /// Attach to this running process and all its descendants (repeatable).
+    #[arg(short, long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
     /// The NVML library to load [default: $TPROF_NVML_LIB, else
     /// libnvidia-ml.so.1 from the loader's path].
     #[arg(long, value_name = "PATH")]
@@ -114,13 +129,6 @@ pub(crate) struct RecordArgs {
     /// chain; native frames only).
     #[arg(long, conflicts_with = "no_stacks")]
     pub no_python_frames: bool,
-    /// Do not write the cpu and wall flamegraphs next to the recording.
-    #[arg(long)]
-    pub no_flamegraphs: bool,
-    /// Do not write the timelines (.timeline.html and .timeline.json) next
-    /// to the recording.
-    #[arg(long)]
-    pub no_timeline: bool,
     /// Do not trace CUDA runtime calls (uprobes on the libcudart the job
     /// loads; each traced call costs the job one or two uprobe traps).
     #[arg(long)]
@@ -146,17 +154,17 @@ pub(crate) struct RecordArgs {
     /// (default 60s). Hidden: for tests that expire entries.
     #[arg(long, hide = true, value_name = "DURATION", value_parser = parse_duration)]
     pub expire_in_flight_after: Option<Duration>,
-    /// When the recording stops before the command does (Ctrl-C, a signal
-    /// to tprof, --duration), how long the command's process group gets to
-    /// exit after tprof passes the stop on to it (SIGINT, SIGTERM or
-    /// SIGHUP, as tprof got; SIGTERM for --duration), before SIGKILL.
-    /// With -- CMD only: -p targets are left running.
+    /// When tprof stops before the command does (Ctrl-C, a signal to
+    /// tprof, --duration, q in top), how long the command's process group
+    /// gets to exit after tprof passes the stop on to it (SIGINT, SIGTERM
+    /// or SIGHUP, as tprof got; SIGTERM for --duration, SIGINT for q),
+    /// before SIGKILL. With -- CMD only: -p targets are left running.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration,
           conflicts_with = "pids")]
     pub kill_after: Duration,
     /// The command to launch and trace (after --). It runs in a process
     /// group of its own, so a Ctrl-C reaches it once, through tprof; it
-    /// cannot read the terminal (record a job that does with -p).
+    /// cannot read the terminal (trace a job that does with -p).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
@@ -451,19 +459,29 @@ impl FlamegraphArgs {
 impl RecordArgs {
     /// Checks the combination of arguments and builds capture's options.
     pub(crate) fn to_options(&self) -> Result<RecordOptions> {
+        Ok(RecordOptions {
+            capture: self.capture.to_options("record", self.duration)?,
+            output: self.output.clone().unwrap_or_else(output::default_path),
+            force: self.force,
+        })
+    }
+}
+
+impl CaptureArgs {
+    /// Checks the targets and builds capture's options; `verb` (record,
+    /// watch) says what there was nothing to do.
+    fn to_options(&self, verb: &str, duration: Option<Duration>) -> Result<CaptureOptions> {
         match (self.pids.is_empty(), self.command.is_empty()) {
             (true, true) => {
-                bail!("nothing to record: give -p PID for a running job or -- CMD to launch one")
+                bail!("nothing to {verb}: give -p PID for a running job or -- CMD to launch one")
             }
             (false, false) => bail!("give either -p PID or -- CMD, not both"),
             _ => {}
         }
-        Ok(RecordOptions {
+        Ok(CaptureOptions {
             pids: self.pids.clone(),
             command: self.command.clone(),
-            duration: self.duration,
-            output: self.output.clone().unwrap_or_else(output::default_path),
-            force: self.force,
+            duration,
             gpu: GpuOptions {
                 enabled: !self.no_gpu,
                 library: self
@@ -596,27 +614,29 @@ mod tests {
     #[test]
     fn record_needs_exactly_one_kind_of_target() {
         let args = |pids: Vec<u32>, command: Vec<String>| RecordArgs {
-            pids,
             duration: None,
             output: Some("x".into()),
             force: false,
             no_report: false,
-            nvml_lib: None,
-            no_gpu: false,
-            gpu_hz: 20.0,
-            hz: 99,
-            no_stacks: false,
-            stack_size: 64 << 10,
-            no_python_frames: false,
             no_flamegraphs: false,
             no_timeline: false,
-            no_cuda: false,
-            max_tracked_threads: None,
-            ring_buffer_size: None,
-            max_in_flight: None,
-            expire_in_flight_after: None,
-            kill_after: Duration::from_secs(5),
-            command,
+            capture: CaptureArgs {
+                pids,
+                nvml_lib: None,
+                no_gpu: false,
+                gpu_hz: 20.0,
+                hz: 99,
+                no_stacks: false,
+                stack_size: 64 << 10,
+                no_python_frames: false,
+                no_cuda: false,
+                max_tracked_threads: None,
+                ring_buffer_size: None,
+                max_in_flight: None,
+                expire_in_flight_after: None,
+                kill_after: Duration::from_secs(5),
+                command,
+            },
         };
         assert!(args(vec![], vec![]).to_options().is_err());
         assert!(args(vec![1], vec!["ls".into()]).to_options().is_err());
@@ -646,12 +666,12 @@ mod tests {
         else {
             panic!("record --kill-after 500ms -- ls did not parse");
         };
-        assert_eq!(given.kill_after, Duration::from_millis(500));
+        assert_eq!(given.capture.kill_after, Duration::from_millis(500));
         let Ok(Command::Record(default)) = parse(&["tprof", "record", "--", "ls"]) else {
             panic!("record -- ls did not parse");
         };
         assert_eq!(
-            default.to_options().unwrap().kill_after,
+            default.to_options().unwrap().capture.kill_after,
             Duration::from_secs(5)
         );
     }

@@ -50,7 +50,7 @@ fn run(cli: cli::Cli) -> Result<()> {
             let outcome = capture::record(&options)?;
             // The recording is safe on disk by now: a flamegraph or timeline
             // that cannot be written is a warning, not a failed recording.
-            let flamegraphs = options.sample_hz.is_some() && !args.no_flamegraphs;
+            let flamegraphs = options.capture.sample_hz.is_some() && !args.no_flamegraphs;
             if flamegraphs || !args.no_timeline {
                 let outputs =
                     record_outputs(&outcome.path, flamegraphs, !args.no_timeline, options.force);

@@ -2,6 +2,7 @@
 //! what the user typed into the options each stage takes.
 
 use std::{
+    io::IsTerminal as _,
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -15,6 +16,8 @@ use profiler::analysis::{
     select::{self, Selection, Stretch},
 };
 use profiler::capture::{CaptureOptions, MapLimits, RecordOptions, gpu::GpuOptions, procfs};
+
+use crate::top::{Mode, TopOptions};
 use profiler::output;
 pub(crate) use profiler::outputs::TimelineFormat;
 
@@ -33,6 +36,8 @@ reports where the time went.",
     after_help = "Examples:\n  \
 sudo tprof record -p 12345 -d 30s      attach to a running job and its DataLoader workers\n  \
 sudo tprof record -- python train.py   launch a job and trace it from its first instruction\n  \
+sudo tprof top -p 12345                watch a job live (q quits, r records what follows)\n  \
+sudo tprof top -p 12345 --batch -n 5   five plain-text frames, one a second (--json: JSON lines)\n  \
 tprof report tprof-20261202-153000.tprof --json\n  \
 tprof flamegraph rec.tprof --kind offcpu -o offcpu.svg\n  \
 tprof flamegraph --diff before.tprof after.tprof -o diff.svg\n  \
@@ -51,6 +56,11 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Record a running job (-p) or a command (-- CMD), then print the report.
     Record(RecordArgs),
+    /// Watch a running job (-p) or a command (-- CMD) live: a full-screen
+    /// view like `top -H` and `iostat -x 1`, with why each thread waits and
+    /// the leading finding; `r` records what follows to a file.
+    #[command(after_help = TOP_KEYS)]
+    Top(TopArgs),
     /// Print the report of a recording.
     Report(ReportArgs),
     /// Draw a flamegraph SVG (or print folded stacks) of a recording.
@@ -167,6 +177,39 @@ pub(crate) struct CaptureArgs {
     /// cannot read the terminal (trace a job that does with -p).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct TopArgs {
+    /// How often the view is redrawn: each frame shows this last stretch
+    /// of time (e.g. 1s, 500ms, 2s).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// How far back the leading finding, the roles and the steps' detection
+    /// look (e.g. 10s, 30s).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub window: Duration,
+    /// Print one plain-text frame per interval instead of the full-screen
+    /// view (for scripts and CI logs; also when stdout is not a terminal).
+    #[arg(short, long)]
+    pub batch: bool,
+    /// Stop after this many frames.
+    #[arg(short = 'n', long = "iterations", value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub frames: Option<u64>,
+    /// Print each frame as one JSON object per line (docs/json.md); implies
+    /// --batch.
+    #[arg(long)]
+    pub json: bool,
+    /// Where `r` writes its recording of what follows [default:
+    /// tprof-YYYYmmdd-HHMMSS.tprof].
+    #[arg(short, long, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// Let `r` overwrite the output file if it exists.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub capture: CaptureArgs,
 }
 
 #[derive(Args, Debug)]
@@ -456,6 +499,14 @@ impl FlamegraphArgs {
     }
 }
 
+/// What `top`'s keys do, under its --help.
+const TOP_KEYS: &str = "Keys:\n  \
+q, Ctrl-C   quit (detaches: the programs come off, -p targets keep running)\n  \
+s, S        sort the threads by the next (previous) column\n  \
+t w m p h o show or hide the threads of the trainer, data workers, pin-memory, pools, helpers, others\n  \
+space       pause the view (capture goes on)\n  \
+r           start or stop writing a recording of what follows (-o PATH; tprof report reads it)";
+
 impl RecordArgs {
     /// Checks the combination of arguments and builds capture's options.
     pub(crate) fn to_options(&self) -> Result<RecordOptions> {
@@ -466,6 +517,45 @@ impl RecordArgs {
         })
     }
 }
+
+impl TopArgs {
+    /// Checks the combination of arguments and builds the view's options.
+    pub(crate) fn to_options(&self) -> Result<TopOptions> {
+        if self.interval < MIN_TOP_INTERVAL {
+            bail!(
+                "--interval {:?} is too short: a frame needs at least {:?} of events",
+                self.interval,
+                MIN_TOP_INTERVAL
+            );
+        }
+        if self.window < self.interval || self.window > MAX_TOP_WINDOW {
+            bail!(
+                "--window must be between the interval ({:?}) and {} s",
+                self.interval,
+                MAX_TOP_WINDOW.as_secs()
+            );
+        }
+        let mode = if self.batch || self.json || !std::io::stdout().is_terminal() {
+            Mode::Batch { json: self.json }
+        } else {
+            Mode::Screen
+        };
+        Ok(TopOptions {
+            capture: self.capture.to_options("watch", None)?,
+            interval: self.interval,
+            window: self.window,
+            mode,
+            frames: self.frames,
+            output: self.output.clone(),
+            force: self.force,
+        })
+    }
+}
+
+/// Shorter frames would hold two drains' worth of events or fewer.
+const MIN_TOP_INTERVAL: Duration = Duration::from_millis(200);
+/// The window's events are held in memory.
+const MAX_TOP_WINDOW: Duration = Duration::from_secs(300);
 
 impl CaptureArgs {
     /// Checks the targets and builds capture's options; `verb` (record,
@@ -674,6 +764,26 @@ mod tests {
             default.to_options().unwrap().capture.kill_after,
             Duration::from_secs(5)
         );
+    }
+
+    /// `top` takes record's targets; its interval and window are checked,
+    /// and --json is a batch of JSON lines.
+    #[test]
+    fn top_checks_its_interval_window_and_targets() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|cli| cli.command) {
+            Ok(Command::Top(top)) => top.to_options(),
+            Ok(_) => panic!("not top"),
+            Err(e) => Err(anyhow::anyhow!("{e}")),
+        };
+        let ok = parse(&["tprof", "top", "-p", "1", "--json", "-n", "3"]).unwrap();
+        assert_eq!(ok.mode, Mode::Batch { json: true });
+        assert_eq!((ok.frames, ok.interval), (Some(3), Duration::from_secs(1)));
+        assert_eq!(ok.window, Duration::from_secs(10));
+        let err = |args: &[&str]| parse(args).unwrap_err().to_string();
+        assert!(err(&["tprof", "top"]).contains("nothing to watch"));
+        assert!(err(&["tprof", "top", "-p", "1", "--interval", "50ms"]).contains("too short"));
+        assert!(err(&["tprof", "top", "-p", "1", "--window", "500ms"]).contains("--window"));
+        assert!(parse(&["tprof", "top", "-b", "--", "python", "x.py"]).is_ok());
     }
 
     #[test]

@@ -1,0 +1,220 @@
+//! The view's analysis thread, `tprof-top`: capture's [`Feed`] in, frames
+//! out. It owns the [`Window`] and the recording file of `r` ([`Tee`]),
+//! both fed in capture's order, so the file starts exactly where the
+//! window stood when `r` was pressed.
+//!
+//! A frame is due once every event of its interval has arrived: when the
+//! feed's watermark (the last drain's start) passes the interval's end.
+//! Then the window's model of the last `--window` (the report's
+//! `Assembly`) is built and summarized (`analysis::summarize`), and the
+//! frame read off both. A frame that took longer than an interval does
+//! not queue the ones it held up: the next frame is the latest interval
+//! the watermark has passed, so the view stays current on a busy machine
+//! and the gap shows in the intervals' times.
+
+use std::{
+    path::PathBuf,
+    sync::mpsc::{Receiver, RecvTimeoutError, Sender},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+use profiler::capture::live::Feed;
+use tprof_core::analysis;
+
+use super::frame::{self, Frame, Span};
+use super::tee::Tee;
+use super::window::Window;
+
+/// What the analysis thread tells the view.
+#[derive(Debug)]
+pub(super) enum Update {
+    Frame(Box<Frame>),
+    /// The recording file `r` started (its path) or ended (None).
+    Recording(Option<PathBuf>),
+    /// One line for the status bar (a recording written, or why not).
+    Note(String),
+}
+
+/// What the view asks the analysis thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Request {
+    /// `r`: start a recording file of what follows, or end the one being
+    /// written.
+    ToggleRecording,
+}
+
+/// How often the thread looks at the view's requests while the feed is
+/// quiet.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The analysis thread's settings.
+pub(super) struct Settings {
+    pub interval: Duration,
+    pub window: Duration,
+    /// Where `r` writes; None: a new default name each time.
+    pub output: Option<PathBuf>,
+    pub force: bool,
+}
+
+struct Analyst {
+    settings: Settings,
+    window: Window,
+    tee: Option<Tee>,
+    /// The end of the next frame's interval, once capture has started.
+    next_end: Option<u64>,
+    seq: u64,
+    updates: Sender<Update>,
+    requests: Receiver<Request>,
+}
+
+/// Starts the thread; it ends when the feed does, with the recording file
+/// of `r` finished.
+pub(super) fn spawn(
+    settings: Settings,
+    feed: Receiver<Feed>,
+    updates: Sender<Update>,
+    requests: Receiver<Request>,
+) -> Result<JoinHandle<Result<()>>> {
+    let analyst = Analyst {
+        settings,
+        window: Window::new(),
+        tee: None,
+        next_end: None,
+        seq: 0,
+        updates,
+        requests,
+    };
+    std::thread::Builder::new()
+        .name("tprof-top".into())
+        .spawn(move || analyst.run(&feed))
+        .context("cannot start the tprof-top thread")
+}
+
+impl Analyst {
+    fn run(mut self, feed: &Receiver<Feed>) -> Result<()> {
+        let result = self.serve(feed);
+        // Whatever ended it, a file being written is finished.
+        self.end_recording();
+        result
+    }
+
+    fn serve(&mut self, feed: &Receiver<Feed>) -> Result<()> {
+        loop {
+            while let Ok(request) = self.requests.try_recv() {
+                match request {
+                    Request::ToggleRecording => self.toggle_recording(),
+                }
+            }
+            match feed.recv_timeout(POLL) {
+                Ok(Feed::End) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                Ok(item) => self.take(item)?,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            self.frame_if_due();
+        }
+    }
+
+    /// Files one item in the window and in the recording file, if any.
+    fn take(&mut self, item: Feed) -> Result<()> {
+        let teed = match item {
+            Feed::Record { kind, payload } => {
+                self.window.record(kind, &payload)?;
+                self.tee_with(|tee| tee.record(kind, &payload))
+            }
+            Feed::Events { bytes, drained_ns } => {
+                self.window.events(&bytes, drained_ns)?;
+                self.tee_with(|tee| tee.events(&bytes))
+            }
+            Feed::Flush => self.tee_with(Tee::flush),
+            Feed::End => Ok(()),
+        };
+        if let Err(err) = teed {
+            // The view goes on without the file; its prefix stays readable.
+            self.tee = None;
+            self.say(Update::Note(format!("{err:#}; recording stopped")));
+            self.say(Update::Recording(None));
+        }
+        Ok(())
+    }
+
+    fn tee_with(&mut self, write: impl FnOnce(&mut Tee) -> Result<()>) -> Result<()> {
+        match &mut self.tee {
+            Some(tee) => write(tee),
+            None => Ok(()),
+        }
+    }
+
+    fn toggle_recording(&mut self) {
+        if self.tee.is_some() {
+            self.end_recording();
+            return;
+        }
+        let Some(_) = self.window.started_ns() else {
+            self.say(Update::Note(
+                "nothing to record yet: still attaching".into(),
+            ));
+            return;
+        };
+        let path = (self.settings.output.clone()).unwrap_or_else(profiler::output::default_path);
+        match Tee::start(&path, self.settings.force, &self.window) {
+            Ok(tee) => {
+                self.say(Update::Recording(Some(tee.path().to_path_buf())));
+                self.tee = Some(tee);
+            }
+            Err(err) => self.say(Update::Note(format!("cannot record: {err:#}"))),
+        }
+    }
+
+    /// Finishes the file `r` is writing, if any, and says where it is.
+    fn end_recording(&mut self) {
+        let Some(tee) = self.tee.take() else {
+            return;
+        };
+        let end = self.window.anchor(self.window.watermark_ns());
+        let note = match tee.finish(end, &self.window.meta().lost) {
+            Ok(path) => format!("recorded to {} (tprof report {0})", path.display()),
+            Err(err) => format!("{err:#}"),
+        };
+        self.say(Update::Note(note));
+        self.say(Update::Recording(None));
+    }
+
+    /// Makes the latest frame the watermark has passed, if one is due.
+    fn frame_if_due(&mut self) {
+        let Some(started) = self.window.started_ns() else {
+            return;
+        };
+        let interval = self.settings.interval.as_nanos() as u64;
+        let next = *self.next_end.get_or_insert(started + interval);
+        let watermark = self.window.watermark_ns();
+        if watermark < next {
+            return;
+        }
+        let end = next + (watermark - next) / interval * interval;
+        self.next_end = Some(end + interval);
+        self.seq += 1;
+        let frame = self.frame(Span::new(end - interval, end));
+        self.say(Update::Frame(Box::new(frame)));
+    }
+
+    fn frame(&mut self, interval: Span) -> Frame {
+        let began = Instant::now();
+        let window_ns = self.settings.window.as_nanos() as u64;
+        let model = self
+            .window
+            .model(interval.end_ns.saturating_sub(window_ns), interval.end_ns);
+        let summary = analysis::summarize(&model);
+        let mut frame = frame::frame(&model, &summary, interval, self.seq);
+        frame.command = self.window.meta().header.command.clone();
+        frame.recording = self.tee.as_ref().map(|t| t.path().display().to_string());
+        frame.analysis_s = began.elapsed().as_secs_f64();
+        frame
+    }
+
+    /// Tells the view; a view that is gone wants nothing more.
+    fn say(&self, update: Update) {
+        let _ = self.updates.send(update);
+    }
+}

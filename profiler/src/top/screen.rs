@@ -1,0 +1,229 @@
+//! The full-screen view: ratatui over crossterm on the terminal's
+//! alternate screen in raw mode, redrawn when a frame, a note or a key
+//! comes. Raw mode turns Ctrl-C into a key, which quits like `q`: capture
+//! is asked to stop ([`StopRequests`]), and the view stays, saying so,
+//! until capture has detached and the analysis thread is done. The
+//! terminal is put back however the view ends, a panic included.
+
+use std::{
+    fs::File,
+    io::Write as _,
+    sync::mpsc::{Receiver, Sender, TryRecvError},
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result};
+use profiler::capture::StopRequests;
+use ratatui::{
+    Terminal,
+    backend::CrosstermBackend,
+    crossterm::{
+        cursor,
+        event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers},
+        execute, terminal,
+    },
+    widgets::Paragraph,
+};
+
+use super::analyst::{Request, Update};
+use super::frame::{Frame, ROLE_ORDER};
+use super::stdio::Redirected;
+use super::view::{self, Area, ViewState, role_key};
+
+/// How long the view waits for a key before looking for updates.
+const KEY_POLL: Duration = Duration::from_millis(100);
+
+/// What the screen presenter needs.
+pub(super) struct Screen<'a> {
+    pub terminal: File,
+    /// Stop after this many frames.
+    pub frames: Option<u64>,
+    pub stop: StopRequests,
+    pub requests: Sender<Request>,
+    /// For the newest line written to stdout or stderr meanwhile.
+    pub stdio: &'a Redirected,
+}
+
+/// The view's state between draws.
+struct Shown {
+    state: ViewState,
+    /// The frame on the screen (held while paused).
+    frame: Option<Box<Frame>>,
+    /// The newest frame.
+    latest: Option<Box<Frame>>,
+    frames_seen: u64,
+    /// The last line seen on stdout or stderr, to show it once.
+    last_output: Option<String>,
+}
+
+impl Screen<'_> {
+    /// Runs the view until the analysis thread ends.
+    pub(super) fn run(self, updates: &Receiver<Update>) -> Result<()> {
+        let restore = self
+            .terminal
+            .try_clone()
+            .context("cannot copy the terminal")?;
+        install_panic_restore(restore.try_clone().context("cannot copy the terminal")?);
+        enter(&self.terminal)?;
+        let result = self.show(updates);
+        leave(&restore);
+        result
+    }
+
+    fn show(&self, updates: &Receiver<Update>) -> Result<()> {
+        let out = self
+            .terminal
+            .try_clone()
+            .context("cannot copy the terminal")?;
+        let mut terminal = Terminal::new(CrosstermBackend::new(out))?;
+        let mut shown = Shown {
+            state: ViewState {
+                styled: colour_allowed(),
+                ..ViewState::default()
+            },
+            frame: None,
+            latest: None,
+            frames_seen: 0,
+            last_output: None,
+        };
+        let mut dirty = true;
+        loop {
+            loop {
+                match updates.try_recv() {
+                    Ok(update) => {
+                        self.take(update, &mut shown);
+                        dirty = true;
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return Ok(()),
+                }
+            }
+            dirty |= self.note_output(&mut shown);
+            if dirty {
+                draw(&mut terminal, &shown)?;
+                dirty = false;
+            }
+            if event::poll(KEY_POLL)? {
+                match event::read()? {
+                    Event::Key(key) if key.kind == KeyEventKind::Press => {
+                        self.key(key, &mut shown);
+                        dirty = true;
+                    }
+                    Event::Resize(..) => dirty = true,
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn take(&self, update: Update, shown: &mut Shown) {
+        match update {
+            Update::Frame(frame) => {
+                shown.frames_seen += 1;
+                if !shown.state.paused {
+                    shown.frame = Some(frame.clone());
+                }
+                shown.latest = Some(frame);
+                if self.frames.is_some_and(|n| shown.frames_seen >= n) {
+                    self.quit(shown);
+                }
+            }
+            Update::Recording(path) => {
+                shown.state.recording = path.map(|p| p.display().to_string());
+            }
+            Update::Note(note) => shown.state.note = Some(note),
+        }
+    }
+
+    /// Shows the newest line written to stdout or stderr (a warning, the
+    /// command's output) once.
+    fn note_output(&self, shown: &mut Shown) -> bool {
+        let line = self.stdio.last_line();
+        if line.is_none() || line == shown.last_output {
+            return false;
+        }
+        shown.state.note.clone_from(&line);
+        shown.last_output = line;
+        true
+    }
+
+    fn key(&self, key: KeyEvent, shown: &mut Shown) {
+        let state = &mut shown.state;
+        let ctrl_c =
+            key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c');
+        match key.code {
+            _ if ctrl_c => self.quit(shown),
+            KeyCode::Char('q') | KeyCode::Esc => self.quit(shown),
+            KeyCode::Char('s') => state.sort = state.sort.step(true),
+            KeyCode::Char('S') => state.sort = state.sort.step(false),
+            KeyCode::Char(' ') => {
+                state.paused = !state.paused;
+                if !state.paused {
+                    shown.frame.clone_from(&shown.latest);
+                }
+            }
+            KeyCode::Char('r') => {
+                let _ = self.requests.send(Request::ToggleRecording);
+            }
+            KeyCode::Char(c) => {
+                if let Some(&role) = ROLE_ORDER.iter().find(|&&r| role_key(r).0 == c)
+                    && !state.hidden.remove(&role)
+                {
+                    state.hidden.insert(role);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn quit(&self, shown: &mut Shown) {
+        if !shown.state.quitting {
+            shown.state.quitting = true;
+            self.stop.stop();
+        }
+    }
+}
+
+fn draw(terminal: &mut Terminal<CrosstermBackend<File>>, shown: &Shown) -> Result<()> {
+    terminal.draw(|f| {
+        let area = f.area();
+        let lines = view::lines(
+            shown.frame.as_deref(),
+            &shown.state,
+            Area {
+                width: area.width,
+                height: Some(area.height),
+            },
+        );
+        f.render_widget(Paragraph::new(lines), area);
+    })?;
+    Ok(())
+}
+
+/// Colour unless NO_COLOR is set to anything (no-color.org).
+fn colour_allowed() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+fn enter(mut out: &File) -> Result<()> {
+    terminal::enable_raw_mode().context("cannot put the terminal in raw mode")?;
+    execute!(out, terminal::EnterAlternateScreen, cursor::Hide)
+        .context("cannot open the alternate screen")?;
+    Ok(())
+}
+
+/// Puts the terminal back as it was (best effort: it may be gone).
+fn leave(mut out: &File) {
+    let _ = execute!(out, terminal::LeaveAlternateScreen, cursor::Show);
+    let _ = terminal::disable_raw_mode();
+    let _ = out.flush();
+}
+
+/// A panic anywhere puts the terminal back before its message prints.
+fn install_panic_restore(out: File) {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        leave(&out);
+        previous(info);
+    }));
+}

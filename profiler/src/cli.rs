@@ -501,11 +501,14 @@ impl FlamegraphArgs {
 
 /// What `top`'s keys do, under its --help.
 const TOP_KEYS: &str = "Keys:\n  \
-q, Ctrl-C   quit (detaches: the programs come off, -p targets keep running)\n  \
-s, S        sort the threads by the next (previous) column\n  \
-t w m p h o show or hide the threads of the trainer, data workers, pin-memory, pools, helpers, others\n  \
-space       pause the view (capture goes on)\n  \
-r           start or stop writing a recording of what follows (-o PATH; tprof report reads it)";
+q, Esc, Ctrl-C  quit (detaches: the programs come off, -p targets keep running)\n  \
+s, S            sort the threads by the next (previous) column\n  \
+t w m p h o     show or hide the threads of the trainer, data workers, pin-memory, pools, helpers, others\n  \
+space           pause the view (capture goes on)\n  \
+r               start or stop writing a recording of what follows (-o PATH; tprof report reads it)\n\n\
+top also ends when the targets exit (-p) or the command does (-- CMD), when its terminal closes, \
+and on SIGINT, SIGTERM or SIGHUP; a command it launched is stopped with it (SIGINT on q, else \
+the signal top got; SIGKILL after --kill-after).";
 
 impl RecordArgs {
     /// Checks the combination of arguments and builds capture's options.

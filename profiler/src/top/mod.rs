@@ -13,8 +13,9 @@
 //!   analysis `tprof report` runs, read into a [`frame`]; and the
 //!   recording file `r` asks for ([`tee`]);
 //! - `tprof-ui`: the [`screen`] (ratatui, keys) or the [`batch`] printer
-//!   (text or JSON lines), which asks capture to stop on `q`, Ctrl-C or
-//!   after `-n` frames;
+//!   (text or JSON lines), which asks capture to stop on `q`, Ctrl-C,
+//!   after `-n` frames, and when it ends for any other reason (an error,
+//!   the terminal hung up);
 //! - `tprof-stderr` on the screen: what is written to stdout and stderr
 //!   while it is up ([`stdio`]).
 //!
@@ -22,7 +23,10 @@
 //! launched command (`top -- CMD`) is stopped with it, a second signal
 //! ends tprof at once; the analysis thread then finishes the file of `r`,
 //! the view ends, the terminal is restored and what was written meanwhile
-//! is printed.
+//! is printed. Capture ends the same way when the targets exit (`-p`) or
+//! the command does (`-- CMD`), and when the view ends first. tprof waits
+//! for the view [`VIEW_GRACE`] at most, so nothing it can block on (a
+//! terminal gone) keeps tprof, and the programs, alive.
 
 mod analyst;
 mod batch;
@@ -34,7 +38,13 @@ mod threads;
 mod view;
 mod window;
 
-use std::{io::IsTerminal as _, path::PathBuf, sync::mpsc, thread::JoinHandle, time::Duration};
+use std::{
+    io::{IsTerminal as _, Write as _},
+    path::PathBuf,
+    sync::mpsc::{self, RecvTimeoutError},
+    thread::JoinHandle,
+    time::Duration,
+};
 
 use anyhow::{Context as _, Result, anyhow};
 use profiler::capture::{self, CaptureOptions, CaptureOutcome, StopRequests, live::FEED_BOUND};
@@ -68,6 +78,11 @@ pub(crate) struct TopOptions {
 /// Batch text's width when stdout is not a terminal and COLUMNS is unset.
 const BATCH_WIDTH: u16 = 132;
 
+/// How long the view gets to end once capture and the analysis have: it
+/// ends as soon as it sees the analysis gone (a tenth of a second), unless
+/// it is stuck writing to or reading from a terminal that went away.
+const VIEW_GRACE: Duration = Duration::from_secs(2);
+
 /// Watches until `q`, a signal, `-n` frames or the targets' exit.
 pub(crate) fn run(opts: &TopOptions) -> Result<()> {
     let (feed_tx, feed_rx) = mpsc::sync_channel(FEED_BOUND);
@@ -85,68 +100,90 @@ pub(crate) fn run(opts: &TopOptions) -> Result<()> {
         Mode::Screen => Redirected::to_pipe()?,
         Mode::Batch { .. } => Redirected::to_stderr()?,
     };
+    // To put the terminal back if the view cannot.
+    let terminal = out.try_clone().context("cannot copy the terminal")?;
     let analyst = analyst::spawn(settings, feed_rx, updates_tx, requests_rx)?;
-    let ui = std::thread::scope(|scope| -> Result<(Result<()>, Result<CaptureOutcome>)> {
-        let (stdio, stop) = (&redirected, stop.clone());
-        let presenter = std::thread::Builder::new()
-            .name("tprof-ui".into())
-            .spawn_scoped(scope, move || match opts.mode {
+    let (mode, frames, output) = (opts.mode, opts.frames, redirected.lines());
+    let view_stop = stop.clone();
+    let (ended_tx, ended) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("tprof-ui".into())
+        .spawn(move || {
+            let shown = match mode {
                 Mode::Screen => screen::Screen {
                     terminal: out,
-                    frames: opts.frames,
-                    stop,
+                    frames,
+                    stop: view_stop.clone(),
                     requests: requests_tx,
-                    stdio,
+                    output,
                 }
                 .run(&updates_rx),
                 Mode::Batch { json } => batch::Batch {
                     out,
                     json,
                     width,
-                    frames: opts.frames,
-                    stop,
+                    frames,
+                    stop: view_stop.clone(),
                 }
                 .run(&updates_rx),
-            })
-            .context("cannot start the tprof-ui thread")?;
-        let outcome = capture::watch(&opts.capture, feed_tx, stop_rx);
-        let shown = join(presenter, "tprof-ui");
-        Ok((shown, outcome))
-    })?;
+            };
+            // However the view ended (an error, a terminal gone), capture
+            // must not go on without it: a request after the capture
+            // ended is ignored.
+            view_stop.stop();
+            let _ = ended_tx.send(shown);
+        })
+        .context("cannot start the tprof-ui thread")?;
+    // On this thread: a launched command's PR_SET_PDEATHSIG follows the
+    // thread that forked it (capture::launch).
+    let outcome = capture::watch(&opts.capture, feed_tx, stop_rx);
     let analysed = join_owned(analyst, "tprof-top");
+    // Not joined: a view stuck on a dead terminal must not keep tprof
+    // alive (and the job traced) for ever; exiting ends it.
+    let shown = match ended.recv_timeout(VIEW_GRACE) {
+        Ok(shown) => shown,
+        Err(RecvTimeoutError::Timeout) => {
+            if mode == Mode::Screen {
+                screen::leave(&terminal);
+            }
+            Err(anyhow!("the view did not end (its terminal is gone?)"))
+        }
+        Err(RecvTimeoutError::Disconnected) => Err(anyhow!("the tprof-ui thread panicked")),
+    };
     let written = redirected.restore();
-    finish(ui, analysed, &written)
+    finish((shown, outcome), analysed, &written)
 }
 
 /// Prints what was written while the screen was up, then how it ended;
-/// the first error wins.
+/// the first error wins. A terminal gone meanwhile is not an error.
 fn finish(
     (shown, outcome): (Result<()>, Result<CaptureOutcome>),
     analysed: Result<()>,
     written: &[String],
 ) -> Result<()> {
+    let mut stderr = std::io::stderr().lock();
     for line in written {
-        eprintln!("{line}");
+        let _ = writeln!(stderr, "{line}");
     }
     let outcome = outcome?;
     analysed?;
     shown?;
     if let Some(exit) = &outcome.command_exit {
-        eprintln!("tprof: the command (pid {}) {}", exit.pid, exit.describe());
+        let _ = writeln!(
+            stderr,
+            "tprof: the command (pid {}) {}",
+            exit.pid,
+            exit.describe()
+        );
     }
-    eprintln!(
+    let _ = writeln!(
+        stderr,
         "tprof: stopped ({}), {} events, {} lost",
         outcome.stop_reason.as_str(),
         outcome.events,
         outcome.lost.total()
     );
     Ok(())
-}
-
-fn join(handle: std::thread::ScopedJoinHandle<'_, Result<()>>, name: &str) -> Result<()> {
-    handle
-        .join()
-        .map_err(|_| anyhow!("the {name} thread panicked"))?
 }
 
 fn join_owned(handle: JoinHandle<Result<()>>, name: &str) -> Result<()> {

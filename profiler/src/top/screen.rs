@@ -4,10 +4,17 @@
 //! is asked to stop ([`StopRequests`]), and the view stays, saying so,
 //! until capture has detached and the analysis thread is done. The
 //! terminal is put back however the view ends, a panic included.
+//!
+//! A terminal that goes away (its window closed, its tmux session killed,
+//! an ssh connection dropped) ends the view too, and with it the capture:
+//! crossterm's reader would spin on the hung-up terminal for ever (its
+//! read loop retries on end-of-file and on EIO), so the view looks at the
+//! terminal with poll(2) first and reads keys only when it has some.
 
 use std::{
     fs::File,
     io::Write as _,
+    os::fd::{AsRawFd as _, RawFd},
     sync::mpsc::{Receiver, Sender, TryRecvError},
     time::Duration,
 };
@@ -27,21 +34,21 @@ use ratatui::{
 
 use super::analyst::{Request, Update};
 use super::frame::{Frame, ROLE_ORDER};
-use super::stdio::Redirected;
+use super::stdio::Lines;
 use super::view::{self, Area, ViewState, role_key};
 
 /// How long the view waits for a key before looking for updates.
 const KEY_POLL: Duration = Duration::from_millis(100);
 
 /// What the screen presenter needs.
-pub(super) struct Screen<'a> {
+pub(super) struct Screen {
     pub terminal: File,
     /// Stop after this many frames.
     pub frames: Option<u64>,
     pub stop: StopRequests,
     pub requests: Sender<Request>,
     /// For the newest line written to stdout or stderr meanwhile.
-    pub stdio: &'a Redirected,
+    pub output: Lines,
 }
 
 /// The view's state between draws.
@@ -56,7 +63,7 @@ struct Shown {
     last_output: Option<String>,
 }
 
-impl Screen<'_> {
+impl Screen {
     /// Runs the view until the analysis thread ends.
     pub(super) fn run(self, updates: &Receiver<Update>) -> Result<()> {
         let restore = self
@@ -103,7 +110,14 @@ impl Screen<'_> {
                 draw(&mut terminal, &shown)?;
                 dirty = false;
             }
-            if event::poll(KEY_POLL)? {
+            if wait_for_input(input_fd(&self.terminal), KEY_POLL)? == Input::HungUp {
+                // Nobody is watching: stop, and let the capture end.
+                self.quit(&mut shown);
+                return Ok(());
+            }
+            // Keys, and a resize (crossterm hears SIGWINCH), without
+            // waiting: the terminal was just seen alive.
+            while event::poll(Duration::ZERO)? {
                 match event::read()? {
                     Event::Key(key) if key.kind == KeyEventKind::Press => {
                         self.key(key, &mut shown);
@@ -138,7 +152,7 @@ impl Screen<'_> {
     /// Shows the newest line written to stdout or stderr (a warning, the
     /// command's output) once.
     fn note_output(&self, shown: &mut Shown) -> bool {
-        let line = self.stdio.last_line();
+        let line = self.output.last();
         if line.is_none() || line == shown.last_output {
             return false;
         }
@@ -205,6 +219,51 @@ fn colour_allowed() -> bool {
     std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
+/// What the terminal has for the view.
+#[derive(Debug, PartialEq, Eq)]
+enum Input {
+    /// Keys to read, or nothing within the wait.
+    Alive,
+    /// It hung up: nothing will ever be read from it or shown on it.
+    HungUp,
+}
+
+/// The descriptor crossterm reads keys from: stdin when it is a terminal,
+/// else the controlling terminal, which the view draws on.
+fn input_fd(terminal: &File) -> RawFd {
+    // SAFETY: isatty has no memory preconditions.
+    if unsafe { libc::isatty(libc::STDIN_FILENO) } == 1 {
+        libc::STDIN_FILENO
+    } else {
+        terminal.as_raw_fd()
+    }
+}
+
+/// Waits up to `timeout` for input on `fd`, and says whether the terminal
+/// is still there.
+fn wait_for_input(fd: RawFd, timeout: Duration) -> Result<Input> {
+    let mut pollfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: pollfd is one valid pollfd for the length given.
+    let n = unsafe { libc::poll(&mut pollfd, 1, timeout.as_millis() as libc::c_int) };
+    if n < 0 {
+        let err = std::io::Error::last_os_error();
+        if err.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(Input::Alive);
+        }
+        return Err(err).context("cannot wait for keys");
+    }
+    let gone = libc::POLLHUP | libc::POLLERR | libc::POLLNVAL;
+    Ok(if pollfd.revents & gone != 0 {
+        Input::HungUp
+    } else {
+        Input::Alive
+    })
+}
+
 fn enter(mut out: &File) -> Result<()> {
     terminal::enable_raw_mode().context("cannot put the terminal in raw mode")?;
     execute!(out, terminal::EnterAlternateScreen, cursor::Hide)
@@ -213,7 +272,7 @@ fn enter(mut out: &File) -> Result<()> {
 }
 
 /// Puts the terminal back as it was (best effort: it may be gone).
-fn leave(mut out: &File) {
+pub(super) fn leave(mut out: &File) {
     let _ = execute!(out, terminal::LeaveAlternateScreen, cursor::Show);
     let _ = terminal::disable_raw_mode();
     let _ = out.flush();

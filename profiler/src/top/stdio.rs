@@ -38,8 +38,29 @@ pub(super) struct Redirected {
 
 /// The pipe's lines, and word from its reader once it reached the end.
 struct Captured {
-    lines: Arc<Mutex<VecDeque<String>>>,
+    lines: Lines,
     ended: Mutex<mpsc::Receiver<()>>,
+}
+
+/// The last lines written to 1 and 2 while the screen is up, shared with
+/// the view (which shows the newest); empty in batch mode.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Lines(Option<Arc<Mutex<VecDeque<String>>>>);
+
+impl Lines {
+    /// The newest line written to 1 or 2.
+    pub(super) fn last(&self) -> Option<String> {
+        let kept = self.0.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        kept.back().cloned()
+    }
+
+    fn all(&self) -> Vec<String> {
+        let Some(lines) = &self.0 else {
+            return Vec::new();
+        };
+        let kept = lines.lock().unwrap_or_else(|p| p.into_inner());
+        kept.iter().cloned().collect()
+    }
 }
 
 /// A copy of `fd`, closed on exec (the launched command must not get it).
@@ -99,6 +120,7 @@ impl Redirected {
             })
             .context("cannot start the tprof-stderr thread")?;
         let ended = Mutex::new(ended);
+        let lines = Lines(Some(lines));
         redirected.captured = Some(Captured { lines, ended });
         Ok((redirected, terminal))
     }
@@ -121,11 +143,12 @@ impl Redirected {
         })
     }
 
-    /// The newest line written to 1 or 2 (screen mode).
-    pub(super) fn last_line(&self) -> Option<String> {
-        let captured = self.captured.as_ref()?;
-        let kept = captured.lines.lock().unwrap_or_else(|p| p.into_inner());
-        kept.back().cloned()
+    /// What is written to 1 and 2 from now on (screen mode; else none).
+    pub(super) fn lines(&self) -> Lines {
+        self.captured
+            .as_ref()
+            .map(|c| c.lines.clone())
+            .unwrap_or_default()
     }
 
     /// Puts 1 and 2 back, and gives the lines written meanwhile.
@@ -139,8 +162,7 @@ impl Redirected {
         if let Ok(ended) = captured.ended.lock() {
             let _ = ended.recv_timeout(LAST_LINES_WAIT);
         }
-        let kept = captured.lines.lock().unwrap_or_else(|p| p.into_inner());
-        kept.iter().cloned().collect()
+        captured.lines.all()
     }
 
     fn put_back(&mut self) {

@@ -55,8 +55,11 @@ pub(super) struct Frame {
     pub devices: Vec<DeviceRow>,
     /// The recording file `r` is writing, if any.
     pub recording: Option<String>,
-    /// Seconds this frame took to compute (the model and its analysis).
-    pub analysis_s: f64,
+    /// Intervals since the previous frame that got none (the analysis is
+    /// held to a share of a CPU, or the machine was too busy for it).
+    pub skipped: u64,
+    /// CPU seconds this frame took to compute (the model and its analysis).
+    pub analysis_cpu_s: f64,
 }
 
 /// A stretch of CLOCK_MONOTONIC time.
@@ -200,8 +203,16 @@ pub(super) struct Reader {
     pub read_bytes: u64,
 }
 
-/// Reads the frame of `interval` off the window's model and its summary.
-pub(super) fn frame(model: &Model, summary: &Summary, interval: Span, seq: u64) -> Frame {
+/// Reads the frame of `interval` off the window's model and its summary;
+/// `counted` holds the starts of the steps earlier frames counted, and
+/// gets this one's.
+pub(super) fn frame(
+    model: &Model,
+    summary: &Summary,
+    interval: Span,
+    seq: u64,
+    counted: &mut BTreeSet<u64>,
+) -> Frame {
     let threads = thread_rows(model, summary, interval);
     Frame {
         top_json_version: TOP_JSON_VERSION,
@@ -216,7 +227,7 @@ pub(super) fn frame(model: &Model, summary: &Summary, interval: Span, seq: u64) 
             machine: summary.cores,
         },
         cpu_demand: demand(&threads),
-        steps: steps(summary, interval),
+        steps: steps(summary, interval, counted),
         gpus: gpus(model, interval),
         gpu_status: summary.gpu_status.clone(),
         lost_events: summary.lost_events,
@@ -229,7 +240,8 @@ pub(super) fn frame(model: &Model, summary: &Summary, interval: Span, seq: u64) 
         threads,
         devices: devices(model, interval),
         recording: None,
-        analysis_s: 0.0,
+        skipped: 0,
+        analysis_cpu_s: 0.0,
     }
 }
 
@@ -369,14 +381,19 @@ pub(super) const ROLE_ORDER: [Role; 6] = [
 ];
 
 /// The steps that ended in the interval: how many, their median, their
-/// data wait.
-fn steps(summary: &Summary, span: Span) -> Steps {
+/// data wait. Each frame's analysis finds the steps again, and the window's
+/// last one ends where the analysis estimates (nothing marks it yet): a step
+/// is counted once, in the first frame it ends in, known by its start
+/// (`counted`, which gets the starts counted now).
+fn steps(summary: &Summary, span: Span, counted: &mut BTreeSet<u64>) -> Steps {
     let ended: Vec<_> = summary
         .steps
         .steps
         .iter()
         .filter(|s| s.end_ns > span.start_ns && s.end_ns <= span.end_ns)
+        .filter(|s| !counted.contains(&s.start_ns))
         .collect();
+    counted.extend(ended.iter().map(|s| s.start_ns));
     let mut durations: Vec<u64> = ended.iter().map(|s| s.duration_ns()).collect();
     durations.sort_unstable();
     let total: u64 = durations.iter().sum();
@@ -508,7 +525,13 @@ mod tests {
             ..Model::default()
         };
         let summary = analysis::summarize(&model);
-        let f = frame(&model, &summary, Span::new(2 * S, 4 * S), 1);
+        let f = frame(
+            &model,
+            &summary,
+            Span::new(2 * S, 4 * S),
+            1,
+            &mut BTreeSet::new(),
+        );
         assert_eq!(f.threads[0].tid, 1);
         assert_eq!(f.threads[0].share.on_cpu_pct, 50.0);
         assert_eq!(f.threads[0].share.runnable_pct, 50.0);

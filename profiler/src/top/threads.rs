@@ -52,14 +52,17 @@ impl ThreadTable {
             Event::Comm { tid, comm, .. } => self.rename(*tid, comm),
             Event::Switch {
                 prev_tid,
-                prev_tgid,
                 prev_state,
                 next_tid,
                 next_tgid,
                 ..
             } => {
-                if let Some(letter) = letter_after(*prev_state) {
-                    self.set(*prev_tid, *prev_tgid, None, letter);
+                // A switch is sent when either side is tracked: prev is
+                // one of ours only if it is known (as for the model).
+                if let Some(letter) = letter_after(*prev_state)
+                    && let Some(info) = self.threads.get_mut(prev_tid)
+                {
+                    info.state = letter;
                 }
                 if *next_tgid != 0 || self.threads.contains_key(next_tid) {
                     self.set(*next_tid, *next_tgid, None, 'R');
@@ -130,6 +133,24 @@ mod tests {
             .into_iter()
             .map(|t| (t.tid, t.state, t.comm))
             .collect()
+    }
+
+    /// A switch away from a task that is not the job's (the idle task, a
+    /// kernel thread) does not add it.
+    #[test]
+    fn switches_of_other_tasks_add_nothing() {
+        let mut table = ThreadTable::default();
+        table.apply(&Event::Switch {
+            ts: 1,
+            cpu: 0,
+            prev_tid: 0,
+            prev_tgid: 0,
+            prev_state: 0,
+            next_tid: 10,
+            next_tgid: 10,
+            prev_stacks: None,
+        });
+        assert_eq!(states(&table), [(10, 'R', String::new())]);
     }
 
     /// Forks add threads, switches and wakeups set their state, renames

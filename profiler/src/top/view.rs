@@ -18,6 +18,7 @@ use ratatui::{
 };
 use tprof_core::analysis::roles::Role;
 
+use super::analyst::ANALYSIS_SHARE;
 use super::frame::{DeviceRow, Frame, RoleGroup, Shares, ThreadRow};
 
 /// What the person at the screen chose, and what the view says about
@@ -194,11 +195,23 @@ fn title_line(frame: &Frame, state: &ViewState, paint: Paint) -> Line<'static> {
     };
     let mut spans = vec![
         paint.span("tprof top".into(), Paint::bold()),
+        // The interval's end on CLOCK_MONOTONIC, Python's time.monotonic():
+        // it lines the frame up with the job's own logs.
         Span::raw(format!(
-            " · {what} · frame {} · interval {:.1} s · window {:.0} s",
-            frame.seq, frame.interval.seconds, frame.window.seconds
+            " · {what} · frame {}: {:.1} s to {:.2} (monotonic) · window {:.0} s",
+            frame.seq,
+            frame.interval.seconds,
+            frame.interval.end_ns as f64 / 1e9,
+            frame.window.seconds
         )),
     ];
+    if frame.skipped > 0 {
+        spans.push(Span::raw(format!(
+            " · {} skipped (analysis kept to {:.0}% of a CPU)",
+            frame.skipped,
+            100.0 * ANALYSIS_SHARE
+        )));
+    }
     let alert = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
     if let Some(path) = &state.recording {
         spans.push(paint.span(format!(" · RECORDING to {path}"), alert));

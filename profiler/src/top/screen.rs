@@ -5,11 +5,17 @@
 //! until capture has detached and the analysis thread is done. The
 //! terminal is put back however the view ends, a panic included.
 //!
-//! A terminal that goes away (its window closed, its tmux session killed,
-//! an ssh connection dropped) ends the view too, and with it the capture:
-//! crossterm's reader would spin on the hung-up terminal for ever (its
-//! read loop retries on end-of-file and on EIO), so the view looks at the
-//! terminal with poll(2) first and reads keys only when it has some.
+//! Keys are read here, not by crossterm's event reader, which fails a live
+//! view twice: on a terminal that went away (its window closed, its tmux
+//! session killed, an ssh connection dropped) its read loop spins for ever
+//! (it retries on end-of-file and on EIO), and a key typed with a resize
+//! (SIGWINCH) can be lost until the next one (it returns the resize and
+//! drops the terminal's readiness, which its edge-triggered epoll does not
+//! report again). So the view waits on the terminal with poll(2), reads
+//! what was typed, and knows the few keys it uses (letters, space, Esc,
+//! Ctrl-C; escape sequences such as arrows are ignored); it looks at the
+//! terminal's size on every turn. A terminal that hung up ends the view,
+//! and with it the capture.
 
 use std::{
     fs::File,
@@ -26,7 +32,7 @@ use ratatui::{
     backend::CrosstermBackend,
     crossterm::{
         cursor,
-        event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers},
+        event::{KeyCode, KeyEvent, KeyModifiers},
         execute, terminal,
     },
     widgets::Paragraph,
@@ -94,6 +100,8 @@ impl Screen {
             last_output: None,
         };
         let mut dirty = true;
+        let input = input_fd(&self.terminal);
+        let mut size = window_size(&self.terminal);
         loop {
             loop {
                 match updates.try_recv() {
@@ -110,22 +118,23 @@ impl Screen {
                 draw(&mut terminal, &shown)?;
                 dirty = false;
             }
-            if wait_for_input(input_fd(&self.terminal), KEY_POLL)? == Input::HungUp {
-                // Nobody is watching: stop, and let the capture end.
-                self.quit(&mut shown);
-                return Ok(());
-            }
-            // Keys, and a resize (crossterm hears SIGWINCH), without
-            // waiting: the terminal was just seen alive.
-            while event::poll(Duration::ZERO)? {
-                match event::read()? {
-                    Event::Key(key) if key.kind == KeyEventKind::Press => {
+            match read_input(input, KEY_POLL)? {
+                Input::HungUp => {
+                    // Nobody is watching: stop, and let the capture end.
+                    self.quit(&mut shown);
+                    return Ok(());
+                }
+                Input::Keys(keys) => {
+                    for key in keys {
                         self.key(key, &mut shown);
                         dirty = true;
                     }
-                    Event::Resize(..) => dirty = true,
-                    _ => {}
                 }
+            }
+            let now = window_size(&self.terminal);
+            if now != size {
+                size = now;
+                dirty = true;
             }
         }
     }
@@ -219,17 +228,17 @@ fn colour_allowed() -> bool {
     std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// What the terminal has for the view.
+/// What the terminal had for the view.
 #[derive(Debug, PartialEq, Eq)]
 enum Input {
-    /// Keys to read, or nothing within the wait.
-    Alive,
+    /// The keys typed, if any, within the wait.
+    Keys(Vec<KeyEvent>),
     /// It hung up: nothing will ever be read from it or shown on it.
     HungUp,
 }
 
-/// The descriptor crossterm reads keys from: stdin when it is a terminal,
-/// else the controlling terminal, which the view draws on.
+/// The descriptor keys are typed on: stdin when it is a terminal, else
+/// the terminal the view draws on.
 fn input_fd(terminal: &File) -> RawFd {
     // SAFETY: isatty has no memory preconditions.
     if unsafe { libc::isatty(libc::STDIN_FILENO) } == 1 {
@@ -239,9 +248,9 @@ fn input_fd(terminal: &File) -> RawFd {
     }
 }
 
-/// Waits up to `timeout` for input on `fd`, and says whether the terminal
-/// is still there.
-fn wait_for_input(fd: RawFd, timeout: Duration) -> Result<Input> {
+/// Waits up to `timeout` for keys on `fd` (a terminal in raw mode) and
+/// reads them, or finds it hung up.
+fn read_input(fd: RawFd, timeout: Duration) -> Result<Input> {
     let mut pollfd = libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -252,16 +261,64 @@ fn wait_for_input(fd: RawFd, timeout: Duration) -> Result<Input> {
     if n < 0 {
         let err = std::io::Error::last_os_error();
         if err.kind() == std::io::ErrorKind::Interrupted {
-            return Ok(Input::Alive);
+            return Ok(Input::Keys(Vec::new()));
         }
         return Err(err).context("cannot wait for keys");
     }
-    let gone = libc::POLLHUP | libc::POLLERR | libc::POLLNVAL;
-    Ok(if pollfd.revents & gone != 0 {
-        Input::HungUp
-    } else {
-        Input::Alive
-    })
+    if pollfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+        return Ok(Input::HungUp);
+    }
+    if pollfd.revents & libc::POLLIN == 0 {
+        return Ok(Input::Keys(Vec::new()));
+    }
+    let mut buf = [0u8; 64];
+    // SAFETY: buf is valid for writes of its length. Raw mode reads what
+    // is there (VMIN 1), and poll said something is: this does not block.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    match n {
+        // The end of a terminal's input: it hung up.
+        0 => Ok(Input::HungUp),
+        n if n > 0 => Ok(Input::Keys(keys(&buf[..n as usize]))),
+        _ => {
+            let err = std::io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR | libc::EAGAIN) => Ok(Input::Keys(Vec::new())),
+                Some(libc::EIO) => Ok(Input::HungUp),
+                _ => Err(err).context("cannot read keys"),
+            }
+        }
+    }
+}
+
+/// The keys in what one read of a raw-mode terminal gave: printable ASCII
+/// as characters, Ctrl-C (raw mode makes it a byte, 3, not a signal) and
+/// a lone Esc. An escape sequence (an arrow, a function key) ends the
+/// read's keys: the view uses none, and it has no end marker.
+fn keys(bytes: &[u8]) -> Vec<KeyEvent> {
+    let mut out = Vec::new();
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            0x1b => {
+                if i + 1 == bytes.len() {
+                    out.push(KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE));
+                }
+                break;
+            }
+            0x03 => out.push(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+            0x20..=0x7e => out.push(KeyEvent::new(KeyCode::Char(b as char), KeyModifiers::NONE)),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The terminal's size (columns, rows); None when it cannot say.
+fn window_size(terminal: &File) -> Option<(u16, u16)> {
+    // SAFETY: a zeroed winsize is valid for the ioctl to fill.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ writes one winsize into ws.
+    let rc = unsafe { libc::ioctl(terminal.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) };
+    (rc == 0).then_some((ws.ws_col, ws.ws_row))
 }
 
 fn enter(mut out: &File) -> Result<()> {
@@ -285,4 +342,42 @@ fn install_panic_restore(out: File) {
         leave(&out);
         previous(info);
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chars(bytes: &[u8]) -> Vec<(KeyCode, KeyModifiers)> {
+        keys(bytes)
+            .into_iter()
+            .map(|k| (k.code, k.modifiers))
+            .collect()
+    }
+
+    /// Letters, space, Ctrl-C and a lone Esc are keys; an escape
+    /// sequence ends the read's keys, other bytes are dropped.
+    #[test]
+    fn keys_of_a_raw_terminal() {
+        let none = KeyModifiers::NONE;
+        assert_eq!(
+            chars(b"r q"),
+            [
+                (KeyCode::Char('r'), none),
+                (KeyCode::Char(' '), none),
+                (KeyCode::Char('q'), none)
+            ]
+        );
+        assert_eq!(
+            chars(&[0x03]),
+            [(KeyCode::Char('c'), KeyModifiers::CONTROL)]
+        );
+        assert_eq!(
+            chars(&[b's', 0x1b]),
+            [(KeyCode::Char('s'), none), (KeyCode::Esc, none)]
+        );
+        // An arrow (ESC [ A) is not Esc followed by keys.
+        assert_eq!(chars(b"S\x1b[A"), [(KeyCode::Char('S'), none)]);
+        assert_eq!(chars(&[b'\r', 0xc3, 0xa9]), []);
+    }
 }

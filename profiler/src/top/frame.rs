@@ -279,7 +279,7 @@ fn thread_rows(model: &Model, summary: &Summary, span: Span) -> Vec<ThreadRow> {
                 process: model
                     .process_of(t.pid, t.start_ns)
                     .map_or_else(String::new, |p| p.comm.clone()),
-                role: summary.roles.of(t.tid),
+                role: summary.roles.of_thread(t),
                 share,
                 function,
                 waiting_in,

@@ -17,9 +17,9 @@
 //! `c / ANALYSIS_SHARE` seconds, and the frames skipped meanwhile are
 //! counted in the next. The cost grows with the window's events: on the
 //! test suite's real job (two to four workers, 6,000 to 7,000 events a
-//! second) a debug build's frame took 0.03 s with 2 s in the window and
-//! 0.45 to 0.8 s with 10 s, so a debug build refreshes every 9 to 16 s
-//! once the window is full. A release build analyses about eight times
+//! second) an unoptimized build's frame took 0.03 s with 2 s in the
+//! window and 0.45 to 0.8 s with 10 s, so it refreshed every 9 to 16 s
+//! once the window was full. A release build analyses about eight times
 //! faster (`tprof report` of 26 s of the job: 0.22 s against 1.81 s), so
 //! about 0.08 s a frame: a refresh every second or two. A busier job
 //! refreshes less often rather than take a core from the job it watches.

@@ -2,6 +2,7 @@
 //! what the user typed into the options each stage takes.
 
 use std::{
+    io::IsTerminal as _,
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -14,7 +15,9 @@ use profiler::analysis::{
     roles::Role,
     select::{self, Selection, Stretch},
 };
-use profiler::capture::{MapLimits, RecordOptions, gpu::GpuOptions, procfs};
+use profiler::capture::{CaptureOptions, MapLimits, RecordOptions, gpu::GpuOptions, procfs};
+
+use crate::top::{Mode, TopOptions};
 use profiler::output;
 pub(crate) use profiler::outputs::TimelineFormat;
 
@@ -33,6 +36,8 @@ reports where the time went.",
     after_help = "Examples:\n  \
 sudo tprof record -p 12345 -d 30s      attach to a running job and its DataLoader workers\n  \
 sudo tprof record -- python train.py   launch a job and trace it from its first instruction\n  \
+sudo tprof top -p 12345                watch a job live (q quits, r records what follows)\n  \
+sudo tprof top -p 12345 --batch -n 5   five plain-text frames, one a second (--json: JSON lines)\n  \
 tprof report tprof-20261202-153000.tprof --json\n  \
 tprof flamegraph rec.tprof --kind offcpu -o offcpu.svg\n  \
 tprof flamegraph --diff before.tprof after.tprof -o diff.svg\n  \
@@ -51,6 +56,11 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Record a running job (-p) or a command (-- CMD), then print the report.
     Record(RecordArgs),
+    /// Watch a running job (-p) or a command (-- CMD) live: a full-screen
+    /// view like `top -H` and `iostat -x 1`, with why each thread waits and
+    /// the leading finding; `r` records what follows to a file.
+    #[command(after_help = TOP_KEYS)]
+    Top(TopArgs),
     /// Print the report of a recording.
     Report(ReportArgs),
     /// Draw a flamegraph SVG (or print folded stacks) of a recording.
@@ -68,9 +78,6 @@ pub(crate) enum Command {
 
 #[derive(Args, Debug)]
 pub(crate) struct RecordArgs {
-    /// Attach to this running process and all its descendants (repeatable).
-    #[arg(short, long = "pid", value_name = "PID")]
-    pub pids: Vec<u32>,
     /// Stop after this long (e.g. 30s, 500ms, 2m); default: until Ctrl-C or
     /// until the targets exit. A command tprof launched is stopped then too
     /// (SIGTERM, see --kill-after).
@@ -85,6 +92,24 @@ pub(crate) struct RecordArgs {
     /// Do not print the report after recording.
     #[arg(long)]
     pub no_report: bool,
+    /// Do not write the cpu and wall flamegraphs next to the recording.
+    #[arg(long)]
+    pub no_flamegraphs: bool,
+    /// Do not write the timelines (.timeline.html and .timeline.json) next
+    /// to the recording.
+    #[arg(long)]
+    pub no_timeline: bool,
+    #[command(flatten)]
+    pub capture: CaptureArgs,
+}
+
+/// What to capture and how: the targets and the kernel side, shared by
+/// `record` and `top`.
+#[derive(Args, Debug)]
+pub(crate) struct CaptureArgs {
+    /// Attach to this running process and all its descendants (repeatable).
+    #[arg(short, long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
     /// The NVML library to load [default: $TPROF_NVML_LIB, else
     /// libnvidia-ml.so.1 from the loader's path].
     #[arg(long, value_name = "PATH")]
@@ -114,13 +139,6 @@ pub(crate) struct RecordArgs {
     /// chain; native frames only).
     #[arg(long, conflicts_with = "no_stacks")]
     pub no_python_frames: bool,
-    /// Do not write the cpu and wall flamegraphs next to the recording.
-    #[arg(long)]
-    pub no_flamegraphs: bool,
-    /// Do not write the timelines (.timeline.html and .timeline.json) next
-    /// to the recording.
-    #[arg(long)]
-    pub no_timeline: bool,
     /// Do not trace CUDA runtime calls (uprobes on the libcudart the job
     /// loads; each traced call costs the job one or two uprobe traps).
     #[arg(long)]
@@ -146,19 +164,52 @@ pub(crate) struct RecordArgs {
     /// (default 60s). Hidden: for tests that expire entries.
     #[arg(long, hide = true, value_name = "DURATION", value_parser = parse_duration)]
     pub expire_in_flight_after: Option<Duration>,
-    /// When the recording stops before the command does (Ctrl-C, a signal
-    /// to tprof, --duration), how long the command's process group gets to
-    /// exit after tprof passes the stop on to it (SIGINT, SIGTERM or
-    /// SIGHUP, as tprof got; SIGTERM for --duration), before SIGKILL.
-    /// With -- CMD only: -p targets are left running.
+    /// When tprof stops before the command does (Ctrl-C, a signal to
+    /// tprof, --duration, q in top), how long the command's process group
+    /// gets to exit after tprof passes the stop on to it (SIGINT, SIGTERM
+    /// or SIGHUP, as tprof got; SIGTERM for --duration, SIGINT for q),
+    /// before SIGKILL. With -- CMD only: -p targets are left running.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration,
           conflicts_with = "pids")]
     pub kill_after: Duration,
     /// The command to launch and trace (after --). It runs in a process
     /// group of its own, so a Ctrl-C reaches it once, through tprof; it
-    /// cannot read the terminal (record a job that does with -p).
+    /// cannot read the terminal (trace a job that does with -p).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct TopArgs {
+    /// How often the view is redrawn: each frame shows this last stretch
+    /// of time (e.g. 1s, 500ms, 2s).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// How far back the leading finding, the roles and the steps' detection
+    /// look (e.g. 10s, 30s).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub window: Duration,
+    /// Print one plain-text frame per interval instead of the full-screen
+    /// view (for scripts and CI logs; also when stdout is not a terminal).
+    #[arg(short, long)]
+    pub batch: bool,
+    /// Stop after this many frames.
+    #[arg(short = 'n', long = "iterations", value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub frames: Option<u64>,
+    /// Print each frame as one JSON object per line (docs/json.md); implies
+    /// --batch.
+    #[arg(long)]
+    pub json: bool,
+    /// Where `r` writes its recording of what follows [default:
+    /// tprof-YYYYmmdd-HHMMSS.tprof].
+    #[arg(short, long, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// Let `r` overwrite the output file if it exists.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub capture: CaptureArgs,
 }
 
 #[derive(Args, Debug)]
@@ -448,22 +499,82 @@ impl FlamegraphArgs {
     }
 }
 
+/// What `top`'s keys do, under its --help.
+const TOP_KEYS: &str = "Keys:\n  \
+q, Esc, Ctrl-C  quit (detaches: the programs come off, -p targets keep running)\n  \
+s, S            sort the threads by the next (previous) column\n  \
+t w m p h o     show or hide the threads of the trainer, data workers, pin-memory, pools, helpers, others\n  \
+space           pause the view (capture goes on)\n  \
+r               start or stop writing a recording of what follows (-o PATH; tprof report reads it)\n\n\
+top also ends when the targets exit (-p) or the command does (-- CMD), when its terminal closes, \
+and on SIGINT, SIGTERM or SIGHUP; a command it launched is stopped with it (SIGINT on q, else \
+the signal top got; SIGKILL after --kill-after).";
+
 impl RecordArgs {
     /// Checks the combination of arguments and builds capture's options.
     pub(crate) fn to_options(&self) -> Result<RecordOptions> {
+        Ok(RecordOptions {
+            capture: self.capture.to_options("record", self.duration)?,
+            output: self.output.clone().unwrap_or_else(output::default_path),
+            force: self.force,
+        })
+    }
+}
+
+impl TopArgs {
+    /// Checks the combination of arguments and builds the view's options.
+    pub(crate) fn to_options(&self) -> Result<TopOptions> {
+        if self.interval < MIN_TOP_INTERVAL {
+            bail!(
+                "--interval {:?} is too short: a frame needs at least {:?} of events",
+                self.interval,
+                MIN_TOP_INTERVAL
+            );
+        }
+        if self.window < self.interval || self.window > MAX_TOP_WINDOW {
+            bail!(
+                "--window must be between the interval ({:?}) and {} s",
+                self.interval,
+                MAX_TOP_WINDOW.as_secs()
+            );
+        }
+        let mode = if self.batch || self.json || !std::io::stdout().is_terminal() {
+            Mode::Batch { json: self.json }
+        } else {
+            Mode::Screen
+        };
+        Ok(TopOptions {
+            capture: self.capture.to_options("watch", None)?,
+            interval: self.interval,
+            window: self.window,
+            mode,
+            frames: self.frames,
+            output: self.output.clone(),
+            force: self.force,
+        })
+    }
+}
+
+/// Shorter frames would hold two drains' worth of events or fewer.
+const MIN_TOP_INTERVAL: Duration = Duration::from_millis(200);
+/// The window's events are held in memory.
+const MAX_TOP_WINDOW: Duration = Duration::from_secs(300);
+
+impl CaptureArgs {
+    /// Checks the targets and builds capture's options; `verb` (record,
+    /// watch) says what there was nothing to do.
+    fn to_options(&self, verb: &str, duration: Option<Duration>) -> Result<CaptureOptions> {
         match (self.pids.is_empty(), self.command.is_empty()) {
             (true, true) => {
-                bail!("nothing to record: give -p PID for a running job or -- CMD to launch one")
+                bail!("nothing to {verb}: give -p PID for a running job or -- CMD to launch one")
             }
             (false, false) => bail!("give either -p PID or -- CMD, not both"),
             _ => {}
         }
-        Ok(RecordOptions {
+        Ok(CaptureOptions {
             pids: self.pids.clone(),
             command: self.command.clone(),
-            duration: self.duration,
-            output: self.output.clone().unwrap_or_else(output::default_path),
-            force: self.force,
+            duration,
             gpu: GpuOptions {
                 enabled: !self.no_gpu,
                 library: self
@@ -596,27 +707,29 @@ mod tests {
     #[test]
     fn record_needs_exactly_one_kind_of_target() {
         let args = |pids: Vec<u32>, command: Vec<String>| RecordArgs {
-            pids,
             duration: None,
             output: Some("x".into()),
             force: false,
             no_report: false,
-            nvml_lib: None,
-            no_gpu: false,
-            gpu_hz: 20.0,
-            hz: 99,
-            no_stacks: false,
-            stack_size: 64 << 10,
-            no_python_frames: false,
             no_flamegraphs: false,
             no_timeline: false,
-            no_cuda: false,
-            max_tracked_threads: None,
-            ring_buffer_size: None,
-            max_in_flight: None,
-            expire_in_flight_after: None,
-            kill_after: Duration::from_secs(5),
-            command,
+            capture: CaptureArgs {
+                pids,
+                nvml_lib: None,
+                no_gpu: false,
+                gpu_hz: 20.0,
+                hz: 99,
+                no_stacks: false,
+                stack_size: 64 << 10,
+                no_python_frames: false,
+                no_cuda: false,
+                max_tracked_threads: None,
+                ring_buffer_size: None,
+                max_in_flight: None,
+                expire_in_flight_after: None,
+                kill_after: Duration::from_secs(5),
+                command,
+            },
         };
         assert!(args(vec![], vec![]).to_options().is_err());
         assert!(args(vec![1], vec!["ls".into()]).to_options().is_err());
@@ -646,14 +759,34 @@ mod tests {
         else {
             panic!("record --kill-after 500ms -- ls did not parse");
         };
-        assert_eq!(given.kill_after, Duration::from_millis(500));
+        assert_eq!(given.capture.kill_after, Duration::from_millis(500));
         let Ok(Command::Record(default)) = parse(&["tprof", "record", "--", "ls"]) else {
             panic!("record -- ls did not parse");
         };
         assert_eq!(
-            default.to_options().unwrap().kill_after,
+            default.to_options().unwrap().capture.kill_after,
             Duration::from_secs(5)
         );
+    }
+
+    /// `top` takes record's targets; its interval and window are checked,
+    /// and --json is a batch of JSON lines.
+    #[test]
+    fn top_checks_its_interval_window_and_targets() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|cli| cli.command) {
+            Ok(Command::Top(top)) => top.to_options(),
+            Ok(_) => panic!("not top"),
+            Err(e) => Err(anyhow::anyhow!("{e}")),
+        };
+        let ok = parse(&["tprof", "top", "-p", "1", "--json", "-n", "3"]).unwrap();
+        assert_eq!(ok.mode, Mode::Batch { json: true });
+        assert_eq!((ok.frames, ok.interval), (Some(3), Duration::from_secs(1)));
+        assert_eq!(ok.window, Duration::from_secs(10));
+        let err = |args: &[&str]| parse(args).unwrap_err().to_string();
+        assert!(err(&["tprof", "top"]).contains("nothing to watch"));
+        assert!(err(&["tprof", "top", "-p", "1", "--interval", "50ms"]).contains("too short"));
+        assert!(err(&["tprof", "top", "-p", "1", "--window", "500ms"]).contains("--window"));
+        assert!(parse(&["tprof", "top", "-b", "--", "python", "x.py"]).is_ok());
     }
 
     #[test]

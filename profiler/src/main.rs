@@ -3,6 +3,7 @@
 //! `tprof_core::outputs` (the registry the fuzzer runs too); this file adds
 //! files, stdout and messages.
 //!
+//! `tprof top` watches live (`top::run`, on `capture::watch`).
 //! `tprof record` records (`capture::record`), then `record_outputs` loads
 //! the model once and writes REC.cpu.svg and REC.wall.svg and
 //! REC.timeline.html and REC.timeline.json beside the recording (each can
@@ -30,6 +31,7 @@ use profiler::{
 
 mod cli;
 mod merge;
+mod top;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
@@ -50,7 +52,7 @@ fn run(cli: cli::Cli) -> Result<()> {
             let outcome = capture::record(&options)?;
             // The recording is safe on disk by now: a flamegraph or timeline
             // that cannot be written is a warning, not a failed recording.
-            let flamegraphs = options.sample_hz.is_some() && !args.no_flamegraphs;
+            let flamegraphs = options.capture.sample_hz.is_some() && !args.no_flamegraphs;
             if flamegraphs || !args.no_timeline {
                 let outputs =
                     record_outputs(&outcome.path, flamegraphs, !args.no_timeline, options.force);
@@ -63,6 +65,7 @@ fn run(cli: cli::Cli) -> Result<()> {
             }
             Ok(())
         }
+        cli::Command::Top(args) => top::run(&args.to_options()?),
         cli::Command::Report(args) => report(&args.path, args.json),
         cli::Command::Flamegraph(args) => flamegraph(&args),
         cli::Command::Timeline(args) => timeline(&args),

@@ -61,6 +61,10 @@ mod zoo;
 // Perfetto's own definitions, pprof profiles through `go tool pprof`, the
 // straggler of two concurrent ranks and a moved clock anchor.
 mod export;
+// `tprof top` on the real job: JSON frames and the tmux screen against
+// schedstat over each frame's interval, the job's steps and roles; `r`
+// and `q`; plain-text frames, a launched command, NO_COLOR.
+mod top;
 // Python frames on every installed CPython: shares, sleeps, native code
 // under Python, threads and workers, marker frames.
 mod python;

@@ -4,7 +4,8 @@
 //! the fake NVML library in tests/fake_nvml and the CUDA runtimes
 //! (tests/fake_cudart, and the real wheel's), reading their ground truth,
 //! decoding `tprof report --json`, loading pages in headless Chromium, and
-//! checking exports with Perfetto's definitions and `go tool pprof`.
+//! checking exports with Perfetto's definitions and `go tool pprof`, and
+//! for `tprof top`, schedstat sampled live and a tmux terminal.
 //!
 //! The tests load real eBPF programs, so they need root; helpers panic with
 //! a clear message rather than returning errors, so a failure reads as the
@@ -22,6 +23,7 @@ mod perfetto;
 mod process;
 mod real_job;
 mod report;
+mod top;
 mod tprof;
 mod workload;
 
@@ -30,11 +32,12 @@ pub use cuda::{fake_cudart, real_cudart};
 pub use fake_nvml::{FakeNvml, recording_start_realtime_ns};
 pub use perfetto::{go_pprof, perfetto_summary};
 pub use process::{Finished, Running, group_members, pgid, signal};
-pub use real_job::{Iteration, JobConfig, JobTruth, RealJob, RealRun, Threads};
+pub use real_job::{HeldJob, Iteration, JobConfig, JobTruth, RealJob, RealRun, Threads};
 pub use report::{
     Advice, Blame, Change, Cuda, CudaFinding, CudaTrainer, Device, Finding, Futex, Gpu, GpuProcess,
     H2dCopies, Pipeline, Process, Report, Stacks, Steps, Thread, Waker,
 };
+pub use top::{HANGUP_GRACE, SchedSampler, Tmux, alive_as, monotonic_ns, start_time};
 pub use tprof::{
     Traced, assert_programs_unloaded, bpf_program_ids_held_by, bpf_programs, flamegraph_folded,
     record_cmd, record_command, report_json, require_root, tprof, tprof_bin, trace_workload,

@@ -266,6 +266,75 @@ impl RealJob {
     }
 }
 
+/// The job started on its own, warmed up (its workers alive) and held
+/// before its timed iterations until [`HeldJob::go`], reporting each timed
+/// iteration as it ends (`--progress`), so a test can watch it live and
+/// stop it when done (dropping it kills it).
+pub struct HeldJob {
+    pub job: Running,
+    pub config: JobConfig,
+    pub ready: Ready,
+    truth_file: PathBuf,
+    go_file: PathBuf,
+    /// Holds the truth file, and whatever the test writes, until the test
+    /// ends.
+    pub dir: TempDir,
+}
+
+impl RealJob {
+    /// Starts the job with `config` (and `--progress`), and waits for its
+    /// warm-up to end.
+    pub fn start_held(&self, config: &JobConfig) -> HeldJob {
+        self.ensure_images();
+        let dir = tempfile::tempdir().expect("create temp dir");
+        let truth_file = dir.path().join("truth.jsonl");
+        let go_file = dir.path().join("go");
+        let mut argv = self.argv(config, Some(&go_file));
+        argv.push("--progress".into());
+        let mut command = Command::new(&argv[0]);
+        command
+            .args(&argv[1..])
+            .env("TPROF_TRUTH_FILE", &truth_file);
+        Self::set_threads(&mut command, config.threads);
+        let mut job = Running::spawn(&mut command);
+        let ready = loop {
+            let line = job.next_stdout_line(READY_TIMEOUT);
+            if line.contains("\"event\":\"ready\"") {
+                let value: Value = serde_json::from_str(&line).expect("the ready line is JSON");
+                break parse::<Ready>(value);
+            }
+        };
+        HeldJob {
+            job,
+            config: *config,
+            ready,
+            truth_file,
+            go_file,
+            dir,
+        }
+    }
+}
+
+impl HeldJob {
+    pub fn pid(&self) -> u32 {
+        self.job.pid() as u32
+    }
+
+    /// Lets the timed iterations begin.
+    pub fn go(&self) {
+        std::fs::write(&self.go_file, b"").expect("create the go file");
+    }
+
+    /// The timed iterations that ended so far.
+    pub fn iterations(&self) -> Vec<Iteration> {
+        read_truth_file(&self.truth_file)
+            .into_iter()
+            .filter(|l| l["event"] == "iteration")
+            .map(parse)
+            .collect()
+    }
+}
+
 /// A recorded run of the job: tprof's report (JSON and text) and the job's
 /// own account of what happened.
 pub struct RealRun {

@@ -24,6 +24,9 @@ job's stdout with its report):
                                     schedstat, started by Python or by a
                                     native library) whenever the set changes
   {"event": "ready", ...}           warm-up done, workers alive (their pids)
+  {"event": "iteration", ...}       with --progress, each timed iteration
+                                    as it ends (start, batch, end), for a
+                                    test that stops the job when done
   {"event": "summary", ...}         every timed iteration's start, batch
                                     arrival and end (time.monotonic_ns,
                                     CLOCK_MONOTONIC as the kernel's
@@ -96,6 +99,7 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=2, help="iterations before the timed ones")
     p.add_argument("--iterations", type=int, default=40, help="timed iterations")
     p.add_argument("--go-file", help="after warm-up, wait until this file exists")
+    p.add_argument("--progress", action="store_true", help="emit each timed iteration as it ends")
     p.add_argument("--generate-only", action="store_true", help="make the images and exit")
     # The zoo of input-pipeline pathologies (`cargo xtask bench zoo`): each
     # option below makes one of them, alone or together.
@@ -668,6 +672,8 @@ def main():
         loss = train_step(images, labels)
         end = time.monotonic_ns()
         iterations.append({"index": i, "epoch": epoch, "start_ns": start, "batch_ns": batch, "end_ns": end, "loss": round(loss, 4)})
+        if args.progress:
+            emit({"event": "iteration", **iterations[-1]})
 
     stop_metrics.set()
     span_s = (iterations[-1]["end_ns"] - iterations[0]["start_ns"]) / 1e9

@@ -6,7 +6,8 @@
 //!
 //! In order: apt packages (LLVM 22, gcc, sysstat, bpftool, libbpf-tools,
 //! linux-perf, python3-pip, the venv packages, chromium for the HTML
-//! timeline test, golang-go for `go tool pprof`), nightly `rust-src`,
+//! timeline test, golang-go for `go tool pprof`, tmux for the `tprof top`
+//! screen tests), nightly `rust-src`,
 //! bpf-linker 0.13.0, cargo-fuzz, the `nvidia-cuda-runtime-cu12` wheel into
 //! target/cuda-runtime/ (a real libcudart for the tests; no GPU needed),
 //! Perfetto's Python package in target/perfetto-venv/ (its proto definitions
@@ -25,7 +26,8 @@ use crate::job_env;
 /// workloads, python3-pip for the CUDA runtime wheel, python3.11-venv for
 /// the train-job venv, python3-venv for the Perfetto checker's environment,
 /// chromium to load the HTML timeline headless, golang-go for `go tool
-/// pprof`, which checks pprof exports.
+/// pprof`, which checks pprof exports, tmux to run `tprof top` on a
+/// terminal the tests can type into and read (send-keys, capture-pane).
 const APT_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "libpolly-22-dev",
@@ -43,6 +45,7 @@ const APT_PACKAGES: &[&str] = &[
     "python3-venv",
     "chromium",
     "golang-go",
+    "tmux",
 ];
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// cargo-fuzz for `cargo xtask fuzz`, which `cargo xtask test` runs: pinned,

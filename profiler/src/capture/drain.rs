@@ -10,6 +10,8 @@
 //! it) in the same drain or an earlier one.
 
 use profiler_ebpf::kind;
+
+use super::clock::monotonic_ns;
 use tprof_core::recording::{
     Event,
     events::{Framing, decode},
@@ -28,6 +30,9 @@ pub(super) struct DrainBatch {
     /// of each event: 16 bytes, since sorting them is a twentieth of
     /// tprof's time on a busy job.
     order: Vec<(u64, u32, u32)>,
+    /// CLOCK_MONOTONIC when the drain began: the batches up to this one
+    /// hold every event stamped before then (a live view's watermark).
+    drained_ns: u64,
 }
 
 impl DrainBatch {
@@ -36,6 +41,7 @@ impl DrainBatch {
     pub(super) fn gather(&mut self, drain: impl FnOnce(&mut dyn FnMut(&[u8]))) {
         self.bytes.clear();
         self.order.clear();
+        self.drained_ns = monotonic_ns();
         drain(&mut |bytes| {
             let ts = bytes
                 .get(..8)
@@ -59,6 +65,11 @@ impl DrainBatch {
         let bytes = &mut self.bytes;
         self.order
             .retain(|&(_, start, len)| keep(&mut bytes[start as usize..(start + len) as usize]));
+    }
+
+    /// When the drain began (see the field).
+    pub(super) fn drained_ns(&self) -> u64 {
+        self.drained_ns
     }
 
     pub(super) fn in_order(&self) -> impl Iterator<Item = &[u8]> {

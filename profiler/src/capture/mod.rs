@@ -13,7 +13,8 @@
 //! second signal, a full disk, an error), the file on disk is a readable
 //! prefix and no program or map outlives the process.
 //!
-//! [`record`] is the entry point. It runs, in order: [`session::check`]
+//! [`record`] and [`watch`] (`tprof top`'s, into [`live`]) are the entry
+//! points. `record` runs, in order: [`session::check`]
 //! (root, capabilities, targets, tracefs), the file ([`file`](mod@file)),
 //! `Session::start` (load, launch or find the targets, attach, track),
 //! `Session::run` (until [`signals`], the duration or the targets' exit),
@@ -30,7 +31,8 @@
 //! - `tprof-unwind` (or `tprof-writer`'s, by default): the resolve stage
 //!   ([`resolve`]: [`stacks`], [`unwind`], [`symbols`], `python::frames`),
 //!   drained events in, events with named stacks out;
-//! - `tprof-writer`: the write stage, into a [`sink`] (the recording file);
+//! - `tprof-writer`: the write stage, into a [`sink`] (the recording file,
+//!   or for `tprof top` the [`live`] view's channel);
 //! - `tprof-gpu`: the NVML sampler ([`gpu`]).
 //!
 //! [`pipeline`] starts the stage threads and bounds the queue to them.
@@ -49,6 +51,7 @@ pub mod gpu;
 mod header;
 mod launch;
 pub mod limits;
+pub mod live;
 mod losses;
 mod node;
 mod options;
@@ -74,43 +77,89 @@ use anyhow::{Context as _, Result};
 
 pub use clock::{anchor, monotonic_ns};
 use file::{RecordingFile, Unstarted};
-pub use options::{RecordOptions, RecordOutcome, StopReason};
+use live::{Feed, LiveSink};
+pub use options::{
+    CaptureOptions, CaptureOutcome, Destination, RecordOptions, RecordOutcome, StopReason,
+};
 pub use programs::MapLimits;
 use session::Session;
 use signals::Signals;
+pub use signals::{StopReceiver, StopRequests};
 
 /// Records until a stop condition; the recording is complete on `Ok`.
 pub fn record(opts: &RecordOptions) -> Result<RecordOutcome> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    runtime()?.block_on(record_async(opts))
+}
+
+/// Captures into the live view until a stop condition (a signal, a
+/// request through the [`StopRequests`] that made `requests`, the targets'
+/// exit): `feed` gets everything a recording would hold, then
+/// [`Feed::End`]. The programs are detached on any return.
+pub fn watch(
+    opts: &CaptureOptions,
+    feed: std::sync::mpsc::SyncSender<Feed>,
+    requests: StopReceiver,
+) -> Result<CaptureOutcome> {
+    runtime()?.block_on(watch_async(opts, feed, requests))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(record_async(opts))
+        .context("cannot start the async runtime")
 }
 
 /// The recording's life, in order: checks, the file, the capture into it,
 /// the stop, the end.
 async fn record_async(opts: &RecordOptions) -> Result<RecordOutcome> {
     // Before anything can be interrupted: a Ctrl-C from now on stops cleanly.
-    let mut signals = Signals::new()?;
-    let offsets = session::check(opts)?;
+    let mut signals = Signals::new(None)?;
+    let offsets = session::check(&opts.capture)?;
     let file = crate::output::create(&opts.output, opts.force)?;
     // Until recording starts, a failure leaves no empty file behind (it
     // would only make the next run's -o refuse the path).
     let unstarted = Unstarted(&opts.output);
     let sink = RecordingFile::create(file, opts.output.clone())?;
-    let mut session = Session::start(opts, &offsets, Box::new(sink))?;
+    let to = Destination::File(opts.output.clone());
+    let session = Session::start(&opts.capture, &offsets, Box::new(sink), to)?;
     std::mem::forget(unstarted);
-    session.announce();
-    let result = session.run(&mut signals, opts.duration).await;
-    let result = session.stop(result).await;
-    // Finishes the recording (or says where its prefix is); from then on a
-    // signal has its ordinary effect again, but for a duplicate of the
-    // first.
-    let outcome = session.finish(result);
-    signals::disarm_force_stop();
+    let outcome = run_session(session, &mut signals, opts.capture.duration)
+        .await
+        .map(|outcome| RecordOutcome::new(opts.output.clone(), outcome));
     if let Ok(outcome) = &outcome {
         status::stopped(outcome);
     }
+    outcome
+}
+
+/// `tprof top`'s capture: the same stages into the live view's channel.
+async fn watch_async(
+    opts: &CaptureOptions,
+    feed: std::sync::mpsc::SyncSender<Feed>,
+    requests: StopReceiver,
+) -> Result<CaptureOutcome> {
+    let mut signals = Signals::new(Some(requests))?;
+    let offsets = session::check(opts)?;
+    let sink = LiveSink::new(feed);
+    let session = Session::start(opts, &offsets, Box::new(sink), Destination::Live)?;
+    run_session(session, &mut signals, opts.duration).await
+}
+
+/// A started session's life: announced, run until a stop condition,
+/// stopped, finished.
+async fn run_session(
+    mut session: Session,
+    signals: &mut Signals,
+    duration: Option<std::time::Duration>,
+) -> Result<CaptureOutcome> {
+    session.announce();
+    let result = session.run(signals, duration).await;
+    let result = session.stop(result).await;
+    // Finishes the capture (or says where a recording's prefix is); from
+    // then on a signal has its ordinary effect again, but for a duplicate
+    // of the first.
+    let outcome = session.finish(result);
+    signals::disarm_force_stop();
     outcome
 }

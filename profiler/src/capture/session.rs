@@ -22,10 +22,7 @@
 // The map above names private stages: it is for readers of the source.
 #![allow(rustdoc::private_intra_doc_links)]
 
-use std::{
-    path::PathBuf,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use tprof_core::recording::{ClockAnchor, Footer, GpuInfo, LostCounts, record};
@@ -37,7 +34,7 @@ use super::gpu::{self, GpuSampler};
 use super::header::header;
 use super::launch::{self, HeldChild, KILL_WAIT, LaunchedCommand};
 use super::losses::Losses;
-use super::options::{RecordOptions, RecordOutcome, StopReason};
+use super::options::{CaptureOptions, CaptureOutcome, Destination, StopReason};
 use super::pipeline::{Pipeline, Threads};
 use super::programs::KernelPrograms;
 use super::scheduler::{Job, Scheduler, Timers};
@@ -55,7 +52,7 @@ const STACK_COPY_STATS_ENV: &str = "TPROF_STACK_COPY_STATS";
 
 /// Checks what capture needs before anything is created: root and its
 /// capabilities, the targets, tracefs; the tracepoints' field offsets.
-pub(super) fn check(opts: &RecordOptions) -> Result<TracepointOffsets> {
+pub(super) fn check(opts: &CaptureOptions) -> Result<TracepointOffsets> {
     privileges::check_root()?;
     privileges::check_capabilities()?;
     tracker::check_targets(&opts.pids)?;
@@ -67,8 +64,8 @@ pub(super) fn check(opts: &RecordOptions) -> Result<TracepointOffsets> {
 pub(super) struct Session {
     programs: KernelPrograms,
     out: Pipeline,
-    /// The recording file, for messages.
-    path: PathBuf,
+    /// Where the records go, for messages.
+    destination: Destination,
     tracker: Tracker,
     scheduler: Scheduler,
     losses: Losses,
@@ -88,12 +85,14 @@ pub(super) struct Session {
 
 impl Session {
     /// Loads and attaches the programs, launches the command or finds the
-    /// targets, starts the pipeline into `sink`, and writes the recording's
-    /// start. A launched command runs from here on.
+    /// targets, starts the pipeline into `sink` (which messages call
+    /// `destination`), and writes the recording's start. A launched command
+    /// runs from here on.
     pub(super) fn start(
-        opts: &RecordOptions,
+        opts: &CaptureOptions,
         offsets: &TracepointOffsets,
         sink: Box<dyn Sink>,
+        destination: Destination,
     ) -> Result<Session> {
         let stacks = opts.sample_hz.map(|_| opts.stack_copy_bytes);
         let mut programs = KernelPrograms::load(offsets, stacks, opts.python_frames, opts.limits)?;
@@ -121,24 +120,25 @@ impl Session {
             Some(child) => vec![child.pid],
             None => opts.pids.clone(),
         };
-        let mut session = Session::new(opts, programs, out, roots, gpu);
+        let mut session = Session::new(opts, programs, out, roots, gpu, destination);
         session.track(opts, start, held)?;
         Ok(session)
     }
 
     fn new(
-        opts: &RecordOptions,
+        opts: &CaptureOptions,
         programs: KernelPrograms,
         out: Pipeline,
         roots: Vec<u32>,
         (gpu_info, gpu): (GpuInfo, Option<GpuSampler>),
+        destination: Destination,
     ) -> Session {
         let tracker = Tracker::new(roots, &programs, opts.sample_hz.is_some(), opts.cuda);
         let now = Instant::now();
         Session {
             programs,
             out,
-            path: opts.output.clone(),
+            destination,
             tracker,
             scheduler: Scheduler::new(opts.limits.in_flight_expiry, now),
             losses: Losses::new(opts.limits.in_flight_expiry),
@@ -156,7 +156,7 @@ impl Session {
     /// Writes the header, tracks the targets, and lets a held command run.
     fn track(
         &mut self,
-        opts: &RecordOptions,
+        opts: &CaptureOptions,
         start: ClockAnchor,
         held: Option<HeldChild>,
     ) -> Result<()> {
@@ -193,7 +193,7 @@ impl Session {
     pub(super) fn announce(&self) {
         let processes = self.tracker.known().len();
         let threads = self.tracker.threads_seen();
-        status::announce(processes, threads, &self.path, &self.gpu_info);
+        status::announce(processes, threads, &self.destination, &self.gpu_info);
     }
 
     /// Records until a stop signal, the `duration` or the targets' exit.
@@ -234,7 +234,7 @@ impl Session {
     pub(super) async fn stop(&mut self, result: Result<StopReason>) -> Result<StopReason> {
         let by_signal = result.as_ref().is_ok_and(|r| r.is_signal());
         let group = self.command_pid().unwrap_or(0);
-        signals::arm_force_stop(&self.path, by_signal, group);
+        signals::arm_force_stop(self.destination.file(), by_signal, group);
         let reason = result?;
         status::announce_stop(reason, self.command_pid(), self.kill_after);
         self.stop_command(reason).await?;
@@ -252,7 +252,8 @@ impl Session {
         };
         let sig = match reason {
             StopReason::TargetsExited => return Ok(()),
-            StopReason::Interrupted => libc::SIGINT,
+            // `q` in the live view stops the command as a Ctrl-C would.
+            StopReason::Interrupted | StopReason::Quit => libc::SIGINT,
             StopReason::HungUp => libc::SIGHUP,
             StopReason::Terminated | StopReason::Duration => libc::SIGTERM,
         };
@@ -323,7 +324,10 @@ impl Session {
             let (programs, out) = (&mut self.programs, &mut self.out);
             self.tracker.refresh_maps(programs, out)?;
             self.tracker.refresh_cuda(programs, out)?;
-            self.progress().show();
+            // The live view draws its own progress.
+            if self.destination.file().is_some() {
+                self.progress().show();
+            }
         }
         self.out.flush()
     }
@@ -386,9 +390,11 @@ impl Session {
     /// Drains what is left, writes the totals and the footer, and detaches.
     /// On an error, before or here, the recording so far stays readable and
     /// the error says so.
-    pub(super) fn finish(mut self, result: Result<StopReason>) -> Result<RecordOutcome> {
-        status::end_progress();
-        let path = self.path.clone();
+    pub(super) fn finish(mut self, result: Result<StopReason>) -> Result<CaptureOutcome> {
+        let destination = self.destination.clone();
+        if destination.file().is_some() {
+            status::end_progress();
+        }
         match result {
             Ok(reason) => self.complete(reason),
             Err(err) => {
@@ -402,10 +408,13 @@ impl Session {
                 Err(err)
             }
         }
-        .map_err(|e| cut_short_error(&path, e))
+        .map_err(|e| match destination.file() {
+            Some(path) => cut_short_error(path, e),
+            None => e,
+        })
     }
 
-    fn complete(mut self, stop_reason: StopReason) -> Result<RecordOutcome> {
+    fn complete(mut self, stop_reason: StopReason) -> Result<CaptureOutcome> {
         let kernel_lost = self.last_drain()?;
         let (mut sink, stack_counts) = self.out.finish()?;
         let lost = self
@@ -428,8 +437,7 @@ impl Session {
             let (copies, bytes) = (self.drained.copies, self.drained.copy_bytes);
             eprintln!("{}", status::copy_stats_line(copies, bytes, secs));
         }
-        Ok(RecordOutcome {
-            path: self.path,
+        Ok(CaptureOutcome {
             stop_reason,
             events: self.drained.events,
             lost,

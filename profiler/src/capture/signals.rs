@@ -8,6 +8,10 @@
 //! wrapper script each pass on one cancellation, a signal to a process
 //! group reaches tprof beside a forwarded copy.
 //!
+//! The live view (`tprof top`) stops the same way from its keys: a
+//! [`StopRequests`] handle asks, and [`Signals::next`] answers it like a
+//! signal ([`StopReason::Quit`]).
+//!
 //! While recording the signals arrive through tokio. Once stopping,
 //! `arm_force_stop` installs a plain async-signal-safe handler: a later
 //! signal kills the launched command's group and exits at once (128 + the
@@ -26,6 +30,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::mpsc;
 
 use super::clock::monotonic_ns;
 use super::options::StopReason;
@@ -37,29 +42,70 @@ pub(super) const DUPLICATE_WINDOW: Duration = Duration::from_secs(1);
 /// while it is already stopping for another reason (the duration).
 pub(super) const FINISHING: &str = "finishing… (Ctrl-C again to stop now)";
 
-/// SIGINT, SIGTERM and SIGHUP, caught so each stops the recording cleanly.
+/// SIGINT, SIGTERM and SIGHUP, caught so each stops the recording cleanly;
+/// and the live view's requests, when there is one.
 pub(super) struct Signals {
     interrupt: Signal,
     terminate: Signal,
     hangup: Signal,
+    requests: Option<mpsc::UnboundedReceiver<()>>,
 }
 
+/// Asks a capture to stop, from any thread: what `q` does in `tprof top`.
+/// Cloned freely; a request after the capture ended is ignored.
+#[derive(Debug, Clone)]
+pub struct StopRequests(mpsc::UnboundedSender<()>);
+
+impl StopRequests {
+    /// A handle, and the receiving end for [`Signals::new`].
+    pub fn new() -> (StopRequests, StopReceiver) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (StopRequests(tx), StopReceiver(rx))
+    }
+
+    pub fn stop(&self) {
+        let _ = self.0.send(());
+    }
+}
+
+/// Where a capture hears its [`StopRequests`].
+#[derive(Debug)]
+pub struct StopReceiver(mpsc::UnboundedReceiver<()>);
+
 impl Signals {
-    pub(super) fn new() -> Result<Signals> {
+    /// Catches the signals, and hears `requests` when given.
+    pub(super) fn new(requests: Option<StopReceiver>) -> Result<Signals> {
         let catch = |kind| signal(kind).context("cannot install signal handlers");
         Ok(Signals {
             interrupt: catch(SignalKind::interrupt())?,
             terminate: catch(SignalKind::terminate())?,
             hangup: catch(SignalKind::hangup())?,
+            requests: requests.map(|r| r.0),
         })
     }
 
-    /// Waits for the next stop signal.
+    /// Waits for the next stop signal or request.
     pub(super) async fn next(&mut self) -> StopReason {
+        let Signals {
+            interrupt,
+            terminate,
+            hangup,
+            requests,
+        } = self;
+        let request = async {
+            if let Some(rx) = requests
+                && rx.recv().await.is_some()
+            {
+                return;
+            }
+            // None, or every handle dropped: nobody can ask any more.
+            std::future::pending::<()>().await
+        };
         tokio::select! {
-            _ = self.interrupt.recv() => StopReason::Interrupted,
-            _ = self.terminate.recv() => StopReason::Terminated,
-            _ = self.hangup.recv() => StopReason::HungUp,
+            _ = interrupt.recv() => StopReason::Interrupted,
+            _ = terminate.recv() => StopReason::Terminated,
+            _ = hangup.recv() => StopReason::HungUp,
+            () = request => StopReason::Quit,
         }
     }
 }
@@ -79,16 +125,19 @@ static MESSAGES: OnceLock<(Vec<u8>, Vec<u8>)> = OnceLock::new();
 /// none) and ends tprof at once with 128 + the signal. Nothing is lost that
 /// was flushed: the file is a readable prefix, and exiting closes the last
 /// descriptors of the programs and maps, so the kernel detaches and frees
-/// them all. `by_signal`: the stop was itself a signal, now.
-pub(super) fn arm_force_stop(path: &Path, by_signal: bool, command_group: u32) {
+/// them all. `by_signal`: the stop was itself a signal, now. `file`: the
+/// recording file, if there is one, which the last message names.
+pub(super) fn arm_force_stop(file: Option<&Path>, by_signal: bool, command_group: u32) {
+    let kept = match file {
+        Some(path) => format!(
+            "; the recording so far is kept in {} (`tprof report` reads it as cut short)",
+            path.display()
+        ),
+        None => String::new(),
+    };
     let _ = MESSAGES.set((
         format!("tprof: {FINISHING}\n").into_bytes(),
-        format!(
-            "error: stopped at once by a second signal; the recording so far is kept in {} \
-             (`tprof report` reads it as cut short)\n",
-            path.display()
-        )
-        .into_bytes(),
+        format!("error: stopped at once by a second signal{kept}\n").into_bytes(),
     ));
     if by_signal {
         FIRST_SIGNAL_NS.store(monotonic_ns(), Ordering::SeqCst);

@@ -6,25 +6,36 @@
 
 use std::{
     io::{IsTerminal as _, Write as _},
-    path::Path,
     time::Duration,
 };
 
 use tprof_core::recording::GpuInfo;
 
-use super::options::{RecordOutcome, StopReason};
+use super::options::{Destination, RecordOutcome, StopReason};
 use super::signals::FINISHING;
 
 /// The one line a script waiting for tprof to attach can look for, and
 /// whether the GPUs are sampled.
-pub(super) fn announce(processes: usize, threads: usize, path: &Path, gpu: &GpuInfo) {
-    eprintln!(
-        "tprof: recording {processes} process(es), {threads} thread(s) to {} (Ctrl-C to stop)",
-        path.display()
-    );
+pub(super) fn announce(processes: usize, threads: usize, to: &Destination, gpu: &GpuInfo) {
+    eprintln!("{}", announce_line(processes, threads, to));
     match &gpu.status {
         Some(reason) => eprintln!("tprof: no GPU data: {reason}"),
         None => eprintln!("tprof: sampling {} GPU(s)", gpu.devices.len()),
+    }
+}
+
+/// `recording … to PATH` for a file, `watching …` for the live view.
+fn announce_line(processes: usize, threads: usize, to: &Destination) -> String {
+    match to {
+        Destination::File(path) => format!(
+            "tprof: recording {processes} process(es), {threads} thread(s) to {} (Ctrl-C to stop)",
+            path.display()
+        ),
+        Destination::Live => {
+            format!(
+                "tprof: watching {processes} process(es), {threads} thread(s) (q or Ctrl-C to stop)"
+            )
+        }
     }
 }
 
@@ -91,7 +102,7 @@ fn stop_line(reason: StopReason, command: Option<u32>, kill_after: Duration) -> 
         (StopReason::TargetsExited, _) => return None,
         (_, Some(pid)) => {
             let sig = match reason {
-                StopReason::Interrupted => "SIGINT",
+                StopReason::Interrupted | StopReason::Quit => "SIGINT",
                 StopReason::HungUp => "SIGHUP",
                 _ => "SIGTERM",
             };
@@ -203,6 +214,19 @@ mod tests {
             "tprof: duration (detaching; the targets keep running); finishing…"
         );
         assert_eq!(stop_line(StopReason::TargetsExited, None, kill_after), None);
+    }
+
+    #[test]
+    fn announce_names_the_file_or_says_it_watches() {
+        let file = Destination::File("/tmp/x.tprof".into());
+        assert_eq!(
+            announce_line(2, 5, &file),
+            "tprof: recording 2 process(es), 5 thread(s) to /tmp/x.tprof (Ctrl-C to stop)"
+        );
+        assert_eq!(
+            announce_line(2, 5, &Destination::Live),
+            "tprof: watching 2 process(es), 5 thread(s) (q or Ctrl-C to stop)"
+        );
     }
 
     #[test]

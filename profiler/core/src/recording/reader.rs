@@ -79,6 +79,13 @@ impl Recording {
     pub fn cut_short(&self) -> bool {
         self.footer.is_none() || self.truncated
     }
+
+    /// Files one metadata record (any kind but EVENTS; an unknown kind is
+    /// counted) as the readers do: for a live view, which gets a
+    /// recording's records one at a time rather than from a file.
+    pub fn apply_metadata(&mut self, kind: u32, payload: &[u8]) -> Result<(), String> {
+        apply_metadata(self, kind, payload)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

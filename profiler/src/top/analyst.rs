@@ -1,0 +1,259 @@
+//! The view's analysis thread, `tprof-top`: capture's [`Feed`] in, frames
+//! out. It owns the [`Window`] and the recording file of `r` ([`Tee`]),
+//! both fed in capture's order, so the file starts exactly where the
+//! window stood when `r` was pressed.
+//!
+//! A frame is due once every event of its interval has arrived: when the
+//! feed's watermark (the last drain's start) passes the interval's end.
+//! Then the window's model of the last `--window` (the report's
+//! `Assembly`) is built and summarized (`analysis::summarize`), and the
+//! frame read off both. A frame that took longer than an interval does
+//! not queue the ones it held up: the next frame is the latest interval
+//! the watermark has passed, so the view stays current on a busy machine
+//! and the gap shows in the intervals' times.
+//!
+//! The analysis is held to [`ANALYSIS_SHARE`] of one CPU: a frame that
+//! took `c` seconds of this thread's CPU time is followed by none for
+//! `c / ANALYSIS_SHARE` seconds, and the frames skipped meanwhile are
+//! counted in the next. The cost grows with the window's events: on the
+//! test suite's real job (two to four workers, 6,000 to 7,000 events a
+//! second) an unoptimized build's frame took 0.03 s with 2 s in the
+//! window and 0.45 to 0.8 s with 10 s, so it refreshed every 9 to 16 s
+//! once the window was full. A release build analyses about eight times
+//! faster (`tprof report` of 26 s of the job: 0.22 s against 1.81 s), so
+//! about 0.08 s a frame: a refresh every second or two. A busier job
+//! refreshes less often rather than take a core from the job it watches.
+
+use std::{
+    collections::BTreeSet,
+    path::PathBuf,
+    sync::mpsc::{Receiver, RecvTimeoutError, Sender},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+use profiler::capture::live::Feed;
+use tprof_core::analysis;
+
+use super::frame::{self, Frame, Span};
+use super::tee::Tee;
+use super::window::Window;
+
+/// What the analysis thread tells the view.
+#[derive(Debug)]
+pub(super) enum Update {
+    Frame(Box<Frame>),
+    /// The recording file `r` started (its path) or ended (None).
+    Recording(Option<PathBuf>),
+    /// One line for the status bar (a recording written, or why not).
+    Note(String),
+}
+
+/// What the view asks the analysis thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Request {
+    /// `r`: start a recording file of what follows, or end the one being
+    /// written.
+    ToggleRecording,
+}
+
+/// How often the thread looks at the view's requests while the feed is
+/// quiet.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The share of one CPU the analysis may take on average.
+pub(super) const ANALYSIS_SHARE: f64 = 0.05;
+
+/// The analysis thread's settings.
+pub(super) struct Settings {
+    pub interval: Duration,
+    pub window: Duration,
+    /// Where `r` writes; None: a new default name each time.
+    pub output: Option<PathBuf>,
+    pub force: bool,
+}
+
+struct Analyst {
+    settings: Settings,
+    window: Window,
+    tee: Option<Tee>,
+    /// The end of the next frame's interval, once capture has started.
+    next_end: Option<u64>,
+    /// No frame before this: the last one's CPU time is being paid off.
+    not_before: Option<Instant>,
+    /// The starts of the steps frames have counted, so each is counted
+    /// once (within the window; older ones are forgotten).
+    counted_steps: BTreeSet<u64>,
+    seq: u64,
+    updates: Sender<Update>,
+    requests: Receiver<Request>,
+}
+
+/// Starts the thread; it ends when the feed does, with the recording file
+/// of `r` finished.
+pub(super) fn spawn(
+    settings: Settings,
+    feed: Receiver<Feed>,
+    updates: Sender<Update>,
+    requests: Receiver<Request>,
+) -> Result<JoinHandle<Result<()>>> {
+    let analyst = Analyst {
+        settings,
+        window: Window::new(),
+        tee: None,
+        next_end: None,
+        not_before: None,
+        counted_steps: BTreeSet::new(),
+        seq: 0,
+        updates,
+        requests,
+    };
+    std::thread::Builder::new()
+        .name("tprof-top".into())
+        .spawn(move || analyst.run(&feed))
+        .context("cannot start the tprof-top thread")
+}
+
+impl Analyst {
+    fn run(mut self, feed: &Receiver<Feed>) -> Result<()> {
+        let result = self.serve(feed);
+        // Whatever ended it, a file being written is finished.
+        self.end_recording();
+        result
+    }
+
+    fn serve(&mut self, feed: &Receiver<Feed>) -> Result<()> {
+        loop {
+            while let Ok(request) = self.requests.try_recv() {
+                match request {
+                    Request::ToggleRecording => self.toggle_recording(),
+                }
+            }
+            match feed.recv_timeout(POLL) {
+                Ok(Feed::End) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                Ok(item) => self.take(item)?,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            self.frame_if_due();
+        }
+    }
+
+    /// Files one item in the window and in the recording file, if any.
+    fn take(&mut self, item: Feed) -> Result<()> {
+        let teed = match item {
+            Feed::Record { kind, payload } => {
+                self.window.record(kind, &payload)?;
+                self.tee_with(|tee| tee.record(kind, &payload))
+            }
+            Feed::Events { bytes, drained_ns } => {
+                self.window.events(&bytes, drained_ns)?;
+                self.tee_with(|tee| tee.events(&bytes))
+            }
+            Feed::Flush => self.tee_with(Tee::flush),
+            Feed::End => Ok(()),
+        };
+        if let Err(err) = teed {
+            // The view goes on without the file; its prefix stays readable.
+            self.tee = None;
+            self.say(Update::Note(format!("{err:#}; recording stopped")));
+            self.say(Update::Recording(None));
+        }
+        Ok(())
+    }
+
+    fn tee_with(&mut self, write: impl FnOnce(&mut Tee) -> Result<()>) -> Result<()> {
+        match &mut self.tee {
+            Some(tee) => write(tee),
+            None => Ok(()),
+        }
+    }
+
+    fn toggle_recording(&mut self) {
+        if self.tee.is_some() {
+            self.end_recording();
+            return;
+        }
+        let Some(_) = self.window.started_ns() else {
+            self.say(Update::Note(
+                "nothing to record yet: still attaching".into(),
+            ));
+            return;
+        };
+        let path = (self.settings.output.clone()).unwrap_or_else(profiler::output::default_path);
+        match Tee::start(&path, self.settings.force, &self.window) {
+            Ok(tee) => {
+                self.say(Update::Recording(Some(tee.path().to_path_buf())));
+                self.tee = Some(tee);
+            }
+            Err(err) => self.say(Update::Note(format!("cannot record: {err:#}"))),
+        }
+    }
+
+    /// Finishes the file `r` is writing, if any, and says where it is.
+    fn end_recording(&mut self) {
+        let Some(tee) = self.tee.take() else {
+            return;
+        };
+        let end = self.window.anchor(self.window.watermark_ns());
+        let note = match tee.finish(end, &self.window.meta().lost) {
+            Ok(path) => format!("recorded to {} (tprof report {0})", path.display()),
+            Err(err) => format!("{err:#}"),
+        };
+        self.say(Update::Note(note));
+        self.say(Update::Recording(None));
+    }
+
+    /// Makes the latest frame the watermark has passed, if one is due.
+    fn frame_if_due(&mut self) {
+        let Some(started) = self.window.started_ns() else {
+            return;
+        };
+        let interval = self.settings.interval.as_nanos() as u64;
+        let next = *self.next_end.get_or_insert(started + interval);
+        let watermark = self.window.watermark_ns();
+        if watermark < next || self.not_before.is_some_and(|t| Instant::now() < t) {
+            return;
+        }
+        let end = next + (watermark - next) / interval * interval;
+        self.next_end = Some(end + interval);
+        self.seq += 1;
+        let mut frame = self.frame(Span::new(end - interval, end));
+        frame.skipped = (end - next) / interval;
+        let rest = frame.analysis_cpu_s / ANALYSIS_SHARE - self.settings.interval.as_secs_f64();
+        self.not_before = (rest > 0.0).then(|| Instant::now() + Duration::from_secs_f64(rest));
+        self.say(Update::Frame(Box::new(frame)));
+    }
+
+    fn frame(&mut self, interval: Span) -> Frame {
+        let began = thread_cpu_s();
+        let window_ns = self.settings.window.as_nanos() as u64;
+        let model = self
+            .window
+            .model(interval.end_ns.saturating_sub(window_ns), interval.end_ns);
+        let summary = analysis::summarize(&model);
+        let counted = &mut self.counted_steps;
+        counted.retain(|&start| start >= model.window_start_ns);
+        let mut frame = frame::frame(&model, &summary, interval, self.seq, counted);
+        frame.command = self.window.meta().header.command.clone();
+        frame.recording = self.tee.as_ref().map(|t| t.path().display().to_string());
+        frame.analysis_cpu_s = thread_cpu_s() - began;
+        frame
+    }
+
+    /// Tells the view; a view that is gone wants nothing more.
+    fn say(&self, update: Update) {
+        let _ = self.updates.send(update);
+    }
+}
+
+/// This thread's CPU time so far, in seconds.
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec for clock_gettime to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}

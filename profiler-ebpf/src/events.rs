@@ -41,9 +41,12 @@ pub mod kind {
     /// A tracked thread read from or wrote to a pipe
     /// ([`PipeEvent`](crate::PipeEvent)).
     pub const PIPE: u16 = 14;
+    /// A tracked thread left a CPU that no traced switch had put it on
+    /// ([`ArrivalEvent`](crate::ArrivalEvent)): how long it had run there.
+    pub const ARRIVAL: u16 = 15;
     /// One past the largest kind: the size of the per-kind drop counters
     /// (it must stay below the `lost_stack` slots, 24).
-    pub const COUNT: u32 = 15;
+    pub const COUNT: u32 = 16;
 }
 
 /// Starts every ring-buffer record. 16 bytes.
@@ -117,6 +120,30 @@ pub struct SwitchEvent {
 const _: () = assert!(size_of::<SwitchEvent>() == 48);
 impl AbiEvent for SwitchEvent {
     const KIND: u16 = kind::SWITCH;
+}
+
+/// Goes just before the [`SwitchEvent`] of a tracked prev (same `ts_ns`,
+/// same shard) whose arrival on this CPU no sched_switch program saw: the
+/// kernel does not trace a switch away from some tasks (see "Accuracy of
+/// the measurements" in docs/diagnosis.md), or the switch-in's event was
+/// lost. `run_ns` is the CPU time the scheduler charged the thread since
+/// it last picked it (`se.sum_exec_runtime - se.prev_sum_exec_runtime`),
+/// so it arrived about `run_ns` before `ts_ns`, whatever ran on the CPU
+/// unseen before it. Only where the kernel's BTF gives those offsets. 32
+/// bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArrivalEvent {
+    /// `ts_ns` is the switch-out's.
+    pub hdr: EventHeader,
+    pub run_ns: u64,
+    pub tid: u32,
+    pub tgid: u32,
+}
+const _: () = assert!(size_of::<ArrivalEvent>() == 32);
+impl AbiEvent for ArrivalEvent {
+    const KIND: u16 = kind::ARRIVAL;
 }
 
 /// [`SwitchEvent::prev_kind`] when there is no off-CPU interval to weigh.
@@ -263,6 +290,7 @@ pub const fn event_size(kind: u16) -> Option<usize> {
         kind::CUDA => Some(size_of::<CudaCallEvent>()),
         kind::MARK => Some(size_of::<MarkEvent>()),
         kind::PIPE => Some(size_of::<PipeEvent>()),
+        kind::ARRIVAL => Some(size_of::<ArrivalEvent>()),
         // Its fixed part; the frames follow. Never in a recording.
         kind::PY_STACK => Some(size_of::<PyStackEvent>()),
         _ => None,

@@ -64,10 +64,16 @@ pub struct TracepointOffsets {
     pub task_exit_state: u16,
     /// `thread_info.cpu` (or `cpu`) within task_struct.
     pub task_cpu: u16,
+    /// `se.sum_exec_runtime` and `se.prev_sum_exec_runtime` within
+    /// task_struct: the CPU time the scheduler charged the task, in all and
+    /// when it was last picked, for [`ArrivalEvent`](crate::ArrivalEvent)
+    /// (0 without BTF: no such event). For both sets of scheduler programs.
+    pub task_runtime: u16,
+    pub task_prev_runtime: u16,
     /// `thread.fsbase` within task_struct: a thread's `pthread_self()`,
     /// which is how CPython 3.10 names its threads (0 when unknown).
     pub task_fsbase: u16,
-    pub _pad: [u16; 3],
+    pub _pad: [u16; 1],
 }
 const _: () = assert!(size_of::<TracepointOffsets>() == 72);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the

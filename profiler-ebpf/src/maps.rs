@@ -120,7 +120,10 @@ pub struct ThreadState {
     /// Its Python thread state, when its process runs CPython.
     pub py: PyThreadCache,
     pub tgid: u32,
-    pub _pad: u32,
+    /// 1 from a traced switch-in to the next switch-out: a switch-out
+    /// that finds 0 comes after an arrival no program saw, and says how
+    /// long the thread ran ([`ArrivalEvent`](crate::ArrivalEvent)).
+    pub on_cpu: u32,
 }
 const _: () = assert!(size_of::<ThreadState>() == 256);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
@@ -155,7 +158,7 @@ impl ThreadState {
                 position: 0,
             },
             tgid,
-            _pad: 0,
+            on_cpu: 0,
         }
     }
 }

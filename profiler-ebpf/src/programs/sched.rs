@@ -5,8 +5,12 @@
 //! (`ThreadState`), so a tracked switch adds no further per-thread lookup:
 //! off-CPU stack sampling (see `stacks`) updates that state in place, with
 //! at most one kernel stack walk and one user stack copy at switch-out; the
-//! switch-in does nothing but emit the event (userspace weighs the off-CPU
-//! interval).
+//! switch-in only marks the thread on a CPU (`ThreadState::on_cpu`) and
+//! emits the event (userspace weighs the off-CPU interval). A switch-out
+//! that finds the mark cleared follows an arrival no program saw (this
+//! kernel does not trace a switch away from some tasks): it first emits an
+//! `ArrivalEvent` with the CPU time the scheduler charged the thread since
+//! it picked it, so userspace knows when it arrived.
 //!
 //! Programs: `tprof_switch_r` (raw, where the kernel has BTF) or
 //! `tprof_switch` (classic) on `sched_switch`, for a tracked prev or next:
@@ -21,12 +25,16 @@
 //! bytes; capture picks one set at load (capture/btf.rs).
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        generated::bpf_get_current_task,
+    },
     macros::{raw_tracepoint, tracepoint},
     programs::{RawTracePointContext, TracePointContext, tracing::StackIdContext},
 };
 use profiler_ebpf::{
-    NO_STACK_KIND, SwitchEvent, TASK_DEAD, WAKE_NEW_TASK, WakeupEvent, report_prev_state,
+    ArrivalEvent, NO_STACK_KIND, SwitchEvent, TASK_DEAD, WAKE_NEW_TASK, WakeupEvent,
+    report_prev_state,
 };
 
 use super::{emit, header, header_at, offsets, stacks, stacks_enabled, thread_state, tracked_tgid};
@@ -104,10 +112,21 @@ fn switch<C: StackIdContext>(
         return Ok(());
     }
     let prev_state = prev_state()?;
-    // One clock read for the event and the switch-out's stack walk.
+    // One clock read for the events and the switch-out's stack walk.
     let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(state) = next {
+        // SAFETY: a live TRACKED_TIDS entry; `on_cpu` is written only at
+        // the thread's switches, which one CPU at a time makes.
+        unsafe { (*state).on_cpu = 1 };
+    }
     let (prev_kind, prev_user_stack, prev_kernel_stack) = match prev {
-        Some(state) => stacks::switch_out(ctx, prev_tid, state, prev_state, now, stacks_enabled()),
+        Some(state) => {
+            // SAFETY: as for next.
+            if unsafe { core::mem::replace(&mut (*state).on_cpu, 0) } == 0 {
+                unseen_arrival(prev_tid, prev_tgid, now);
+            }
+            stacks::switch_out(ctx, prev_tid, state, prev_state, now, stacks_enabled())
+        }
         None => (NO_STACK_KIND, -1, -1),
     };
     emit(SwitchEvent {
@@ -122,6 +141,32 @@ fn switch<C: StackIdContext>(
         prev_kernel_stack,
     });
     Ok(())
+}
+
+/// A tracked prev leaves the CPU with no traced switch-in since its last
+/// switch-out: an [`ArrivalEvent`] before its switch event says how long
+/// it ran, as the scheduler charged it (`current` is prev here). Nothing
+/// where the offsets are unknown (no BTF) or the sum makes no sense.
+#[inline(always)]
+fn unseen_arrival(tid: u32, tgid: u32, now: u64) {
+    let off = offsets();
+    if off.task_runtime == 0 || off.task_prev_runtime == 0 {
+        return;
+    }
+    let task = unsafe { bpf_get_current_task() };
+    let read = |at: u16| unsafe { bpf_probe_read_kernel((task + u64::from(at)) as *const u64) };
+    let (Ok(runtime), Ok(picked)) = (read(off.task_runtime), read(off.task_prev_runtime)) else {
+        return;
+    };
+    if runtime <= picked {
+        return;
+    }
+    emit(ArrivalEvent {
+        hdr: header_at::<ArrivalEvent>(now),
+        run_ns: runtime - picked,
+        tid,
+        tgid,
+    });
 }
 
 /// sched_waking runs in the waker's context (or in the interrupt that does

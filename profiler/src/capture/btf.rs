@@ -69,6 +69,34 @@ fn fsbase_in(btf: &Btf) -> Result<u16> {
     to_u16(thread + fsbase, "thread.fsbase")
 }
 
+/// `task_struct.se.sum_exec_runtime` and `.prev_sum_exec_runtime`: the
+/// CPU time the scheduler charged a task, in all and when it last picked
+/// it. A switch-out after an arrival no program saw reads them to say how
+/// long the thread ran (`profiler_ebpf::ArrivalEvent`), whichever
+/// scheduler programs are loaded.
+pub(super) fn runtime_offsets() -> Result<(u16, u16)> {
+    let data = fs::read(VMLINUX_BTF).with_context(|| format!("cannot read {VMLINUX_BTF}"))?;
+    runtime_in(&Btf::parse(&data)?)
+}
+
+fn runtime_in(btf: &Btf) -> Result<(u16, u16)> {
+    let task = btf
+        .named(KIND_STRUCT, "task_struct")
+        .context("no struct task_struct in the kernel BTF")?;
+    let (se, ty) = btf
+        .member(task, "se")
+        .context("no task_struct.se in the kernel BTF")?;
+    let entity = btf.resolve_modifiers(ty);
+    let field = |name: &str| -> Result<u16> {
+        let (offset, ty) = btf
+            .member(entity, name)
+            .with_context(|| format!("no sched_entity.{name} in the kernel BTF"))?;
+        check_size(btf, ty, 8, name)?;
+        to_u16(se + offset, name)
+    };
+    Ok((field("sum_exec_runtime")?, field("prev_sum_exec_runtime")?))
+}
+
 /// The kernel structures' offsets the pipe program walks from a task to
 /// an fd's file and its pipe (`profiler_ebpf::FileOffsets`, without the
 /// tracepoint field, which tracefs gives).
@@ -363,6 +391,10 @@ mod tests {
         // thread_struct is task_struct's last member: far past pid.
         let fsbase = fsbase_in(&btf).expect("x86-64 kernels have thread.fsbase");
         assert!(fsbase > btf.member(task, "pid").unwrap().0 as u16);
+        // Two u64s of sched_entity, within task_struct.
+        let (runtime, prev) = runtime_in(&btf).expect("sched_entity's runtimes");
+        assert!(runtime > 0 && prev > 0 && runtime.abs_diff(prev) % 8 == 0);
+        assert_ne!(runtime, prev);
     }
 
     /// This kernel's file offsets, when it has BTF: distinct where they

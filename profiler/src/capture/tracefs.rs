@@ -176,8 +176,10 @@ pub fn tracepoint_offsets() -> Result<TracepointOffsets> {
         task_pid: 0,
         task_exit_state: 0,
         task_cpu: 0,
+        task_runtime: 0,
+        task_prev_runtime: 0,
         task_fsbase: 0,
-        _pad: [0; 3],
+        _pad: [0; 1],
     })
 }
 

@@ -158,6 +158,8 @@ pub struct Summary {
     pub unknown_events: u64,
     /// Threads seen leaving a CPU whose arrival was never seen.
     pub untraced_switch_ins: u64,
+    /// Of those, the ones placed by the kernel's account of their run.
+    pub untraced_placed_by_kernel: u64,
     pub lost_events: u64,
     pub lost: crate::recording::LostCounts,
     pub cut_short: bool,
@@ -240,6 +242,7 @@ pub fn summarize(model: &Model) -> Summary {
         unknown_records: model.unknown_records,
         unknown_events: model.unknown_events,
         untraced_switch_ins: model.untraced_switch_ins,
+        untraced_placed_by_kernel: model.untraced_placed_by_kernel,
         lost_events: model.lost.total(),
         lost: model.lost.clone(),
         cut_short: model.cut_short,

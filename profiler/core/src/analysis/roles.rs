@@ -396,7 +396,12 @@ fn thread_origins(model: &Model) -> HashMap<ThreadKey, ThreadOrigin> {
 /// For a stack that reaches a thread's root (C library frames, then the
 /// thread's start routine), the pool library the start routine is in
 /// (Some(None): in none); None for a stack that does not reach the root
-/// (cut short, lost, or a main thread's, which starts at `_start`).
+/// (cut short, lost, or a main thread's, which starts at `_start`), or
+/// that has not reached the start routine yet: a new thread's stack while
+/// it is still in `clone3`, where its first touch of its stack faults and
+/// may be preempted, is libc's frame and then the kernel's. (Counted as
+/// starting in no pool library, one such stack tied an OpenCV pool
+/// thread's single rooted stack in cv2, and the tie went to no library.)
 fn start_routine_library(
     table: &crate::recording::StackTable,
     frames: &[u32],
@@ -407,10 +412,12 @@ fn start_routine_library(
         return None;
     }
     let start = frames.find(|f| !(f.kind == FrameKind::Native && is_libc(&f.module)))?;
-    if start.kind != FrameKind::Native {
-        return Some(None);
+    match start.kind {
+        FrameKind::Native => Some(pool_library_of(&start.module)),
+        // Still in the C library's thread creation.
+        FrameKind::Kernel => None,
+        _ => Some(None),
     }
-    Some(pool_library_of(&start.module))
 }
 
 /// The C library, where every thread's stack begins (`clone3`, then
@@ -812,6 +819,12 @@ mod tests {
             python,                                                       // 5
             native(cv2, "cv::resize"),                                    // 6
             Frame::marker(markers::TRUNCATED),                            // 7
+            Frame {
+                module: "[kernel]".into(),
+                symbol: Some("asm_exc_page_fault".into()),
+                kind: FrameKind::Kernel,
+                ..Frame::default()
+            }, // 8
         ];
         let sample = |tid, kind, stack, weight| StackSample {
             pid: 20,
@@ -828,9 +841,11 @@ mod tests {
                 vec![0, 1, 2, 3],    // OpenCV's pool thread, asleep
                 vec![0, 1, 4, 5, 6], // a Python thread resizing in cv2
                 vec![7, 6],          // cut short: says nothing of its start
+                vec![0, 8],          // still in clone3: nor does this
             ],
             samples: vec![
                 sample(21, StackKind::Futex, 0, 3_000_000),
+                sample(21, StackKind::Runnable, 3, 45),
                 sample(22, StackKind::OnCpu, 1, 40),
                 sample(23, StackKind::OnCpu, 2, 40),
             ],
@@ -841,7 +856,9 @@ mod tests {
     #[test]
     fn a_thread_is_whose_start_routine_it_runs() {
         // A pool thread that ran too little to be known by its samples or
-        // by how it waits: a few long runs, asleep in between.
+        // by how it waits: a few long runs, asleep in between. Besides its
+        // stack asleep in cv2, one from its first moments, preempted at
+        // its first page fault in clone3, which names no start routine.
         let late = cycling(21, 20, 2_000_000, 50_000_000, 5);
         let model = Model {
             targets: vec![10],

@@ -156,6 +156,9 @@ pub struct Model {
     /// switch the kernel did not trace, or a lost one); see
     /// `threads::Builder::switch_out` for how their time is placed.
     pub untraced_switch_ins: u64,
+    /// Of those, the ones placed by the kernel's account of the thread's
+    /// run (`Event::Arrival`, recordings from 2026-12 on).
+    pub untraced_placed_by_kernel: u64,
     pub lost: LostCounts,
     /// The recording did not end normally; the window is what was saved.
     pub cut_short: bool,
@@ -301,6 +304,7 @@ impl<'a> Assembly<'a> {
             model.stacks = Some(stacks.finish(&rec.dictionary, hz, model.window_end_ns));
         }
         model.untraced_switch_ins = threads.untraced_switch_ins();
+        model.untraced_placed_by_kernel = threads.placed_by_kernel();
         model.threads = threads.finish(model.window_end_ns);
         model.cuda = cuda::build(rec.cuda.as_ref(), cuda_raw);
         model.name_reused_pids(rec);

@@ -6,9 +6,9 @@
 //! builders move millions of them.
 
 use profiler_ebpf::{
-    BlockIoEvent, CUDA_ARGS, CommEvent, CudaCallEvent, EventHeader, ExecEvent, ExitEvent,
-    ForkEvent, FutexEvent, MarkEvent, NO_STACK_KIND, PipeEvent, SampleEvent, SwitchEvent,
-    WakeupEvent, event_size, kind, pipe_op,
+    ArrivalEvent, BlockIoEvent, CUDA_ARGS, CommEvent, CudaCallEvent, EventHeader, ExecEvent,
+    ExitEvent, ForkEvent, FutexEvent, MarkEvent, NO_STACK_KIND, PipeEvent, SampleEvent,
+    SwitchEvent, WakeupEvent, event_size, kind, pipe_op,
 };
 
 use super::StackKind;
@@ -30,6 +30,17 @@ pub enum Event {
         /// off-CPU time counts under and its stacks; None before format 4,
         /// for an untracked or exiting prev.
         prev_stacks: Option<OffCpuStacks>,
+    },
+    /// A tracked thread is leaving a CPU that no traced switch put it on
+    /// (format 4 files from 2026-12 on): the switch event at the same `ts`
+    /// follows. `run_ns` is the CPU time the scheduler charged it since it
+    /// picked it: it arrived about `run_ns` before `ts`.
+    Arrival {
+        ts: u64,
+        cpu: u16,
+        tid: u32,
+        tgid: u32,
+        run_ns: u64,
     },
     /// An on-CPU sample of a tracked thread's stacks (format 4).
     Sample {
@@ -167,6 +178,7 @@ impl Event {
     pub fn ts(&self) -> u64 {
         match *self {
             Event::Switch { ts, .. }
+            | Event::Arrival { ts, .. }
             | Event::Wakeup { ts, .. }
             | Event::Fork { ts, .. }
             | Event::Exec { ts, .. }
@@ -304,6 +316,16 @@ pub fn decode(bytes: &[u8], framing: Framing) -> Result<(Option<Event>, usize), 
                     user: e.prev_user_stack,
                     kernel: e.prev_kernel_stack,
                 }),
+            }
+        }
+        kind::ARRIVAL => {
+            let e: ArrivalEvent = read_plain(bytes)?;
+            Event::Arrival {
+                ts: hdr.ts_ns,
+                cpu: hdr.cpu,
+                tid: e.tid,
+                tgid: e.tgid,
+                run_ns: e.run_ns,
             }
         }
         kind::SAMPLE => {
@@ -505,6 +527,7 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::PY_STACK => "py_stack",
         kind::MARK => "mark",
         kind::PIPE => "pipe",
+        kind::ARRIVAL => "arrival",
         _ => "unknown",
     }
 }
@@ -539,7 +562,7 @@ mod tests {
     }
 
     #[test]
-    fn round_trips_switch_sample_and_comm() {
+    fn round_trips_switch_sample_comm_and_arrival() {
         let mut bytes = encode(&SwitchEvent {
             hdr: hdr::<SwitchEvent>(10),
             prev_state: 1,
@@ -566,9 +589,15 @@ mod tests {
             tgid: 4,
             comm,
         }));
+        bytes.extend(encode(&ArrivalEvent {
+            hdr: hdr::<ArrivalEvent>(13),
+            run_ns: 2,
+            tid: 5,
+            tgid: 4,
+        }));
         let mut out = Vec::new();
         assert_eq!(decode_all(&bytes, Framing::Length, &mut out), Ok(0));
-        assert_eq!(out.len(), 3);
+        assert_eq!(out.len(), 4);
         assert!(matches!(
             out[0],
             Event::Switch {
@@ -600,6 +629,16 @@ mod tests {
                 tid: 5,
                 tgid: 4,
                 comm: "worker".into()
+            }
+        );
+        assert_eq!(
+            out[3],
+            Event::Arrival {
+                ts: 13,
+                cpu: 1,
+                tid: 5,
+                tgid: 4,
+                run_ns: 2
             }
         );
     }

@@ -113,11 +113,21 @@ fn header(out: &mut String, s: &Summary) {
         );
     }
     if s.untraced_switch_ins > 0 {
+        // Recordings before 2026-12-05 have no arrival events: every one
+        // was placed by the events alone.
+        let placed = if s.untraced_placed_by_kernel == 0 {
+            "tprof placed each when that CPU left the traced threads".to_string()
+        } else {
+            format!(
+                "tprof placed {} by the run time the kernel charged the thread, the rest when \
+                 that CPU left the traced threads",
+                s.untraced_placed_by_kernel
+            )
+        };
         let _ = writeln!(
             out,
             "note: {} switch(es) of a thread onto a CPU went untraced (the kernel skips \
-             switches away from some tasks, or an event was lost); tprof placed each when \
-             that CPU left the traced threads",
+             switches away from some tasks, or an event was lost); {placed}",
             s.untraced_switch_ins
         );
     }

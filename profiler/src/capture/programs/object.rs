@@ -217,6 +217,10 @@ impl KernelPrograms {
 
     fn load_in(globals: &Globals, limits: MapLimits) -> Result<KernelPrograms> {
         let (mut offsets, raw_sched) = sched_offsets(*globals.offsets);
+        // Without them a switch-in the kernel did not trace is placed by
+        // the events alone (model::threads), less exactly.
+        (offsets.task_runtime, offsets.task_prev_runtime) =
+            btf::runtime_offsets().unwrap_or((0, 0));
         // Without it CPython 3.10's threads cannot be told apart: its
         // processes get no Python frames (say so when one is found).
         offsets.task_fsbase = btf::fsbase_offset().unwrap_or(0);

@@ -577,7 +577,7 @@ mod tests {
     use super::super::{Delivery, Limits, Roles, Stall, TimelineStep};
     use super::*;
     use crate::model::{Gpus, Model, ThreadState::*};
-    use crate::render::trace::chrome::{CUDA_TID, DISK_PID, GPU_PID, STEPS_TID};
+    use crate::render::trace::memory::{MemorySink, MemoryTrack};
 
     /// A trainer (pid 1) and one worker process (pid 2) with a pool thread,
     /// a GPU and a disk.
@@ -656,7 +656,8 @@ mod tests {
         )
     }
 
-    fn render(model: &Model, steps: &[TimelineStep], stalls: &[Stall]) -> Value {
+    /// The layout of `model`, as the Chrome trace gets it, kept as values.
+    fn lay_out_of(model: &Model, steps: &[TimelineStep], stalls: &[Stall]) -> MemorySink {
         let roles = roles();
         let deliveries = [Delivery {
             ts: 1_500_000,
@@ -673,149 +674,101 @@ mod tests {
             title: "t".into(),
             limits: Limits::default(),
         };
-        let mut out = Vec::new();
-        super::super::chrome(&input, &mut out).unwrap();
-        serde_json::from_slice(&out).expect("valid JSON")
+        let mut sink = MemorySink::new();
+        let policy = SlicePolicy::Fit(input.limits);
+        lay_out(&input, policy, Placement::default(), &mut sink).expect("the layout");
+        sink
     }
 
-    fn events(trace: &Value) -> &Vec<Value> {
-        trace["traceEvents"].as_array().unwrap()
-    }
-
-    fn meta<'a>(trace: &'a Value, name: &str, pid: u64, tid: Option<u64>) -> Option<&'a Value> {
-        events(trace).iter().find(|e| {
-            e["ph"] == "M"
-                && e["name"] == name
-                && e["pid"] == pid
-                && tid.is_none_or(|t| e["tid"] == t)
-        })
-    }
-
-    #[test]
-    fn every_event_has_the_fields_its_phase_needs() {
-        let trace = render(&model(), &[], &[]);
-        assert_eq!(trace["displayTimeUnit"], "ms");
-        for e in events(&trace) {
-            let ph = e["ph"].as_str().expect("ph");
-            assert!(e["pid"].is_u64(), "{e}");
-            match ph {
-                "M" => assert!(e["args"]["name"].is_string() || e["args"]["sort_index"].is_i64()),
-                "X" => {
-                    assert!(e["tid"].is_u64() && e["name"].is_string(), "{e}");
-                    assert!(e["ts"].as_f64().unwrap() >= 0.0, "{e}");
-                    assert!(e["dur"].as_f64().unwrap() > 0.0, "{e}");
-                }
-                "C" => assert!(e["ts"].is_number() && e["args"].is_object(), "{e}"),
-                "s" | "f" => assert!(e["id"].is_u64() && e["tid"].is_u64(), "{e}"),
-                other => panic!("unexpected phase {other}: {e}"),
-            }
-        }
+    fn thread_track(sink: &MemorySink, tid: u32) -> &MemoryTrack {
+        sink.thread_tracks()
+            .into_iter()
+            .find(|t| matches!(t.kind, TrackKind::Thread { tid: t, .. } if t == tid))
+            .unwrap_or_else(|| panic!("no track of thread {tid}"))
     }
 
     #[test]
     fn names_processes_and_threads() {
-        let trace = render(&model(), &[], &[]);
-        let name =
-            |pid, tid| meta(&trace, "thread_name", pid, tid).unwrap()["args"]["name"].clone();
-        assert_eq!(name(1, Some(1)), "python (trainer)");
-        assert_eq!(name(2, Some(2)), "pt_data_worker");
-        assert_eq!(name(2, Some(3)), "omp");
-        let process =
-            |pid| meta(&trace, "process_name", pid, None).unwrap()["args"]["name"].clone();
-        assert_eq!(process(1), "trainer: python");
+        let sink = lay_out_of(&model(), &[], &[]);
+        let name = |tid| thread_track(&sink, tid).name.as_str();
+        assert_eq!(name(1), "python (trainer)");
+        assert_eq!(name(2), "pt_data_worker");
+        assert_eq!(name(3), "omp");
+        let process = |pid| sink.tracks_of(TrackKind::Process { pid })[0];
+        assert_eq!(process(1).name, "trainer: python");
         // Named after its main thread, as renamed after the fork.
-        assert_eq!(process(2), "data worker: pt_data_worker");
-        assert_eq!(process(u64::from(GPU_PID)), "GPU 0 Fake");
-        assert_eq!(process(u64::from(DISK_PID)), "disk vda");
+        assert_eq!(process(2).name, "data worker: pt_data_worker");
+        // Each thread sits in its process.
+        assert_eq!(thread_track(&sink, 3).parent, Some(process(2).id));
+        let gpu = sink.tracks_of(TrackKind::Gpu { index: 0 })[0];
+        assert_eq!(gpu.name, "GPU 0 Fake");
+        let disk = sink.tracks_of(TrackKind::Disk { ordinal: 0 })[0];
+        assert_eq!(disk.name, "disk vda");
         // The trainer's process sorts before the worker's, GPUs before both.
-        let sort = |pid: u64| {
-            meta(&trace, "process_sort_index", pid, None).unwrap()["args"]["sort_index"]
-                .as_i64()
-                .unwrap()
-        };
-        assert!(sort(u64::from(GPU_PID)) < sort(1) && sort(1) < sort(2));
+        assert!(gpu.sort_index < process(1).sort_index);
+        assert!(process(1).sort_index < process(2).sort_index);
+        assert_eq!(sink.nodes.len(), 1);
+        assert_eq!(sink.nodes[0].title, "t");
     }
 
     #[test]
     fn state_slices_cover_each_thread_in_time() {
-        let trace = render(&model(), &[], &[]);
-        let slices: Vec<&Value> = events(&trace)
+        let sink = lay_out_of(&model(), &[], &[]);
+        let trainer = thread_track(&sink, 1);
+        let got: Vec<(&str, &str, u64, u64)> = sink
+            .slices_on(trainer.id)
             .iter()
-            .filter(|e| e["ph"] == "X" && e["tid"] == 1)
-            .collect();
-        let got: Vec<(&str, f64, f64)> = slices
-            .iter()
-            .map(|e| {
-                (
-                    e["name"].as_str().unwrap(),
-                    e["ts"].as_f64().unwrap(),
-                    e["dur"].as_f64().unwrap(),
-                )
-            })
+            .map(|s| (s.category, s.name.as_str(), s.start_ns, s.end_ns))
             .collect();
         assert_eq!(
             got,
             vec![
-                ("sleep", 0.0, 500.0),
-                ("runnable", 500.0, 100.0),
-                ("running", 600.0, 1400.0)
+                ("state", "sleep", 1_000_000, 1_500_000),
+                ("state", "runnable", 1_500_000, 1_600_000),
+                ("state", "running", 1_600_000, 3_000_000),
             ]
         );
-        assert!(slices.iter().all(|e| e["cat"] == "state" && e["pid"] == 1));
     }
 
     #[test]
     fn gpu_utilization_and_disk_in_flight_are_counters() {
-        let trace = render(&model(), &[], &[]);
-        let counters = |name: &str| -> Vec<(f64, Value)> {
-            events(&trace)
+        let sink = lay_out_of(&model(), &[], &[]);
+        // 90% averaged over (1 ms, 2 ms] is drawn from 1 ms.
+        assert_eq!(
+            sink.counter_values("GPU utilization %"),
+            vec![
+                (0, CounterValue::Uint(10)),
+                (1_000_000, CounterValue::Uint(90))
+            ]
+        );
+        let flight: Vec<CounterValue> = sink
+            .counter_values("in flight")
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        let ints = [1, 2, 1, 0].map(CounterValue::Int);
+        assert_eq!(flight, ints);
+        // Overlapping requests sit in different queue slots of the disk.
+        let slots: HashSet<TrackId> = sink.slices_of("io").iter().map(|s| s.track).collect();
+        assert_eq!(slots.len(), 2);
+        let disk = sink.tracks_of(TrackKind::Disk { ordinal: 0 })[0].id;
+        assert!(
+            slots
                 .iter()
-                .filter(|e| e["ph"] == "C" && e["name"] == name)
-                .map(|e| (e["ts"].as_f64().unwrap(), e["args"].clone()))
-                .collect()
-        };
-        // 90% averaged over (1 ms, 2 ms] is drawn from 1 ms: ts 0 µs.
-        let util = counters("GPU utilization %");
-        assert_eq!(util.len(), 2);
-        assert_eq!(util[1], (0.0, json!({"util": 90})));
-        let flight: Vec<i64> = counters("in flight")
-            .iter()
-            .map(|(_, a)| a["requests"].as_i64().unwrap())
-            .collect();
-        assert_eq!(flight, vec![1, 2, 1, 0]);
-        // Overlapping requests sit in different queue slots.
-        let io_tids: HashSet<u64> = events(&trace)
-            .iter()
-            .filter(|e| e["cat"] == "io")
-            .map(|e| e["tid"].as_u64().unwrap())
-            .collect();
-        assert_eq!(io_tids.len(), 2);
+                .all(|&s| sink.by_id(s).unwrap().parent == Some(disk))
+        );
     }
 
     #[test]
-    fn deliveries_are_flows_with_matching_ids() {
-        let trace = render(&model(), &[], &[]);
-        let flow: Vec<&Value> = events(&trace)
-            .iter()
-            .filter(|e| e["cat"] == "delivery")
-            .collect();
-        assert_eq!(flow.len(), 2);
-        let (start, end) = (flow[0], flow[1]);
+    fn deliveries_are_flows_between_the_threads() {
+        let sink = lay_out_of(&model(), &[], &[]);
+        let (worker, trainer) = (thread_track(&sink, 2).id, thread_track(&sink, 1).id);
+        assert_eq!(sink.flows.len(), 1);
+        let flow = sink.flows[0];
         assert_eq!(
-            (start["ph"].as_str(), end["ph"].as_str()),
-            (Some("s"), Some("f"))
+            (flow.from, flow.to, flow.ts_ns),
+            (worker, trainer, 1_500_000)
         );
-        assert_eq!(start["id"], end["id"]);
-        assert_eq!(
-            (start["tid"].as_u64(), end["tid"].as_u64()),
-            (Some(2), Some(1))
-        );
-        assert_eq!(
-            (start["pid"].as_u64(), end["pid"].as_u64()),
-            (Some(2), Some(1))
-        );
-        assert_eq!(start["ts"], end["ts"]);
-        assert_eq!(end["bp"], "e");
     }
 
     #[test]
@@ -844,23 +797,25 @@ mod tests {
                 annotation: "inner".into(),
             },
         ];
-        let trace = render(&model(), &steps, &stalls);
-        let step_tid = u64::from(STEPS_TID + 1);
-        let name = meta(&trace, "thread_name", 1, Some(step_tid)).expect("steps thread");
-        assert_eq!(name["args"]["name"], "steps");
-        let step = events(&trace)
-            .iter()
-            .find(|e| e["cat"] == "step")
-            .expect("step slice");
-        assert_eq!(step["tid"], step_tid);
-        assert_eq!(step["args"]["data_wait_ms"], 0.5);
-        let stalls: Vec<&Value> = events(&trace)
-            .iter()
-            .filter(|e| e["cat"] == "stall")
-            .collect();
+        let sink = lay_out_of(&model(), &steps, &stalls);
+        let lane = |lane| {
+            let kind = TrackKind::Lane {
+                pid: 1,
+                tid: 1,
+                lane,
+            };
+            sink.tracks_of(kind)[0].clone()
+        };
+        let steps_lane = lane(Lane::Steps);
+        assert_eq!(steps_lane.name, "steps");
+        let step = sink.slices_on(steps_lane.id)[0];
+        assert_eq!((step.category, step.name.as_str()), ("step", "step 1"));
+        assert_eq!(step.args.as_ref().unwrap()["data_wait_ms"], 0.5);
+        let stalls = sink.slices_on(lane(Lane::Stalls).id);
         assert_eq!(stalls.len(), 1);
-        assert_eq!(stalls[0]["name"], "waiting for pt_data_worker 2");
-        assert_eq!(stalls[0]["dur"], 500.0);
+        assert_eq!(stalls[0].name, "waiting for pt_data_worker 2");
+        assert_eq!(stalls[0].end_ns - stalls[0].start_ns, 500_000);
+        assert_eq!(stalls[0].args.as_ref().unwrap()["rank"], 1);
     }
 
     #[test]
@@ -876,15 +831,16 @@ mod tests {
                 ..io
             })
             .collect();
-        let trace = render(&model, &[], &[]);
-        assert!(!events(&trace).iter().any(|e| e["cat"] == "io"));
-        let means: Vec<f64> = events(&trace)
-            .iter()
-            .filter(|e| e["name"] == "in flight (mean per 1 ms)")
-            .map(|e| e["args"]["requests"].as_f64().unwrap())
-            .collect();
+        let sink = lay_out_of(&model, &[], &[]);
+        assert!(sink.slices_of("io").is_empty());
         // 25001 pairs × 19 ns = 475 µs of two in flight: a mean of 0.95.
-        assert_eq!(means, vec![0.95, 0.0]);
+        assert_eq!(
+            sink.counter_values("in flight (mean per 1 ms)"),
+            vec![
+                (1_000_000, CounterValue::Float(0.95)),
+                (2_000_000, CounterValue::Float(0.0))
+            ]
+        );
     }
 
     #[test]
@@ -900,17 +856,18 @@ mod tests {
             ret: 0,
             op: CudaOp::Sync { stream: Some(0) },
         }];
-        let trace = render(&model, &[], &[]);
-        let tid = u64::from(CUDA_TID + 1);
-        let name = meta(&trace, "thread_name", 1, Some(tid)).expect("cuda track");
-        assert_eq!(name["args"]["name"], "cuda");
-        let call = events(&trace)
-            .iter()
-            .find(|e| e["ph"] == "X" && e["tid"] == tid)
-            .expect("a cuda slice");
-        assert_eq!(call["name"], "cudaStreamSynchronize");
-        assert_eq!(call["ts"], 700.0);
-        assert_eq!(call["dur"], 200.0);
+        let sink = lay_out_of(&model, &[], &[]);
+        let kind = TrackKind::Lane {
+            pid: 1,
+            tid: 1,
+            lane: Lane::Cuda,
+        };
+        let lane = sink.tracks_of(kind)[0];
+        assert_eq!(lane.name, "cuda");
+        let calls = sink.slices_on(lane.id);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].name, "cudaStreamSynchronize");
+        assert_eq!((calls[0].start_ns, calls[0].end_ns), (1_700_000, 1_900_000));
     }
 
     #[test]
@@ -925,15 +882,13 @@ mod tests {
             t += 200_000;
         }
         model.threads[2] = thread(3, 2, "omp", ivs);
-        let trace = render(&model, &[], &[]);
-        let slices: Vec<&Value> = events(&trace)
-            .iter()
-            .filter(|e| e["ph"] == "X" && e["tid"] == 3)
-            .collect();
+        let sink = lay_out_of(&model, &[], &[]);
+        let slices = sink.slices_on(thread_track(&sink, 3).id);
         assert_eq!(slices.len(), 1, "{slices:?}");
-        assert_eq!(slices[0]["name"], "running");
-        assert_eq!(slices[0]["args"]["merged"], 20);
-        assert_eq!(slices[0]["args"]["mix"], "running 95%, runnable 5%");
-        assert_eq!(trace["otherData"]["min_slice_us"], 50.0);
+        assert_eq!(slices[0].name, "running");
+        let args = slices[0].args.as_ref().expect("a merged slice's args");
+        assert_eq!(args["merged"], 20);
+        assert_eq!(args["mix"], "running 95%, runnable 5%");
+        assert_eq!(sink.nodes[0].min_slice_ns, 50_000);
     }
 }

@@ -2,8 +2,8 @@
 //! ([`crate::render::timeline::tracks`]) says which tracks there are and
 //! what happens on them; a [`TraceSink`] writes that in its format. Chrome
 //! trace event JSON ([`chrome`]) and Perfetto's protobuf ([`perfetto`]) are
-//! the two; `tprof merge` feeds several recordings, one node each, into one
-//! Perfetto sink.
+//! the two formats; [`memory`] keeps it as values, for tests. `tprof merge`
+//! feeds several recordings, one node each, into one Perfetto sink.
 //!
 //! Tracks are named by what they are ([`TrackKind`]) and by a [`TrackId`]
 //! that is stable (the same recording gives the same ids) and unique across
@@ -16,6 +16,7 @@
 //! places them with the node's [`NodeClock`].
 
 pub mod chrome;
+pub mod memory;
 pub mod perfetto;
 pub mod perfetto_proto;
 

@@ -193,14 +193,18 @@ pub fn merge(
         if let Some(sink) = &mut sink {
             let facts = analysis::timeline::derive(&model, summary);
             let title = format!("tprof merge — {file}");
-            let timeline = TimelineInput::new(&model, summary, &facts, title, input.limits);
+            // Every interval as recorded.
+            let limits = Limits {
+                min_slice_ns: 1,
+                ..input.limits
+            };
+            let timeline = TimelineInput::new(&model, summary, &facts, title, limits);
             let placement = Placement {
                 index: n as u32 + 1,
                 clock_offset_ns: model.start_anchor.offset_ns(),
                 name: Some(name.clone()),
             };
-            let every = SlicePolicy::Uncapped { min_slice_ns: 1 };
-            tracks::lay_out(&timeline, every, placement, sink)
+            tracks::lay_out(&timeline, SlicePolicy::Uncapped, placement, sink)
                 .context("writing the merged trace failed")?;
         }
         facts.push(analysis::cross_node::RankFacts::of(
@@ -425,7 +429,7 @@ fn timeline(input: &Input, format: TimelineFormat, out: impl io::Write) -> Resul
     let timeline = TimelineInput::new(model, summary, &facts, title, input.limits);
     match format {
         TimelineFormat::Json => render::timeline::chrome(&timeline, out)?,
-        TimelineFormat::Html => render::timeline::html::write(&timeline, out)?,
+        TimelineFormat::Html => render::timeline::html(&timeline, out)?,
         TimelineFormat::Perfetto => render::timeline::perfetto(&timeline, out)?,
     }
     Ok(())

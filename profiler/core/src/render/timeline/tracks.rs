@@ -7,21 +7,23 @@
 //! counter. Deliveries are flows from the producer's thread to the
 //! consumer's.
 //!
-//! The layout decides what is shown and in which order; it knows no format
-//! and invents no numbers: tracks are named by what they are, with ids from
-//! [`NodeKey`].
+//! The layout decides what is shown and in which order, for every format:
+//! Chrome JSON, Perfetto and the HTML page are sinks of this one layout,
+//! which differ only in how thread states become slices ([`SlicePolicy`]).
+//! It knows no format and invents no numbers: tracks are named by what they
+//! are, with ids from [`NodeKey`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 
 use serde_json::{Map, Value, json};
 
-use super::{Role, Slice, Stall, TimelineInput, bin_ns, fit_slices, merge_slices, spread};
+use super::{Role, Slice, Stall, TimelineInput, bin_ns, fit_slices, folded, merge_slices, spread};
 use crate::model::{Gpu, IoOp, IoRequest, Thread};
 use crate::recording::GpuMetric;
 use crate::render::trace::{
-    CounterTrack, CounterValue, Lane, NodeClock, NodeInfo, NodeKey, SliceEvent, TraceSink, Track,
-    TrackId, TrackKind,
+    CounterTrack, CounterValue, Lane, NodeClock, NodeInfo, NodeKey, SliceEvent, SliceOf, TraceSink,
+    Track, TrackId, TrackKind, TrackOf,
 };
 
 /// Requests in flight beyond this many are only in the device's counter.
@@ -30,17 +32,24 @@ const MAX_DISK_SLOTS: usize = 16;
 /// per bin instead of each request (a busy disk does thousands a second).
 pub const MAX_DISK_REQUESTS: usize = 50_000;
 
-/// How thread states become slices.
+/// How thread states become slices, within the input's [`Limits`].
+///
+/// [`Limits`]: super::Limits
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlicePolicy {
     /// Merge slices shorter than `limits.min_slice_ns`, raising the
     /// threshold until the whole timeline fits `limits.max_slices` (for
-    /// viewers that load everything at once: Chrome JSON, HTML).
-    Fit(super::Limits),
-    /// Merge slices shorter than `min_slice_ns` (1: none), however many
-    /// remain; each thread's are made as it is written, so memory does not
-    /// grow with the output (Perfetto).
-    Uncapped { min_slice_ns: u64 },
+    /// viewers that load everything at once: Chrome JSON).
+    Fit,
+    /// The same for the threads that get a lane of their own; the others
+    /// (pool and other threads, [`folded`]) are handed their states as
+    /// recorded and count for nothing, since a format that folds them
+    /// draws their time per bin, not per slice (the HTML page).
+    FitLanes,
+    /// Merge slices shorter than `limits.min_slice_ns` (1: none), however
+    /// many remain; each thread's are made as it is written, so memory does
+    /// not grow with the output (Perfetto).
+    Uncapped,
 }
 
 /// Where one recording goes in a trace.
@@ -56,7 +65,7 @@ pub struct Placement {
 }
 
 /// Lays out `input` into `sink` (which the caller finishes).
-pub fn lay_out<S: TraceSink>(
+pub fn lay_out<S: TraceSink + ?Sized>(
     input: &TimelineInput,
     policy: SlicePolicy,
     placement: Placement,
@@ -68,12 +77,15 @@ pub fn lay_out<S: TraceSink>(
         .iter()
         .flat_map(|&pid| input.threads_of(pid))
         .collect();
+    let fits = |thread: &Thread| match policy {
+        SlicePolicy::Fit => true,
+        SlicePolicy::FitLanes => !folded(input.role(thread)),
+        SlicePolicy::Uncapped => false,
+    };
+    let fitting: Vec<&Thread> = threads.iter().copied().filter(|t| fits(t)).collect();
     let (min_slice_ns, fitted) = match policy {
-        SlicePolicy::Fit(limits) => {
-            let (min, slices) = fit_slices(&threads, limits);
-            (min, Some(slices))
-        }
-        SlicePolicy::Uncapped { min_slice_ns } => (min_slice_ns.max(1), None),
+        SlicePolicy::Uncapped => (input.limits.min_slice_ns.max(1), Vec::new()),
+        SlicePolicy::Fit | SlicePolicy::FitLanes => fit_slices(&fitting, input.limits),
     };
     let key = match placement.index {
         0 => NodeKey::of(model),
@@ -97,22 +109,20 @@ pub fn lay_out<S: TraceSink>(
         window_start_ns: model.window_start_ns,
         duration_ns: model.duration_ns(),
         min_slice_ns,
+        gpu_status: model.gpus.status.clone(),
         key: layout.key,
     })?;
     layout.gpus(&model.gpus.devices)?;
     for (rank, &pid) in order.iter().enumerate() {
         layout.process(pid, rank as i64)?;
     }
-    for (n, thread) in threads.iter().enumerate() {
-        match &fitted {
-            Some(slices) => layout.thread(thread, slices[n].iter().cloned())?,
-            None if min_slice_ns <= 1 => {
-                layout.thread(thread, thread.intervals.iter().map(|iv| Slice::of(&iv)))?
-            }
-            None => {
-                let merged = merge_slices(thread.intervals.iter(), min_slice_ns);
-                layout.thread(thread, merged.into_iter())?
-            }
+    let mut fitted = fitted.into_iter();
+    for thread in threads {
+        let slices = if fits(thread) { fitted.next() } else { None };
+        match slices {
+            Some(slices) => layout.thread(thread, slices.into_iter())?,
+            None if policy == SlicePolicy::Uncapped => layout.unfitted(thread, min_slice_ns)?,
+            None => layout.unfitted(thread, 1)?,
         }
     }
     layout.steps_and_stalls()?;
@@ -139,7 +149,7 @@ pub fn node_name(model: &crate::model::Model) -> String {
     }
 }
 
-struct Layout<'a, 'i, S> {
+struct Layout<'a, 'i, S: ?Sized> {
     input: &'a TimelineInput<'i>,
     key: NodeKey,
     sink: &'a mut S,
@@ -147,7 +157,7 @@ struct Layout<'a, 'i, S> {
     process_ids: HashMap<u32, TrackId>,
 }
 
-impl<S: TraceSink> Layout<'_, '_, S> {
+impl<S: TraceSink + ?Sized> Layout<'_, '_, S> {
     /// The track of process `pid`: its latest holder's (a reused pid keeps
     /// one track, as the kernel's numbering does).
     fn process_id(&self, pid: u32) -> TrackId {
@@ -168,6 +178,7 @@ impl<S: TraceSink> Layout<'_, '_, S> {
         self.key.track(kind, thread.start_ns)
     }
 
+    /// Declares a track that shows nothing of the model beyond its kind.
     fn declare(
         &mut self,
         id: TrackId,
@@ -184,6 +195,7 @@ impl<S: TraceSink> Layout<'_, '_, S> {
             name,
             sort_index,
             start_ns,
+            of: TrackOf::Nothing,
         })
     }
 
@@ -213,7 +225,8 @@ impl<S: TraceSink> Layout<'_, '_, S> {
     }
 
     fn thread(&mut self, thread: &Thread, slices: impl Iterator<Item = Slice>) -> io::Result<()> {
-        let sort = match self.input.role(thread) {
+        let role = self.input.role(thread);
+        let sort = match role {
             Role::Trainer => 0,
             Role::PinMemory => 1,
             Role::DataWorker => 2,
@@ -228,7 +241,16 @@ impl<S: TraceSink> Layout<'_, '_, S> {
             tid: thread.tid,
         };
         let label = self.input.thread_label(thread);
-        self.declare(id, Some(parent), kind, &label, sort, thread.start_ns)?;
+        let of = TrackOf::Thread { thread, role };
+        self.sink.track(&Track {
+            id,
+            parent: Some(parent),
+            kind,
+            name: &label,
+            sort_index: sort,
+            start_ns: thread.start_ns,
+            of,
+        })?;
         for slice in slices {
             let args =
                 (slice.parts > 1).then(|| json!({ "merged": slice.parts, "mix": slice.mix() }));
@@ -240,10 +262,21 @@ impl<S: TraceSink> Layout<'_, '_, S> {
                     start_ns: slice.start_ns,
                     end_ns: slice.end_ns,
                     args,
+                    of: SliceOf::State(&slice),
                 },
             )?;
         }
         Ok(())
+    }
+
+    /// A thread whose slices are not fitted to the limits: its intervals
+    /// as recorded when `min_ns` is 1, else merged below `min_ns`.
+    fn unfitted(&mut self, thread: &Thread, min_ns: u64) -> io::Result<()> {
+        if min_ns <= 1 {
+            return self.thread(thread, thread.intervals.iter().map(|iv| Slice::of(&iv)));
+        }
+        let merged = merge_slices(thread.intervals.iter(), min_ns);
+        self.thread(thread, merged.into_iter())
     }
 
     /// The lane `lane` of thread `tid` (in process `pid`), declared on
@@ -294,6 +327,7 @@ impl<S: TraceSink> Layout<'_, '_, S> {
                 start_ns: step.start_ns,
                 end_ns: step.end_ns,
                 args: Some(Value::Object(step.args.clone())),
+                of: SliceOf::Nothing,
             };
             self.sink.slice(id, &slice)?;
         }
@@ -307,6 +341,7 @@ impl<S: TraceSink> Layout<'_, '_, S> {
                 start_ns: phase.start_ns,
                 end_ns: phase.end_ns,
                 args: Some(json!({ "phase": phase.phase.title(), "top": phase.label })),
+                of: SliceOf::Phase(phase),
             };
             self.sink.slice(id, &slice)?;
         }
@@ -320,6 +355,7 @@ impl<S: TraceSink> Layout<'_, '_, S> {
                 start_ns: stall.start_ns,
                 end_ns: stall.end_ns,
                 args: Some(json!({ "rank": rank + 1, "blame": stall.annotation })),
+                of: SliceOf::Nothing,
             };
             self.sink.slice(id, &slice)?;
         }
@@ -347,6 +383,7 @@ impl<S: TraceSink> Layout<'_, '_, S> {
                 start_ns: call.start_ns,
                 end_ns: call.end_ns,
                 args: Some(args),
+                of: SliceOf::Nothing,
             };
             self.sink.slice(id, &slice)?;
         }
@@ -386,7 +423,15 @@ impl<S: TraceSink> Layout<'_, '_, S> {
             let kind = TrackKind::Gpu { index: gpu.index };
             let id = self.key.track(kind, 0);
             let name = format!("GPU {} {}", gpu.index, gpu.name);
-            self.declare(id, None, kind, &name, -100 + n as i64, 0)?;
+            self.sink.track(&Track {
+                id,
+                parent: None,
+                kind,
+                name: &name,
+                sort_index: -100 + n as i64,
+                start_ns: 0,
+                of: TrackOf::Gpu(gpu),
+            })?;
             for (metric, name, unit) in [
                 (GpuMetric::GpuUtilPct, "GPU utilization %", "util"),
                 (GpuMetric::MemUtilPct, "memory bandwidth %", "util"),
@@ -432,8 +477,19 @@ impl<S: TraceSink> Layout<'_, '_, S> {
                 .get(&dev)
                 .cloned()
                 .unwrap_or_else(|| format!("{}:{}", dev >> 20, dev & 0xfffff));
-            self.declare(id, None, kind, &format!("disk {name}"), rank + n as i64, 0)?;
             ios.sort_by_key(|io| (io.start_ns, io.end_ns));
+            self.sink.track(&Track {
+                id,
+                parent: None,
+                kind,
+                name: &format!("disk {name}"),
+                sort_index: rank + n as i64,
+                start_ns: 0,
+                of: TrackOf::Disk {
+                    name: &name,
+                    requests: &ios,
+                },
+            })?;
             if ios.len() > MAX_DISK_REQUESTS {
                 self.mean_in_flight(id, &ios)?;
             } else {
@@ -478,6 +534,7 @@ impl<S: TraceSink> Layout<'_, '_, S> {
                 start_ns: io.start_ns,
                 end_ns: io.end_ns,
                 args: Some(Value::Object(args)),
+                of: SliceOf::Nothing,
             };
             self.sink.slice(slots[slot].0, &slice)?;
         }
@@ -544,7 +601,7 @@ fn kept_stalls(stalls: &[Stall]) -> Vec<(usize, &Stall)> {
 
 /// Each value moved to the start of the period it averages (the previous
 /// sample; the first one's period is taken to be as long as the second's).
-pub(super) fn period_starts(points: &[(u64, u64)]) -> Vec<(u64, u64)> {
+pub(crate) fn period_starts(points: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let mut out = Vec::with_capacity(points.len());
     for (i, &(ts, value)) in points.iter().enumerate() {
         let start = match i {
@@ -675,8 +732,7 @@ mod tests {
             limits: Limits::default(),
         };
         let mut sink = MemorySink::new();
-        let policy = SlicePolicy::Fit(input.limits);
-        lay_out(&input, policy, Placement::default(), &mut sink).expect("the layout");
+        lay_out(&input, SlicePolicy::Fit, Placement::default(), &mut sink).expect("the layout");
         sink
     }
 

@@ -280,7 +280,7 @@ impl<W: Write> TraceSink for ChromeSink<W> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{NodeClock, NodeKey};
+    use super::super::{NodeClock, NodeKey, SliceOf, TrackOf};
     use super::*;
 
     fn node() -> NodeInfo {
@@ -294,6 +294,7 @@ mod tests {
             window_start_ns: 1_000_000,
             duration_ns: 2_000_000,
             min_slice_ns: 50_000,
+            gpu_status: None,
             key: NodeKey(1),
         }
     }
@@ -306,6 +307,7 @@ mod tests {
             name,
             sort_index: id as i64,
             start_ns: 1_000_000,
+            of: TrackOf::Nothing,
         }
     }
 
@@ -357,6 +359,7 @@ mod tests {
                 start_ns: 1_250_000,
                 end_ns: 1_750_000,
                 args: Some(json!({ "merged": 2 })),
+                of: SliceOf::Nothing,
             };
             sink.slice(TrackId(track), &slice).unwrap();
         }
@@ -458,6 +461,7 @@ mod tests {
             start_ns: 0,
             end_ns: 1,
             args: None,
+            of: SliceOf::Nothing,
         };
         assert!(sink.slice(TrackId(5), &slice).is_err());
         assert!(

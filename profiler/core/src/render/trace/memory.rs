@@ -13,8 +13,9 @@ use std::io;
 use serde_json::Value;
 
 use super::{
-    CounterTrack, CounterValue, NodeInfo, SliceEvent, TraceSink, Track, TrackId, TrackKind,
+    CounterTrack, CounterValue, NodeInfo, SliceEvent, TraceSink, Track, TrackId, TrackKind, TrackOf,
 };
+use crate::analysis::roles::Role;
 
 /// A declared track.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,6 +26,8 @@ pub struct MemoryTrack {
     pub name: String,
     pub sort_index: i64,
     pub start_ns: u64,
+    /// A thread's role.
+    pub role: Option<Role>,
 }
 
 /// A declared counter track.
@@ -167,6 +170,10 @@ impl TraceSink for MemorySink {
             name: track.name.to_string(),
             sort_index: track.sort_index,
             start_ns: track.start_ns,
+            role: match track.of {
+                TrackOf::Thread { role, .. } => Some(role),
+                _ => None,
+            },
         });
         Ok(())
     }
@@ -232,7 +239,7 @@ impl TraceSink for MemorySink {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{NodeClock, NodeKey};
+    use super::super::{NodeClock, NodeKey, SliceOf, TrackOf};
     use super::*;
 
     #[test]
@@ -245,6 +252,7 @@ mod tests {
             name: "t",
             sort_index: 0,
             start_ns: 0,
+            of: TrackOf::Nothing,
         };
         assert!(sink.track(&thread).is_err(), "a track before its node");
         sink.node(&NodeInfo {
@@ -257,6 +265,7 @@ mod tests {
             window_start_ns: 0,
             duration_ns: 1,
             min_slice_ns: 1,
+            gpu_status: None,
             key: NodeKey(1),
         })
         .unwrap();
@@ -267,6 +276,7 @@ mod tests {
             start_ns: 0,
             end_ns: 1,
             args: None,
+            of: SliceOf::Nothing,
         };
         sink.slice(TrackId(2), &slice).unwrap();
         assert!(sink.slice(TrackId(3), &slice).is_err(), "undeclared");

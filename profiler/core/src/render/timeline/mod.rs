@@ -2,9 +2,11 @@
 //! the trainer, data deliveries, block IO and GPU utilization beside them.
 //! Three outputs from one input and one layout: [`tracks`] lays the
 //! timeline out as tracks into a [`TraceSink`](crate::render::trace::TraceSink)
-//! of each format — Chrome trace event JSON ([`chrome`], for
-//! chrome://tracing and Perfetto UI), Perfetto's protobuf ([`perfetto`]) and
-//! one self-contained HTML page ([`html`]).
+//! of each format — Chrome trace event JSON
+//! ([`chrome`](crate::render::trace::chrome), for chrome://tracing and
+//! Perfetto UI), Perfetto's protobuf
+//! ([`perfetto`](crate::render::trace::perfetto)) and one self-contained
+//! HTML page ([`html`](crate::render::trace::html)).
 //!
 //! Pure: a [`TimelineInput`] in, bytes out. What a thread's role is, where
 //! steps begin and who is to blame for a stall is analysis' business; the
@@ -21,8 +23,6 @@
 pub mod tracks;
 
 pub use tracks::node_name;
-
-use std::io;
 
 pub use crate::analysis::roles::{Role, Roles};
 pub use crate::analysis::timeline::{Delivery, Stall, TimelineStep, process_name};
@@ -195,36 +195,6 @@ impl<'a> TimelineInput<'a> {
         threads.sort_by_key(|t| (rank(t), t.start_ns, t.tid));
         threads
     }
-}
-
-/// The timeline as Chrome trace event JSON, merged to fit its limits.
-pub fn chrome(input: &TimelineInput, out: impl io::Write) -> io::Result<()> {
-    let mut sink = crate::render::trace::chrome::ChromeSink::new(out);
-    write(input, tracks::SlicePolicy::Fit, &mut sink)
-}
-
-/// The timeline as a Perfetto trace: slices shorter than the limits'
-/// `min_slice_ns` merged (1 ns: none), however many there are.
-pub fn perfetto(input: &TimelineInput, out: impl io::Write) -> io::Result<()> {
-    let mut sink = crate::render::trace::perfetto::PerfettoSink::new(out);
-    write(input, tracks::SlicePolicy::Uncapped, &mut sink)
-}
-
-/// The timeline as a self-contained HTML page: the threads with lanes of
-/// their own merged to fit its limits, the others folded into counts.
-pub fn html(input: &TimelineInput, out: impl io::Write) -> io::Result<()> {
-    let mut sink = crate::render::trace::html::HtmlSink::new(out);
-    write(input, tracks::SlicePolicy::FitLanes, &mut sink)
-}
-
-/// The one layout into `sink`, finished.
-fn write(
-    input: &TimelineInput,
-    policy: tracks::SlicePolicy,
-    sink: &mut impl crate::render::trace::TraceSink,
-) -> io::Result<()> {
-    tracks::lay_out(input, policy, tracks::Placement::default(), sink)?;
-    sink.finish()
 }
 
 /// What a slice shows: the thread state, blocked time split by reason.

@@ -19,6 +19,20 @@ use serde_json::{Value, json};
 use super::{
     CounterTrack, CounterValue, Lane, NodeInfo, SliceEvent, TraceSink, Track, TrackId, TrackKind,
 };
+use crate::render::exporter::{Exporter, Reads};
+use crate::render::timeline::tracks::SlicePolicy;
+
+/// `tprof timeline -o FILE.json`: merged to fit its limits.
+pub static CHROME: Exporter = Exporter {
+    name: "chrome",
+    about: "The timeline as Chrome trace event JSON, merged to fit",
+    extensions: &["json"],
+    opens_in: "chrome://tracing, Perfetto UI",
+    reads: Reads::Timeline {
+        slices: SlicePolicy::Fit,
+        sink: |out| Box::new(ChromeSink::new(out)),
+    },
+};
 
 /// Thread of a thread's steps: this plus its tid.
 pub const STEPS_TID: u32 = 1_000_000_000;

@@ -32,8 +32,23 @@ use super::{
 use crate::analysis::anatomy::Phase;
 use crate::model::{Gpu, IoRequest, Thread};
 use crate::recording::GpuMetric;
+use crate::render::exporter::{Exporter, Reads};
+use crate::render::timeline::tracks::SlicePolicy;
 use crate::render::timeline::{
     Role, SliceKind, bin_ns, folded, role_label, spread, tracks::period_starts,
+};
+
+/// `tprof timeline -o FILE.html`: the threads with lanes of their own
+/// merged to fit its limits, the others folded into counts.
+pub static HTML: Exporter = Exporter {
+    name: "html",
+    about: "The timeline as one self-contained page, merged to fit",
+    extensions: &["html", "htm"],
+    opens_in: "any browser",
+    reads: Reads::Timeline {
+        slices: SlicePolicy::FitLanes,
+        sink: |out| Box::new(HtmlSink::new(out)),
+    },
 };
 
 const TEMPLATE: &str = include_str!("timeline.html");
@@ -667,6 +682,7 @@ mod tests {
     use super::*;
     use crate::model::{Model, ThreadState::*};
     use crate::render::timeline::tests::{iv, process, thread};
+    use crate::render::timeline::tracks::{Placement, lay_out};
     use crate::render::timeline::{Delivery, Limits, Roles, Stall, TimelineInput};
 
     fn model() -> Model {
@@ -739,7 +755,10 @@ mod tests {
             limits: Limits::default(),
         };
         let mut out = Vec::new();
-        crate::render::timeline::html(&input, &mut out).unwrap();
+        let mut sink = HtmlSink::new(&mut out);
+        let placement = Placement::default();
+        lay_out(&input, SlicePolicy::FitLanes, placement, &mut sink).unwrap();
+        sink.finish().unwrap();
         String::from_utf8(out).unwrap()
     }
 

@@ -1,6 +1,6 @@
 //! Any bytes through everything tprof does with a file: parse, then (when
-//! it parses) `outputs::every_output` — model, analysis and every output
-//! of the registry (report, JSON, flamegraphs, timelines, profiles).
+//! it parses) `outputs::every_output` — model, analysis and every exporter
+//! of the list (report, JSON, flamegraphs, timelines, profiles).
 //! A crash, a panic or an out-of-memory is a finding; add the
 //! input to profiler/core/tests/hostile_recordings.rs as a regression test.
 #![no_main]

@@ -19,7 +19,8 @@ use profiler::capture::{CaptureOptions, MapLimits, RecordOptions, gpu::GpuOption
 
 use crate::top::{Mode, TopOptions};
 use profiler::output;
-pub(crate) use profiler::outputs::TimelineFormat;
+use profiler::outputs::{self, Exporter, Reads};
+use profiler::render::trace::html::HTML;
 
 /// Read when `--nvml-lib` is not given (sudo drops it unless kept with
 /// `sudo --preserve-env=TPROF_NVML_LIB`).
@@ -69,7 +70,8 @@ pub(crate) enum Command {
     /// JSON for chrome://tracing, or a self-contained HTML page.
     Timeline(TimelineArgs),
     /// Convert a recording for other tools: a Perfetto trace of every slice,
-    /// or a pprof profile (go tool pprof, Pyroscope, Parca, Grafana).
+    /// a pprof profile (go tool pprof, Pyroscope, Parca, Grafana), or any
+    /// other of tprof's outputs.
     Export(ExportArgs),
     /// Merge the recordings of a multi-node job (one per node or rank) into
     /// one Perfetto trace, and report which rank holds the others back.
@@ -369,24 +371,14 @@ pub(crate) struct TimelineArgs {
 
 impl TimelineArgs {
     /// Where to write, and in which format.
-    pub(crate) fn output_and_format(&self) -> Result<(PathBuf, TimelineFormat)> {
+    pub(crate) fn output_and_format(&self) -> Result<(PathBuf, &'static Exporter)> {
         let out = self
             .output
             .clone()
-            .unwrap_or_else(|| timeline_path(&self.path, TimelineFormat::Html));
-        let format = TimelineFormat::of(&out)?;
+            .unwrap_or_else(|| timeline_path(&self.path, &HTML));
+        let format = outputs::timeline_for(&out)?;
         Ok((out, format))
     }
-}
-
-/// What `tprof export` writes.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ExportFormat {
-    /// Perfetto's protobuf trace: every thread's states, steps, stalls,
-    /// CUDA calls, GPU and disk counters, deliveries as flows.
-    Perfetto,
-    /// A pprof profile (profile.proto, gzipped) of one kind of stacks.
-    Pprof,
 }
 
 #[derive(Args, Debug)]
@@ -394,24 +386,26 @@ pub(crate) struct ExportArgs {
     /// A recording made by `tprof record`.
     pub path: PathBuf,
     /// The format to write.
-    #[arg(long, value_enum)]
-    pub format: ExportFormat,
-    /// pprof: cpu (on-CPU samples), offcpu (time off CPU by reason) or wall
-    /// (both).
+    #[arg(long, value_parser = export_format())]
+    pub format: &'static Exporter,
+    /// Stacks (pprof, folded, flamegraph): cpu (on-CPU samples), offcpu
+    /// (time off CPU by reason) or wall (both).
     #[arg(long, value_enum, default_value_t = FlameKind::Cpu)]
     pub kind: FlameKind,
-    /// Write it here [default: PATH.pftrace, or PATH.KIND.pb.gz].
+    /// Write it here [default: PATH.EXT for a timeline, PATH.KIND.EXT for
+    /// stacks, PATH.report.EXT for the report: PATH.pftrace,
+    /// PATH.cpu.pb.gz, PATH.report.json].
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// pprof: only these processes (repeatable).
+    /// Stacks: only these processes (repeatable).
     #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
-    /// pprof: only these threads (repeatable).
+    /// Stacks: only these threads (repeatable).
     #[arg(long = "tid", value_name = "TID")]
     pub tids: Vec<u32>,
     #[command(flatten)]
     pub select: SelectArgs,
-    /// pprof: keep the interpreter's own frames between Python frames.
+    /// Stacks: keep the interpreter's own frames between Python frames.
     #[arg(long)]
     pub interpreter_frames: bool,
     /// Overwrite the output if it exists.
@@ -419,17 +413,37 @@ pub(crate) struct ExportArgs {
     pub force: bool,
 }
 
+/// `--format`: the name of any exporter of the list that reads one
+/// recording, each with what it is, its extension and what opens it. A
+/// format added to the list is a value here with nothing else to change.
+fn export_format() -> impl clap::builder::TypedValueParser<Value = &'static Exporter> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser as _};
+    let names = outputs::EXPORTERS
+        .iter()
+        .filter(|e| !e.reads_two())
+        .map(|e| {
+            let help = format!("{} [.{}: {}]", e.about, e.extension(), e.opens_in);
+            PossibleValue::new(e.name).help(help)
+        });
+    PossibleValuesParser::new(names)
+        .map(|name| outputs::exporter(&name).expect("a name of the list"))
+}
+
 impl ExportArgs {
     pub(crate) fn output_path(&self) -> PathBuf {
         self.output.clone().unwrap_or_else(|| {
+            // What it shows goes in the name where the extension alone would
+            // not tell two outputs apart (the report's JSON and a Chrome
+            // trace, two kinds of stacks).
             let mut name = self.path.as_os_str().to_owned();
-            match self.format {
-                ExportFormat::Perfetto => name.push(".pftrace"),
-                ExportFormat::Pprof => name.push(format!(
-                    ".{}.pb.gz",
-                    flame::FlameKind::from(self.kind).name()
-                )),
+            match self.format.reads {
+                Reads::Stacks(_) | Reads::TwoRecordings(_) => {
+                    name.push(format!(".{}", flame::FlameKind::from(self.kind).name()));
+                }
+                Reads::Summary(_) => name.push(".report"),
+                Reads::Timeline { .. } => {}
             }
+            name.push(format!(".{}", self.format.extension()));
             PathBuf::from(name)
         })
     }
@@ -463,7 +477,7 @@ pub(crate) struct MergeArgs {
 }
 
 /// `REC.timeline.EXT` next to the recording `REC`.
-pub(crate) fn timeline_path(recording: &Path, format: TimelineFormat) -> PathBuf {
+pub(crate) fn timeline_path(recording: &Path, format: &Exporter) -> PathBuf {
     let mut name = recording.as_os_str().to_owned();
     name.push(format!(".timeline.{}", format.extension()));
     PathBuf::from(name)
@@ -691,6 +705,8 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use profiler::render::pprof::PPROF;
+    use profiler::render::trace::{chrome::CHROME, perfetto::PERFETTO};
 
     #[test]
     fn parses_durations() {
@@ -802,7 +818,7 @@ mod tests {
     #[test]
     fn default_paths() {
         assert_eq!(
-            timeline_path(Path::new("d/r.tprof"), TimelineFormat::Json),
+            timeline_path(Path::new("d/r.tprof"), &CHROME),
             PathBuf::from("d/r.tprof.timeline.json")
         );
         let export = |format, kind| ExportArgs {
@@ -816,10 +832,53 @@ mod tests {
             interpreter_frames: false,
             force: false,
         };
-        let perfetto = export(ExportFormat::Perfetto, FlameKind::Cpu);
+        let perfetto = export(&PERFETTO, FlameKind::Cpu);
         assert_eq!(perfetto.output_path(), PathBuf::from("r.tprof.pftrace"));
-        let pprof = export(ExportFormat::Pprof, FlameKind::Offcpu);
+        let pprof = export(&PPROF, FlameKind::Offcpu);
         assert_eq!(pprof.output_path(), PathBuf::from("r.tprof.offcpu.pb.gz"));
+        let json = export(&profiler::render::json::JSON, FlameKind::Cpu);
+        assert_eq!(json.output_path(), PathBuf::from("r.tprof.report.json"));
+        assert_eq!(
+            export(&CHROME, FlameKind::Cpu).output_path(),
+            PathBuf::from("r.tprof.json")
+        );
+        // No two formats write to one default file.
+        let mut paths = Vec::new();
+        for format in outputs::EXPORTERS.iter().filter(|e| !e.reads_two()) {
+            for kind in [FlameKind::Cpu, FlameKind::Offcpu, FlameKind::Wall] {
+                let path = export(format, kind).output_path();
+                let again = paths
+                    .iter()
+                    .any(|(p, f): &(PathBuf, &str)| *p == path && *f != format.name);
+                assert!(
+                    !again,
+                    "{} and another format write {}",
+                    format.name,
+                    path.display()
+                );
+                paths.push((path, format.name));
+            }
+        }
+    }
+
+    #[test]
+    fn export_formats_are_the_lists() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|cli| cli.command);
+        let format = |name: &str| match parse(&["tprof", "export", "r.tprof", "--format", name]) {
+            Ok(Command::Export(args)) => Ok(args.format.name),
+            Ok(_) => panic!("not an export"),
+            Err(e) => Err(e.kind()),
+        };
+        assert_eq!(format("perfetto"), Ok("perfetto"));
+        assert_eq!(format("pprof"), Ok("pprof"));
+        assert_eq!(format("html"), Ok("html"));
+        let refused = Err(clap::error::ErrorKind::InvalidValue);
+        assert_eq!(format("svg"), refused);
+        assert_eq!(
+            format("flamegraph-diff"),
+            refused,
+            "it needs two recordings"
+        );
     }
 
     #[test]

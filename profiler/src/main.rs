@@ -1,7 +1,7 @@
 //! The `tprof` binary: parse arguments, run one pipeline, print `error: …`
 //! and exit non-zero on failure. What each output is made of lives in
-//! `tprof_core::outputs` (the registry the fuzzer runs too); this file adds
-//! files, stdout and messages.
+//! `tprof_core::outputs` (the list of exporters the fuzzer runs too); this
+//! file picks from it and adds files, stdout and messages.
 //!
 //! `tprof top` watches live (`top::run`, on `capture::watch`).
 //! `tprof record` records (`capture::record`), then `record_outputs` loads
@@ -25,8 +25,14 @@ use profiler::{
     capture,
     model::Model,
     output,
-    outputs::{self, Input, Output, TimelineFormat, load_model},
-    render::timeline::Limits,
+    outputs::{self, Exporter, Input, load_model},
+    render::{
+        flamegraph::{FLAMEGRAPH, FLAMEGRAPH_DIFF, FOLDED},
+        json::JSON,
+        report::REPORT,
+        timeline::Limits,
+        trace::{chrome::CHROME, html::HTML},
+    },
 };
 
 mod cli;
@@ -85,28 +91,24 @@ fn timeline(args: &cli::TimelineArgs) -> Result<()> {
         ..Limits::default()
     };
     input.selection = args.select.selection();
-    write_file(Output::Timeline(format), &input, &out, args.force)?;
+    write_file(format, &input, &out, args.force)?;
     eprintln!("tprof: wrote {}", out.display());
     Ok(())
 }
 
-/// `tprof export`: a recording for other tools, as a Perfetto trace of
-/// every slice or a pprof profile.
+/// `tprof export`: a recording for other tools, in any format of the list
+/// (a Perfetto trace of every slice, a pprof profile, …).
 fn export(args: &cli::ExportArgs) -> Result<()> {
     let model = load_model(&args.path)?;
     let mut input = Input::new(&model, &args.path);
+    input.kind = FlameKind::from(args.kind);
     input.filter = args.filter();
     input.selection = args.select.selection();
-    let output = match args.format {
-        cli::ExportFormat::Perfetto => {
-            // Every interval as recorded: Perfetto loads them all.
-            input.limits.min_slice_ns = 1;
-            Output::Timeline(TimelineFormat::Perfetto)
-        }
-        cli::ExportFormat::Pprof => Output::Pprof(FlameKind::from(args.kind)),
-    };
+    // Every interval as recorded: Perfetto loads them all, and a format
+    // that cannot merges only what it must to fit.
+    input.limits.min_slice_ns = 1;
     let out = args.output_path();
-    write_file(output, &input, &out, args.force)?;
+    write_file(args.format, &input, &out, args.force)?;
     eprintln!("tprof: wrote {}", out.display());
     Ok(())
 }
@@ -114,14 +116,14 @@ fn export(args: &cli::ExportArgs) -> Result<()> {
 /// Writes one output to the file `out`. Timelines stream into the file as
 /// they are laid out; the others are made first, so an output the
 /// recording cannot give (no stacks) leaves no empty file behind.
-fn write_file(output: Output, input: &Input, out: &Path, force: bool) -> Result<()> {
+fn write_file(exporter: &Exporter, input: &Input, out: &Path, force: bool) -> Result<()> {
     let failed = || format!("writing {} failed", out.display());
-    if let Output::Timeline(_) = output {
+    if exporter.is_timeline() {
         let file = io::BufWriter::with_capacity(1 << 20, output::create(out, force)?);
-        return outputs::write(output, input, file).with_context(failed);
+        return outputs::write(exporter, input, file).with_context(failed);
     }
     let mut bytes = Vec::new();
-    outputs::write(output, input, &mut bytes)?;
+    outputs::write(exporter, input, &mut bytes)?;
     output::create(out, force)?
         .write_all(&bytes)
         .with_context(failed)
@@ -133,11 +135,12 @@ fn flamegraph(args: &cli::FlamegraphArgs) -> Result<()> {
     let kind = FlameKind::from(args.kind);
     let model = load_model(&args.path)?;
     let mut input = Input::new(&model, &args.path);
+    input.kind = kind;
     input.filter = args.filter();
     input.selection = args.select.selection();
     if args.folded {
         let mut text = Vec::new();
-        outputs::write(Output::Folded(kind), &input, &mut text)?;
+        outputs::write(&FOLDED, &input, &mut text)?;
         io::stdout().lock().write_all(&text)?;
         return Ok(());
     }
@@ -148,12 +151,12 @@ fn flamegraph(args: &cli::FlamegraphArgs) -> Result<()> {
     input.after = after_model.as_ref().map(|(m, p)| (m, *p));
     // record already wrote REC.cpu.svg and REC.wall.svg: a diff gets a name
     // of its own.
-    let (output, default_out) = match &args.after {
-        Some(after) => (Output::FlamegraphDiff(kind), svg_path(after, kind, ".diff")),
-        None => (Output::Flamegraph(kind), svg_path(&args.path, kind, "")),
+    let (exporter, default_out) = match &args.after {
+        Some(after) => (&FLAMEGRAPH_DIFF, svg_path(after, kind, ".diff")),
+        None => (&FLAMEGRAPH, svg_path(&args.path, kind, "")),
     };
     let out = args.output.clone().unwrap_or(default_out);
-    write_file(output, &input, &out, args.force)?;
+    write_file(exporter, &input, &out, args.force)?;
     eprintln!("tprof: wrote {}", out.display());
     Ok(())
 }
@@ -163,16 +166,16 @@ fn flamegraph(args: &cli::FlamegraphArgs) -> Result<()> {
 /// does not stop the others.
 fn record_outputs(recording: &Path, flamegraphs: bool, timelines: bool, force: bool) -> Result<()> {
     let model = load_model(recording)?;
-    let input = Input::new(&model, recording);
+    let mut input = Input::new(&model, recording);
     if flamegraphs {
-        record_flamegraphs(&input, recording, force);
+        record_flamegraphs(&mut input, recording, force);
     }
     if !timelines {
         return Ok(());
     }
-    for format in [TimelineFormat::Html, TimelineFormat::Json] {
+    for format in [&HTML, &CHROME] {
         let out = cli::timeline_path(recording, format);
-        match write_file(Output::Timeline(format), &input, &out, force) {
+        match write_file(format, &input, &out, force) {
             Ok(()) => eprintln!("tprof: timeline written to {}", out.display()),
             Err(err) => eprintln!("tprof: warning: {err:#}"),
         }
@@ -183,7 +186,7 @@ fn record_outputs(recording: &Path, flamegraphs: bool, timelines: bool, force: b
 /// `tprof record`'s flamegraphs: cpu and wall, next to the recording. A
 /// job that never ran while sampled has no cpu graph; that is a note, not a
 /// failure of the recording.
-fn record_flamegraphs(input: &Input, recording: &Path, force: bool) {
+fn record_flamegraphs(input: &mut Input, recording: &Path, force: bool) {
     for kind in [FlameKind::Cpu, FlameKind::Wall] {
         if !has_stacks(input.model, kind) {
             eprintln!(
@@ -194,7 +197,8 @@ fn record_flamegraphs(input: &Input, recording: &Path, force: bool) {
             continue;
         }
         let out = svg_path(recording, kind, "");
-        match write_file(Output::Flamegraph(kind), input, &out, force) {
+        input.kind = kind;
+        match write_file(&FLAMEGRAPH, input, &out, force) {
             Ok(()) => eprintln!(
                 "tprof: {} flamegraph written to {}",
                 kind.name(),
@@ -220,11 +224,8 @@ fn svg_path(recording: &Path, kind: FlameKind, suffix: &str) -> PathBuf {
 fn report(path: &Path, json: bool) -> Result<()> {
     let model = load_model(path)?;
     let mut text = Vec::new();
-    outputs::write(
-        Output::Report { json },
-        &Input::new(&model, path),
-        &mut text,
-    )?;
+    let exporter = if json { &JSON } else { &REPORT };
+    outputs::write(exporter, &Input::new(&model, path), &mut text)?;
     io::stdout().lock().write_all(&text)?;
     Ok(())
 }

@@ -1,11 +1,14 @@
-//! Every output tprof makes of a recording, in one registry: [`Output`]
-//! names each, [`write()`] makes its bytes. The `tprof` binary
-//! (profiler/src/main.rs) writes them to stdout and files; the golden tests
-//! (profiler/core/tests/golden.rs) compare them with committed files; the
-//! fuzz target and the odd-recording tests run [`Output::all`] over
-//! recordings no kernel would produce ([`every_output`]). All
-//! take this path, so a new output added here is fuzzed, and the goldens
-//! hold the bytes a user gets.
+//! Every output tprof makes of a recording, in one list: [`EXPORTERS`]
+//! names each format ([`Exporter`]: its name, extensions, what opens it,
+//! what it reads), [`write()`] prepares what an exporter reads and has it
+//! write. The `tprof` binary (profiler/src/main.rs) picks from the list by
+//! name (`tprof export --format`) and by extension ([`timeline_for`]) and
+//! writes to stdout and files; the golden tests (profiler/core/tests/
+//! golden.rs) compare the list's text outputs with committed files; the
+//! fuzz target and the odd-recording tests run every exporter over
+//! recordings no kernel would produce ([`every_output`]). All take this
+//! path, so a format added to the list is fuzzed, reachable from `tprof`,
+//! and the goldens hold the bytes a user gets.
 //!
 //! recording → model ([`load_model`]) → analysis ([`analysis::summarize`])
 //! → render: nothing here touches the live system; [`load_model`] reads only
@@ -19,71 +22,77 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::analysis::{
     self, Summary,
-    flame::{self, Filter, FlameKind},
+    flame::{Filter, FlameKind},
     select::Selection,
 };
 use crate::model::{Assembly, Model};
 use crate::recording;
 use crate::render::{
-    self,
-    timeline::{Limits, TimelineInput},
+    self, flamegraph, json, pprof, report,
+    timeline::{
+        Limits, TimelineInput,
+        tracks::{self, Placement, SlicePolicy},
+    },
+    trace::{TraceSink, chrome, html, perfetto},
 };
 
-/// Folded stacks: (`frame;frame;…`, weight) lines.
-pub type Folded = Vec<(String, u64)>;
+pub use crate::render::exporter::{Exporter, Folded, Reads, Stacks, folded};
 
-/// One output of a recording.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Output {
-    /// `tprof report`: the terminal report, or with `json` the `--json`
-    /// document.
-    Report { json: bool },
-    /// `tprof flamegraph --folded --kind K`: folded stacks as text.
-    Folded(FlameKind),
-    /// `tprof flamegraph --kind K`: an SVG.
-    Flamegraph(FlameKind),
-    /// `tprof flamegraph --diff BEFORE AFTER --kind K`: the differential
-    /// SVG against [`Input::after`].
-    FlamegraphDiff(FlameKind),
-    /// `tprof timeline -o FILE.json|FILE.html|FILE.pftrace`, and `tprof
-    /// export --format perfetto` (a Perfetto timeline of every slice).
-    Timeline(TimelineFormat),
-    /// `tprof export --format pprof --kind K`: a gzipped pprof profile.
-    Pprof(FlameKind),
+/// Every format, one line each. The order is the order of help texts and
+/// errors that list them.
+pub static EXPORTERS: &[&Exporter] = &[
+    &report::REPORT,
+    &json::JSON,
+    &flamegraph::FOLDED,
+    &flamegraph::FLAMEGRAPH,
+    &flamegraph::FLAMEGRAPH_DIFF,
+    &pprof::PPROF,
+    &perfetto::PERFETTO,
+    &chrome::CHROME,
+    &html::HTML,
+];
+
+/// The exporter called `name`.
+pub fn exporter(name: &str) -> Option<&'static Exporter> {
+    EXPORTERS.iter().copied().find(|e| e.name == name)
 }
 
-const KINDS: [FlameKind; 3] = [FlameKind::Cpu, FlameKind::OffCpu, FlameKind::Wall];
-
-impl Output {
-    /// Every output, each kind and format.
-    pub fn all() -> Vec<Output> {
-        let mut all = vec![
-            Output::Report { json: false },
-            Output::Report { json: true },
-        ];
-        for kind in KINDS {
-            all.extend([
-                Output::Folded(kind),
-                Output::Flamegraph(kind),
-                Output::FlamegraphDiff(kind),
-                Output::Pprof(kind),
-            ]);
-        }
-        all.extend(TimelineFormat::ALL.map(Output::Timeline));
-        all
+/// The timeline format a file name asks for, by its extension.
+pub fn timeline_for(path: &Path) -> Result<&'static Exporter> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let timelines = || EXPORTERS.iter().copied().filter(|e| e.is_timeline());
+    let found = timelines().find(|e| ext.as_deref().is_some_and(|x| e.extensions.contains(&x)));
+    if let Some(exporter) = found {
+        return Ok(exporter);
     }
+    let names: Vec<String> = timelines()
+        .map(|e| format!("FILE.{} ({})", e.extension(), e.opens_in))
+        .collect();
+    let names = match names.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    bail!(
+        "cannot tell the timeline format of {}: name it {names}",
+        path.display()
+    )
 }
 
 /// What an output is made of.
 #[derive(Debug)]
 pub struct Input<'a> {
     pub model: &'a Model,
-    /// The model's analysis, made when an output first needs it (folded
-    /// stacks and flamegraphs do not).
+    /// The model's analysis, made when an output first needs it.
     summary: OnceCell<Summary>,
     /// The recording's path: titles and errors name it.
     pub path: &'a Path,
     pub limits: Limits,
+    /// The stacks of flamegraphs and profiles: cpu, offcpu or wall.
+    pub kind: FlameKind,
     /// The processes and threads of flamegraphs and profiles.
     pub filter: Filter,
     /// The part of the recording flamegraphs, profiles and timelines show
@@ -101,6 +110,7 @@ impl<'a> Input<'a> {
             summary: OnceCell::new(),
             path,
             limits: Limits::default(),
+            kind: FlameKind::Cpu,
             filter: Filter::default(),
             selection: Selection::default(),
             after: None,
@@ -117,39 +127,27 @@ impl<'a> Input<'a> {
     }
 }
 
-/// Writes `output` of `input` into `out`; an output the recording cannot
-/// give (stacks of a recording without stacks) is an error naming it.
-pub fn write(output: Output, input: &Input, mut out: impl io::Write) -> Result<()> {
-    match output {
-        Output::Report { json } => out.write_all(report(input.summary(), json).as_bytes())?,
-        Output::Folded(kind) => {
-            let filter = stack_filter(input, input.model, input.summary(), input.path)?;
-            let lines = folded(input.model, input.path, kind, &filter)?;
-            out.write_all(flame::folded_text(&lines).as_bytes())?;
+/// Writes what `exporter` makes of `input` into `out`; an output the
+/// recording cannot give (stacks of a recording without stacks) is an
+/// error naming it.
+pub fn write(exporter: &Exporter, input: &Input, mut out: impl io::Write) -> Result<()> {
+    let out: &mut dyn io::Write = &mut out;
+    match exporter.reads {
+        Reads::Summary(write) => write(input.summary(), out)?,
+        Reads::Stacks(write) => {
+            let stacks = stacks(input, input.model, input.summary(), input.path)?;
+            write(&stacks, out)?;
         }
-        Output::Flamegraph(kind) => {
-            let filter = stack_filter(input, input.model, input.summary(), input.path)?;
-            let lines = folded(input.model, input.path, kind, &filter)?;
-            let note = render::loss_note(&input.model.lost, input.model.cut_short);
-            let title = flamegraph_title(kind, input.path);
-            render::flamegraph::svg(&lines, kind, &title, note.as_deref(), out)?;
+        Reads::TwoRecordings(write) => {
+            let Some((after, after_path)) = input.after else {
+                bail!("{} needs a second recording", exporter.name);
+            };
+            let before = stacks(input, input.model, input.summary(), input.path)?;
+            let after_summary = analysis::summarize(after);
+            let after = stacks(input, after, &after_summary, after_path)?;
+            write(&before, &after, out)?;
         }
-        Output::FlamegraphDiff(kind) => flamegraph_diff(input, kind, out)?,
-        Output::Timeline(format) => timeline(input, format, out)?,
-        Output::Pprof(kind) => {
-            let model = input.model;
-            no_stacks(model, input.path)?;
-            let title = format!("tprof {} profile — {}", kind.name(), input.path.display());
-            let roles = &input.summary().roles;
-            let filter = stack_filter(input, model, input.summary(), input.path)?;
-            if render::pprof::write(model, roles, kind, &filter, &title, out)?.is_none() {
-                bail!(
-                    "{} has no {} stacks for the chosen processes and threads",
-                    input.path.display(),
-                    kind.name()
-                );
-            }
-        }
+        Reads::Timeline { slices, sink } => timeline_into(input, slices, &mut *sink(out))?,
     }
     Ok(())
 }
@@ -180,8 +178,6 @@ pub fn merge(
     recordings: impl IntoIterator<Item = Result<MergeInput>>,
     mut trace: Option<impl io::Write>,
 ) -> Result<analysis::cross_node::CrossNode> {
-    use crate::render::timeline::tracks::{self, Placement, SlicePolicy};
-    use crate::render::trace::TraceSink as _;
     let mut sink = trace
         .as_mut()
         .map(render::trace::perfetto::PerfettoSink::new);
@@ -193,14 +189,18 @@ pub fn merge(
         if let Some(sink) = &mut sink {
             let facts = analysis::timeline::derive(&model, summary);
             let title = format!("tprof merge — {file}");
-            let timeline = TimelineInput::new(&model, summary, &facts, title, input.limits);
+            // Every interval as recorded.
+            let limits = Limits {
+                min_slice_ns: 1,
+                ..input.limits
+            };
+            let timeline = TimelineInput::new(&model, summary, &facts, title, limits);
             let placement = Placement {
                 index: n as u32 + 1,
                 clock_offset_ns: model.start_anchor.offset_ns(),
                 name: Some(name.clone()),
             };
-            let every = SlicePolicy::Uncapped { min_slice_ns: 1 };
-            tracks::lay_out(&timeline, every, placement, sink)
+            tracks::lay_out(&timeline, SlicePolicy::Uncapped, placement, sink)
                 .context("writing the merged trace failed")?;
         }
         facts.push(analysis::cross_node::RankFacts::of(
@@ -242,45 +242,15 @@ pub fn node_names(recordings: &[(String, Option<u32>, String)]) -> Vec<String> {
         .collect()
 }
 
-/// `tprof report`: the terminal report, or with `json` the `--json`
-/// document.
-pub fn report(summary: &Summary, json: bool) -> String {
-    if json {
-        render::json::render(summary)
-    } else {
-        render::report::render(summary)
-    }
-}
-
-/// An error when the recording at `path` (named in it) has no stacks.
-fn no_stacks(model: &Model, path: &Path) -> Result<()> {
-    if model.stacks.is_none() {
-        bail!(
-            "{} has no stacks (recorded with --no-stacks, or cut short before the end)",
-            path.display()
-        );
-    }
-    Ok(())
-}
-
-/// The folded stacks of the recording at `path` (named in the errors): an
-/// error when it has no stacks, or none of this kind for `filter`.
-pub fn folded(model: &Model, path: &Path, kind: FlameKind, filter: &Filter) -> Result<Folded> {
-    no_stacks(model, path)?;
-    let lines = flame::fold(model, kind, filter);
-    if lines.is_empty() {
-        bail!(
-            "{} has no {} stacks for the chosen processes and threads",
-            path.display(),
-            kind.name()
-        );
-    }
-    Ok(lines)
-}
-
-/// The input's filter with its selection resolved for `model` (the
-/// recording at `path`): its time spans and the threads of its roles.
-fn stack_filter(input: &Input, model: &Model, summary: &Summary, path: &Path) -> Result<Filter> {
+/// The stacks of `model` (the recording at `path`, analysed in `summary`)
+/// an exporter reads: the input's kind, and its filter with its selection
+/// resolved for this recording (time spans, the threads of its roles).
+fn stacks<'a>(
+    input: &Input,
+    model: &'a Model,
+    summary: &'a Summary,
+    path: &'a Path,
+) -> Result<Stacks<'a>> {
     let resolved = input
         .selection
         .resolve(model, summary)
@@ -295,113 +265,24 @@ fn stack_filter(input: &Input, model: &Model, summary: &Summary, path: &Path) ->
         spans if timed => spans,
         _ => None,
     };
-    Ok(Filter {
-        spans,
-        role_threads: resolved.threads,
-        ..input.filter.clone()
+    Ok(Stacks {
+        model,
+        roles: &summary.roles,
+        recording: path,
+        kind: input.kind,
+        filter: Filter {
+            spans,
+            role_threads: resolved.threads,
+            ..input.filter.clone()
+        },
     })
 }
 
-/// A flamegraph's title: what it shows, of which recording.
-pub fn flamegraph_title(kind: FlameKind, recording: &Path) -> String {
-    let what = match kind {
-        FlameKind::Cpu => "on-CPU samples",
-        FlameKind::OffCpu => "off-CPU time by reason",
-        FlameKind::Wall => "wall-clock time (on- and off-CPU)",
-    };
-    format!("tprof: {what} — {}", recording.display())
-}
-
-/// The differential flamegraph of `input` (before) and its `after`.
-fn flamegraph_diff(input: &Input, kind: FlameKind, out: impl io::Write) -> Result<()> {
-    let Some((after, after_path)) = input.after else {
-        bail!("a differential flamegraph needs a second recording");
-    };
-    let before_filter = stack_filter(input, input.model, input.summary(), input.path)?;
-    let before = folded(input.model, input.path, kind, &before_filter)?;
-    let after_summary = analysis::summarize(after);
-    let after_filter = stack_filter(input, after, &after_summary, after_path)?;
-    let after_lines = folded(after, after_path, kind, &after_filter)?;
-    let note = diff_note(
-        input.path,
-        render::loss_note(&input.model.lost, input.model.cut_short),
-        after_path,
-        render::loss_note(&after.lost, after.cut_short),
-    );
-    let title = format!(
-        "tprof {} flamegraph: {} → {}",
-        kind.name(),
-        input.path.display(),
-        after_path.display()
-    );
-    render::flamegraph::diff_svg(&before, &after_lines, kind, &title, note.as_deref(), out)?;
-    Ok(())
-}
-
-/// The losses of both recordings of a differential flamegraph, each named.
-fn diff_note(
-    before: &Path,
-    before_note: Option<String>,
-    after: &Path,
-    after_note: Option<String>,
-) -> Option<String> {
-    let named =
-        |path: &Path, note: Option<String>| note.map(|n| format!("{}: {n}", path.display()));
-    let notes: Vec<String> = [named(before, before_note), named(after, after_note)]
-        .into_iter()
-        .flatten()
-        .collect();
-    (!notes.is_empty()).then(|| notes.join(" | "))
-}
-
-/// A timeline file format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimelineFormat {
-    /// Chrome trace event JSON, merged to fit chrome://tracing.
-    Json,
-    Html,
-    /// Perfetto's protobuf trace, uncapped.
-    Perfetto,
-}
-
-impl TimelineFormat {
-    pub const ALL: [TimelineFormat; 3] = [
-        TimelineFormat::Json,
-        TimelineFormat::Html,
-        TimelineFormat::Perfetto,
-    ];
-
-    /// The format a file name asks for.
-    pub fn of(path: &Path) -> Result<TimelineFormat> {
-        let ext = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase);
-        match ext.as_deref() {
-            Some("json") => Ok(TimelineFormat::Json),
-            Some("html" | "htm") => Ok(TimelineFormat::Html),
-            Some("pftrace" | "perfetto-trace") => Ok(TimelineFormat::Perfetto),
-            _ => bail!(
-                "cannot tell the timeline format of {}: name it FILE.pftrace (Perfetto UI, \
-                 trace_processor), FILE.json (chrome://tracing, Perfetto UI) or FILE.html (any \
-                 browser)",
-                path.display()
-            ),
-        }
-    }
-
-    pub fn extension(self) -> &'static str {
-        match self {
-            TimelineFormat::Json => "json",
-            TimelineFormat::Html => "html",
-            TimelineFormat::Perfetto => "pftrace",
-        }
-    }
-}
-
 /// `tprof timeline`: model and analysis (roles, steps, deliveries, stalls)
-/// → one timeline, titled after the recording, into `out`.
-fn timeline(input: &Input, format: TimelineFormat, out: impl io::Write) -> Result<()> {
+/// → the one layout, titled after the recording, with thread states made
+/// into slices by `slices`, into `sink`, which it finishes. Every timeline
+/// exporter writes through here.
+pub fn timeline_into(input: &Input, slices: SlicePolicy, sink: &mut dyn TraceSink) -> Result<()> {
     let summary = input.summary();
     let resolved = input
         .selection
@@ -423,11 +304,8 @@ fn timeline(input: &Input, format: TimelineFormat, out: impl io::Write) -> Resul
     });
     let model = cropped.as_ref().unwrap_or(input.model);
     let timeline = TimelineInput::new(model, summary, &facts, title, input.limits);
-    match format {
-        TimelineFormat::Json => render::timeline::chrome(&timeline, out)?,
-        TimelineFormat::Html => render::timeline::html::write(&timeline, out)?,
-        TimelineFormat::Perfetto => render::timeline::perfetto(&timeline, out)?,
-    }
+    tracks::lay_out(&timeline, slices, Placement::default(), sink)?;
+    sink.finish()?;
     Ok(())
 }
 
@@ -440,8 +318,16 @@ pub fn every_output(rec: &recording::Recording) {
     let path = Path::new("t");
     let mut input = Input::new(&model, path);
     input.after = Some((&model, path));
-    for output in Output::all() {
-        let _ = write(output, &input, io::sink());
+    for exporter in EXPORTERS {
+        let kinds: &[FlameKind] = if exporter.shows_stacks() {
+            &FlameKind::ALL
+        } else {
+            &[FlameKind::Cpu]
+        };
+        for &kind in kinds {
+            input.kind = kind;
+            let _ = write(exporter, &input, io::sink());
+        }
     }
     // A merge of the recording with itself: two machines of one name.
     let me = (model.hostname.clone(), None, "a".to_string());
@@ -459,28 +345,33 @@ pub fn every_output(rec: &recording::Recording) {
 mod tests {
     use super::*;
 
-    /// Which variant an output is: a new variant must be added here (the
-    /// match is exhaustive) and to [`Output::all`] (the test below).
-    fn variant(output: Output) -> usize {
-        match output {
-            Output::Report { .. } => 0,
-            Output::Folded(_) => 1,
-            Output::Flamegraph(_) => 2,
-            Output::FlamegraphDiff(_) => 3,
-            Output::Timeline(_) => 4,
-            Output::Pprof(_) => 5,
-        }
-    }
-
     #[test]
-    fn all_lists_every_output() {
-        let all = Output::all();
-        for v in 0..=5 {
-            assert!(all.iter().any(|&o| variant(o) == v), "variant {v} missing");
+    fn names_are_unique_and_timelines_told_apart_by_extension() {
+        for (n, exporter) in EXPORTERS.iter().enumerate() {
+            assert!(!exporter.extensions.is_empty(), "{exporter:?}");
+            assert!(
+                EXPORTERS[..n].iter().all(|e| e.name != exporter.name),
+                "two exporters called {}",
+                exporter.name
+            );
+            assert_eq!(
+                super::exporter(exporter.name).map(|e| e.name),
+                Some(exporter.name)
+            );
         }
-        for format in TimelineFormat::ALL {
-            assert!(all.contains(&Output::Timeline(format)));
+        let timelines: Vec<&Exporter> = EXPORTERS
+            .iter()
+            .copied()
+            .filter(|e| e.is_timeline())
+            .collect();
+        let extensions: Vec<&str> = timelines
+            .iter()
+            .flat_map(|e| e.extensions.iter().copied())
+            .collect();
+        for (n, ext) in extensions.iter().enumerate() {
+            assert!(!extensions[..n].contains(ext), "two timelines write .{ext}");
         }
+        assert_eq!(timelines.len(), 3);
     }
 
     #[test]
@@ -502,12 +393,19 @@ mod tests {
 
     #[test]
     fn timeline_format_from_the_extension() {
-        let format = |p: &str| TimelineFormat::of(Path::new(p)).ok();
-        assert_eq!(format("a.json"), Some(TimelineFormat::Json));
-        assert_eq!(format("a.HTML"), Some(TimelineFormat::Html));
-        assert_eq!(format("a.htm"), Some(TimelineFormat::Html));
-        assert_eq!(format("a.pftrace"), Some(TimelineFormat::Perfetto));
+        let format = |p: &str| timeline_for(Path::new(p)).ok().map(|e| e.name);
+        assert_eq!(format("a.json"), Some("chrome"));
+        assert_eq!(format("a.HTML"), Some("html"));
+        assert_eq!(format("a.htm"), Some("html"));
+        assert_eq!(format("a.pftrace"), Some("perfetto"));
         assert_eq!(format("a.svg"), None);
         assert_eq!(format("a"), None);
+        let err = timeline_for(Path::new("a.svg")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot tell the timeline format of a.svg: name it FILE.pftrace (Perfetto UI, \
+             trace_processor), FILE.json (chrome://tracing, Perfetto UI) or FILE.html (any \
+             browser)"
+        );
     }
 }

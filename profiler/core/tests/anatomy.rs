@@ -15,7 +15,8 @@ use tprof_core::analysis::flame::{self, FlameKind};
 use tprof_core::analysis::select::{Selection, Stretch};
 use tprof_core::analysis::{self, Summary};
 use tprof_core::model::Model;
-use tprof_core::outputs::{self, Input, Output};
+use tprof_core::outputs::{self, Input};
+use tprof_core::render::flamegraph::FOLDED;
 
 fn load(name: &str) -> (Model, Summary) {
     let path = format!("tests/fixtures/v4/{name}.tprof");
@@ -141,8 +142,9 @@ fn folded(model: &Model, selection: Selection, interpreter_frames: bool) -> Vec<
     let mut input = Input::new(model, path);
     input.selection = selection;
     input.filter.interpreter_frames = interpreter_frames;
+    input.kind = FlameKind::Wall;
     let mut out = Vec::new();
-    outputs::write(Output::Folded(FlameKind::Wall), &input, &mut out).expect("folded");
+    outputs::write(&FOLDED, &input, &mut out).expect("folded");
     String::from_utf8(out)
         .unwrap()
         .lines()

@@ -12,8 +12,10 @@ use std::path::{Path, PathBuf};
 use prost::Message as _;
 use tprof_core::analysis::flame::{self, Filter, FlameKind};
 use tprof_core::model::Model;
-use tprof_core::outputs::{self, Input, Output, TimelineFormat};
+use tprof_core::outputs::{self, Input};
+use tprof_core::render::pprof::PPROF;
 use tprof_core::render::pprof_proto::Profile;
+use tprof_core::render::trace::perfetto::PERFETTO;
 use tprof_core::render::trace::perfetto_proto::{
     Trace, TracePacket, trace_packet::Data, track_event,
 };
@@ -34,12 +36,7 @@ fn perfetto(model: &Model, path: &Path) -> Vec<TracePacket> {
     let mut input = Input::new(model, path);
     input.limits.min_slice_ns = 1;
     let mut bytes = Vec::new();
-    outputs::write(
-        Output::Timeline(TimelineFormat::Perfetto),
-        &input,
-        &mut bytes,
-    )
-    .unwrap();
+    outputs::write(&PERFETTO, &input, &mut bytes).unwrap();
     Trace::decode(bytes.as_slice())
         .unwrap_or_else(|e| panic!("{}: not a Trace: {e}", path.display()))
         .packet
@@ -195,9 +192,10 @@ fn pprof_profile_has_the_folded_stacks_shares() {
         let mut input = Input::new(&model, &path);
         // The whole recording, as the folded stacks below are.
         input.selection.stretch = Some(tprof_core::analysis::select::Stretch::All);
-        for kind in [FlameKind::Cpu, FlameKind::OffCpu, FlameKind::Wall] {
+        for kind in FlameKind::ALL {
+            input.kind = kind;
             let mut gz = Vec::new();
-            if outputs::write(Output::Pprof(kind), &input, &mut gz).is_err() {
+            if outputs::write(&PPROF, &input, &mut gz).is_err() {
                 assert!(flame::fold(&model, kind, &Filter::default()).is_empty());
                 continue;
             }

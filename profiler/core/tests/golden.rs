@@ -2,9 +2,11 @@
 //!
 //! Every recording under tests/fixtures/vN/ (real recordings of the test
 //! workloads; tests/fixtures/README.md says how each was made) is read and
-//! rendered by the functions the commands use (`tprof_core::outputs`): the
+//! rendered by every exporter of the list the commands use
+//! (`tprof_core::outputs::EXPORTERS`) but those of [`NOT_GOLDEN`]: the
 //! terminal report, `--json`, folded cpu, offcpu and wall stacks, and the
-//! timeline as trace event JSON and as HTML. Each output must equal, byte
+//! timeline as trace event JSON and as HTML. A format added to the list
+//! has golden files from its first bless. Each output must equal, byte
 //! for byte, its file in tests/golden/vN/NAME/ (an output the command
 //! refuses, such as folded stacks of a recording without stacks, is its
 //! error message, in `OUTPUT.error`).
@@ -24,7 +26,7 @@ use tprof_core::analysis::{
     self,
     flame::{Filter, FlameKind},
 };
-use tprof_core::outputs::{self, Input, Output as Out, TimelineFormat};
+use tprof_core::outputs::{self, Exporter, Input, Reads};
 use tprof_core::recording::{FORMAT_VERSION, MAGIC, OLDEST_READABLE_VERSION};
 
 /// Relative to the package root, where cargo runs integration tests: the
@@ -39,27 +41,65 @@ const BLESS_VAR: &str = "TPROF_BLESS";
 /// One output: its bytes, or the error the command would print.
 type Output = Result<Vec<u8>, String>;
 
-/// Every output of the recording at `path`, as `tprof report`, `tprof
-/// report --json`, `tprof flamegraph --folded --kind K` and `tprof
-/// timeline -o FILE.json|FILE.html` would write them.
-fn render(path: &Path) -> Vec<(&'static str, Output)> {
+/// The exporters without golden files, by name: the SVGs (inferno draws
+/// them from the folded stacks, which have golden files; a new inferno
+/// would change every byte), and pprof's and Perfetto's protobufs, which
+/// tests/exports.rs decodes and checks field by field.
+const NOT_GOLDEN: [&str; 4] = ["flamegraph", "flamegraph-diff", "pprof", "perfetto"];
+
+/// Every golden output of the recording at `path`, as `tprof report`,
+/// `tprof report --json`, `tprof flamegraph --folded --kind K` and `tprof
+/// timeline -o FILE.json|FILE.html` would write them, each with its file
+/// name.
+fn render(path: &Path) -> Vec<(String, Output)> {
     let model = outputs::load_model(path)
         .unwrap_or_else(|e| panic!("{} does not read: {e:#}", path.display()));
-    let input = Input::new(&model, path);
-    let render = |output| -> Output {
-        let mut bytes = Vec::new();
-        outputs::write(output, &input, &mut bytes).map_err(|e| format!("{e:#}"))?;
-        Ok(bytes)
+    let mut input = Input::new(&model, path);
+    let mut outputs = Vec::new();
+    for exporter in outputs::EXPORTERS {
+        if NOT_GOLDEN.contains(&exporter.name) {
+            continue;
+        }
+        let kinds: &[FlameKind] = if exporter.shows_stacks() {
+            &FlameKind::ALL
+        } else {
+            &[FlameKind::Cpu]
+        };
+        for &kind in kinds {
+            input.kind = kind;
+            let mut bytes = Vec::new();
+            let output = outputs::write(exporter, &input, &mut bytes)
+                .map(|()| bytes)
+                .map_err(|e| format!("{e:#}"));
+            outputs.push((file_name_of(exporter, kind), output));
+        }
+    }
+    outputs
+}
+
+/// Every exporter the goldens leave out is one of the list, and no two
+/// golden outputs share a file.
+#[test]
+fn golden_files_are_told_apart() {
+    for name in NOT_GOLDEN {
+        assert!(outputs::exporter(name).is_some(), "no exporter {name}");
+    }
+    let (_, _, path) = fixtures().into_iter().next().expect("a fixture");
+    let names: Vec<String> = render(&path).into_iter().map(|(name, _)| name).collect();
+    for (n, name) in names.iter().enumerate() {
+        assert!(!names[..n].contains(name), "two outputs write {name}");
+    }
+}
+
+/// The golden file of an exporter's output: KIND.EXT for stacks,
+/// report.EXT for the analysis, timeline.EXT for a timeline.
+fn file_name_of(exporter: &Exporter, kind: FlameKind) -> String {
+    let what = match exporter.reads {
+        Reads::Stacks(_) | Reads::TwoRecordings(_) => kind.name(),
+        Reads::Summary(_) => "report",
+        Reads::Timeline { .. } => "timeline",
     };
-    vec![
-        ("report.txt", render(Out::Report { json: false })),
-        ("report.json", render(Out::Report { json: true })),
-        ("cpu.folded", render(Out::Folded(FlameKind::Cpu))),
-        ("offcpu.folded", render(Out::Folded(FlameKind::OffCpu))),
-        ("wall.folded", render(Out::Folded(FlameKind::Wall))),
-        ("timeline.json", render(Out::Timeline(TimelineFormat::Json))),
-        ("timeline.html", render(Out::Timeline(TimelineFormat::Html))),
-    ]
+    format!("{what}.{}", exporter.extension())
 }
 
 /// Every fixture, as (format version directory, name, path), sorted.
@@ -145,7 +185,7 @@ fn first_difference(expected: &[u8], actual: &[u8]) -> String {
 }
 
 /// Writes a fixture's golden files and removes any it no longer makes.
-fn bless(dir: &Path, outputs: &[(&str, Output)]) {
+fn bless(dir: &Path, outputs: &[(String, Output)]) {
     fs::create_dir_all(dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
     let mut kept = Vec::new();
     for (name, output) in outputs {
@@ -161,7 +201,7 @@ fn bless(dir: &Path, outputs: &[(&str, Output)]) {
 }
 
 /// What differs between a fixture's outputs and its golden files.
-fn check(dir: &Path, outputs: &[(&str, Output)]) -> Vec<String> {
+fn check(dir: &Path, outputs: &[(String, Output)]) -> Vec<String> {
     let mut problems = Vec::new();
     let mut expected_files = Vec::new();
     for (name, output) in outputs {

@@ -15,8 +15,10 @@ use tprof_core::analysis::flame::{self, Filter, FlameKind};
 use tprof_core::analysis::roles::Role;
 use tprof_core::analysis::{self, Summary};
 use tprof_core::model::{Model, Thread};
-use tprof_core::outputs::{self, Input, Output, TimelineFormat};
+use tprof_core::outputs::{self, Input};
+use tprof_core::render::pprof::PPROF;
 use tprof_core::render::pprof_proto::Profile;
+use tprof_core::render::trace::perfetto::PERFETTO;
 use tprof_core::render::trace::perfetto_proto::{Trace, trace_packet::Data};
 
 const FIXTURE: &str = "tests/fixtures/v4/pid_reuse.tprof";
@@ -172,7 +174,8 @@ fn pprof_labels_each_holder() {
     let mut input = Input::new(&model, path);
     input.selection.stretch = Some(tprof_core::analysis::select::Stretch::All);
     let mut gz = Vec::new();
-    outputs::write(Output::Pprof(FlameKind::Cpu), &input, &mut gz).unwrap();
+    input.kind = FlameKind::Cpu;
+    outputs::write(&PPROF, &input, &mut gz).unwrap();
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(gz.as_slice())
         .read_to_end(&mut raw)
@@ -206,12 +209,7 @@ fn perfetto_gives_each_holder_a_track() {
     let mut input = Input::new(&model, Path::new(FIXTURE));
     input.limits.min_slice_ns = 1;
     let mut bytes = Vec::new();
-    outputs::write(
-        Output::Timeline(TimelineFormat::Perfetto),
-        &input,
-        &mut bytes,
-    )
-    .unwrap();
+    outputs::write(&PERFETTO, &input, &mut bytes).unwrap();
     let trace = Trace::decode(bytes.as_slice()).unwrap();
     let tracks: BTreeMap<u64, String> = trace
         .packet

@@ -309,7 +309,7 @@ fn recording_file(rec: &Recording, raw_events: &[u8]) -> Vec<u8> {
     bytes
 }
 
-/// Every output tprof makes of a recording (the registry of
+/// Every output tprof makes of a recording (the list of exporters of
 /// `tprof_core::outputs`: report, JSON, flamegraphs, timelines, profiles);
 /// a refusal is fine, a panic is not.
 fn every_output(rec: &Recording) {

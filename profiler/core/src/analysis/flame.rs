@@ -27,6 +27,8 @@ pub enum FlameKind {
 }
 
 impl FlameKind {
+    pub const ALL: [FlameKind; 3] = [FlameKind::Cpu, FlameKind::OffCpu, FlameKind::Wall];
+
     pub fn name(self) -> &'static str {
         match self {
             FlameKind::Cpu => "cpu",

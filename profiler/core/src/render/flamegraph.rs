@@ -1,11 +1,13 @@
 //! Flamegraph SVGs through inferno, from the folded stacks of
-//! [`analysis::flame`](crate::analysis::flame).
+//! [`analysis::flame`](crate::analysis::flame), and those stacks as text.
 //!
 //! [`svg`] draws one kind; [`diff_svg`] a differential graph of two
 //! recordings (`tprof flamegraph --diff BEFORE AFTER`). Both write to any
 //! `io::Write` the caller hands them: renderers do no I/O of their own.
+//! [`FOLDED`], [`FLAMEGRAPH`] and [`FLAMEGRAPH_DIFF`] are their exporters.
 
 use std::io::{self, Write};
+use std::path::Path;
 
 use inferno::differential;
 use inferno::flamegraph::{
@@ -15,6 +17,77 @@ use inferno::flamegraph::{
 
 use crate::analysis::flame::{FlameKind, folded_text, reason_label};
 use crate::recording::StackKind;
+use crate::render::exporter::{Exporter, Reads, Stacks};
+
+/// `tprof flamegraph --folded`: one line per stack, `frame;frame;… weight`.
+pub static FOLDED: Exporter = Exporter {
+    name: "folded",
+    about: "Folded stacks of one kind: one `frame;frame;… weight` line each",
+    extensions: &["folded"],
+    opens_in: "flamegraph.pl, inferno, speedscope",
+    reads: Reads::Stacks(|stacks, out| {
+        out.write_all(folded_text(&stacks.folded()?).as_bytes())?;
+        Ok(())
+    }),
+};
+
+/// `tprof flamegraph`.
+pub static FLAMEGRAPH: Exporter = Exporter {
+    name: "flamegraph",
+    about: "A flamegraph of one kind of stacks",
+    extensions: &["svg"],
+    opens_in: "any browser",
+    reads: Reads::Stacks(|stacks, out| {
+        let lines = stacks.folded()?;
+        let title = title(stacks.kind, stacks.recording);
+        let note = stacks.loss_note();
+        svg(&lines, stacks.kind, &title, note.as_deref(), out)?;
+        Ok(())
+    }),
+};
+
+/// `tprof flamegraph --diff BEFORE AFTER`.
+pub static FLAMEGRAPH_DIFF: Exporter = Exporter {
+    name: "flamegraph-diff",
+    about: "A differential flamegraph of one kind of stacks, before and after",
+    extensions: &["svg"],
+    opens_in: "any browser",
+    reads: Reads::TwoRecordings(|before, after, out| {
+        let (old, new) = (before.folded()?, after.folded()?);
+        let title = format!(
+            "tprof {} flamegraph: {} → {}",
+            before.kind.name(),
+            before.recording.display(),
+            after.recording.display()
+        );
+        let note = diff_note(before, after);
+        diff_svg(&old, &new, before.kind, &title, note.as_deref(), out)?;
+        Ok(())
+    }),
+};
+
+/// A flamegraph's title: what it shows, of which recording.
+fn title(kind: FlameKind, recording: &Path) -> String {
+    let what = match kind {
+        FlameKind::Cpu => "on-CPU samples",
+        FlameKind::OffCpu => "off-CPU time by reason",
+        FlameKind::Wall => "wall-clock time (on- and off-CPU)",
+    };
+    format!("tprof: {what} — {}", recording.display())
+}
+
+/// The losses of both recordings of a differential flamegraph, each named.
+fn diff_note(before: &Stacks, after: &Stacks) -> Option<String> {
+    let named = |stacks: &Stacks| {
+        let note = stacks.loss_note()?;
+        Some(format!("{}: {note}", stacks.recording.display()))
+    };
+    let notes: Vec<String> = [named(before), named(after)]
+        .into_iter()
+        .flatten()
+        .collect();
+    (!notes.is_empty()).then(|| notes.join(" | "))
+}
 
 /// Off-CPU reason leaves in the wall graph: one blue, so waiting stands
 /// apart from running at a glance.

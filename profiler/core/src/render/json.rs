@@ -17,6 +17,16 @@ use crate::analysis::{
     steps::{Blame, GpuIdleAlignment, Phase, StepSource},
 };
 use crate::recording::UserStacks;
+use crate::render::exporter::{Exporter, Reads};
+
+/// `tprof report --json`.
+pub static JSON: Exporter = Exporter {
+    name: "json",
+    about: "The report as JSON (the contract in docs/json.md)",
+    extensions: &["json"],
+    opens_in: "scripts",
+    reads: Reads::Summary(|summary, out| out.write_all(render(summary).as_bytes())),
+};
 
 /// Version of the JSON contract (not of the recording format).
 pub const JSON_VERSION: u32 = 4;

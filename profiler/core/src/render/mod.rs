@@ -1,13 +1,15 @@
 //! Outputs for people and scripts. Each renderer takes what analysis
 //! computed (the [`Summary`](crate::analysis::Summary), folded stacks, the
-//! model's stacks) and formats it; none computes. [`crate::outputs`] lists
-//! them all.
+//! model's stacks, the timeline's tracks) and formats it; none computes.
+//! Each format declares its [`exporter::Exporter`] beside its renderer;
+//! [`crate::outputs::EXPORTERS`] lists them all.
 //!
 //! Renderers do no I/O of their own: the caller hands them the
 //! `io::Write`. [`loss_note`] is the one line on what a recording lost that
 //! every output with room for a line (flamegraph subtitles) prints.
 
 pub mod cross_node;
+pub mod exporter;
 pub mod flamegraph;
 pub mod json;
 pub mod pprof;

@@ -24,7 +24,32 @@ use crate::analysis::flame::{self, Filter, FlameKind};
 use crate::analysis::roles::Roles;
 use crate::model::Model;
 use crate::recording::{Frame, FrameKind, StackTable};
+use crate::render::exporter::{Exporter, Reads};
 use crate::render::timeline::{node_name, role_label};
+
+/// `tprof export --format pprof`.
+pub static PPROF: Exporter = Exporter {
+    name: "pprof",
+    about: "A pprof profile (profile.proto, gzipped) of one kind of stacks",
+    extensions: &["pb.gz"],
+    opens_in: "go tool pprof, Pyroscope, Parca",
+    reads: Reads::Stacks(|stacks, out| {
+        stacks.any()?;
+        let (kind, path) = (stacks.kind, stacks.recording.display());
+        let title = format!("tprof {} profile — {path}", kind.name());
+        match write(
+            stacks.model,
+            stacks.roles,
+            kind,
+            &stacks.filter,
+            &title,
+            out,
+        )? {
+            Some(()) => Ok(()),
+            None => Err(stacks.none_chosen()),
+        }
+    }),
+};
 
 /// Each mapping gets an address range of its own this wide, so that ranges
 /// never overlap; an address is its range's start plus the frame's file

@@ -15,6 +15,16 @@ use crate::analysis::{
     stacks::StackQuality,
 };
 use crate::recording::{LostCounts, UserStacks};
+use crate::render::exporter::{Exporter, Reads};
+
+/// `tprof report`.
+pub static REPORT: Exporter = Exporter {
+    name: "report",
+    about: "The terminal report",
+    extensions: &["txt"],
+    opens_in: "a terminal",
+    reads: Reads::Summary(|summary, out| out.write_all(render(summary).as_bytes())),
+};
 
 /// Threads shown in the table; the rest are summed in one line.
 const MAX_THREAD_ROWS: usize = 40;
@@ -23,6 +33,7 @@ const MAX_IDLE_ROWS: usize = 5;
 /// CPUs other processes kept busy that earn a warning: half a core.
 const OTHER_LOAD_CPUS: f64 = 0.5;
 
+/// The report of `s`, as text.
 pub fn render(s: &Summary) -> String {
     let mut out = String::new();
     header(&mut out, s);

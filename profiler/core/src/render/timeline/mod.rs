@@ -1,10 +1,12 @@
 //! Timelines: every tracked thread's states over time, with the steps of
 //! the trainer, data deliveries, block IO and GPU utilization beside them.
-//! Three outputs from one input: traces, laid out as tracks by [`tracks`]
-//! into a [`TraceSink`](crate::render::trace::TraceSink) — Chrome trace
-//! event JSON ([`chrome`], for chrome://tracing and Perfetto UI) and
-//! Perfetto's protobuf ([`perfetto`]) — and one self-contained HTML page
-//! ([`html`]).
+//! Three outputs from one input and one layout: [`tracks`] lays the
+//! timeline out as tracks into a [`TraceSink`](crate::render::trace::TraceSink)
+//! of each format — Chrome trace event JSON
+//! ([`chrome`](crate::render::trace::chrome), for chrome://tracing and
+//! Perfetto UI), Perfetto's protobuf
+//! ([`perfetto`](crate::render::trace::perfetto)) and one self-contained
+//! HTML page ([`html`](crate::render::trace::html)).
 //!
 //! Pure: a [`TimelineInput`] in, bytes out. What a thread's role is, where
 //! steps begin and who is to blame for a stall is analysis' business; the
@@ -18,12 +20,9 @@
 //! [`Limits::max_slices`]. Perfetto's trace is not capped: its viewer loads
 //! traces of millions of slices, and the file is written as it is laid out.
 
-pub mod html;
 pub mod tracks;
 
 pub use tracks::node_name;
-
-use std::io;
 
 pub use crate::analysis::roles::{Role, Roles};
 pub use crate::analysis::timeline::{Delivery, Stall, TimelineStep, process_name};
@@ -42,7 +41,7 @@ pub fn role_label(role: Role) -> &'static str {
 }
 
 /// Threads the HTML page folds into their process' busy/runnable counts
-/// instead of giving each a lane.
+/// instead of giving each a lane ([`tracks::SlicePolicy::FitLanes`]).
 pub fn folded(role: Role) -> bool {
     matches!(role, Role::Pool | Role::Other)
 }
@@ -196,27 +195,6 @@ impl<'a> TimelineInput<'a> {
         threads.sort_by_key(|t| (rank(t), t.start_ns, t.tid));
         threads
     }
-}
-
-/// The timeline as Chrome trace event JSON, merged to fit its limits.
-pub fn chrome(input: &TimelineInput, out: impl io::Write) -> io::Result<()> {
-    let mut sink = crate::render::trace::chrome::ChromeSink::new(out);
-    let policy = tracks::SlicePolicy::Fit(input.limits);
-    tracks::lay_out(input, policy, tracks::Placement::default(), &mut sink)?;
-    use crate::render::trace::TraceSink as _;
-    sink.finish()
-}
-
-/// The timeline as a Perfetto trace: slices shorter than the limits'
-/// `min_slice_ns` merged (1 ns: none), however many there are.
-pub fn perfetto(input: &TimelineInput, out: impl io::Write) -> io::Result<()> {
-    let mut sink = crate::render::trace::perfetto::PerfettoSink::new(out);
-    let policy = tracks::SlicePolicy::Uncapped {
-        min_slice_ns: input.limits.min_slice_ns,
-    };
-    tracks::lay_out(input, policy, tracks::Placement::default(), &mut sink)?;
-    use crate::render::trace::TraceSink as _;
-    sink.finish()
 }
 
 /// What a slice shows: the thread state, blocked time split by reason.
@@ -421,13 +399,13 @@ fn next_step(ns: u64) -> u64 {
 const MAX_BINS: u64 = 10_000;
 
 /// Bins of whole ms, at most [`MAX_BINS`] over the window.
-pub(super) fn bin_ns(duration_ns: u64) -> u64 {
+pub(crate) fn bin_ns(duration_ns: u64) -> u64 {
     let ms = duration_ns.div_ceil(MAX_BINS * 1_000_000).max(1);
     ms * 1_000_000
 }
 
 /// Adds the time of [start, end) to the bins it overlaps.
-pub(super) fn spread(bins: &mut [u64], start: u64, end: u64, origin: u64, bin_ns: u64) {
+pub(crate) fn spread(bins: &mut [u64], start: u64, end: u64, origin: u64, bin_ns: u64) {
     let (start, end) = (start.saturating_sub(origin), end.saturating_sub(origin));
     let mut t = start;
     while t < end {
@@ -590,5 +568,16 @@ pub(crate) mod tests {
         assert_eq!(next_step(50_000), 100_000);
         assert_eq!(next_step(100_000), 200_000);
         assert_eq!(next_step(200_000), 500_000);
+    }
+
+    #[test]
+    fn spreads_time_over_bins() {
+        let mut bins = vec![0; 3];
+        spread(&mut bins, 1_500, 3_500, 1_000, 1_000);
+        assert_eq!(bins, vec![500, 1000, 500]);
+        spread(&mut bins, 3_000, 9_000, 0, 1_000);
+        assert_eq!(bins, vec![500, 1000, 500], "past the end: ignored");
+        assert_eq!(bin_ns(5_000_000_000), 1_000_000);
+        assert_eq!(bin_ns(60_000_000_000), 6_000_000);
     }
 }

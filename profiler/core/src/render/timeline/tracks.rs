@@ -7,21 +7,23 @@
 //! counter. Deliveries are flows from the producer's thread to the
 //! consumer's.
 //!
-//! The layout decides what is shown and in which order; it knows no format
-//! and invents no numbers: tracks are named by what they are, with ids from
-//! [`NodeKey`].
+//! The layout decides what is shown and in which order, for every format:
+//! Chrome JSON, Perfetto and the HTML page are sinks of this one layout,
+//! which differ only in how thread states become slices ([`SlicePolicy`]).
+//! It knows no format and invents no numbers: tracks are named by what they
+//! are, with ids from [`NodeKey`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 
 use serde_json::{Map, Value, json};
 
-use super::{Role, Slice, Stall, TimelineInput, bin_ns, fit_slices, merge_slices, spread};
+use super::{Role, Slice, Stall, TimelineInput, bin_ns, fit_slices, folded, merge_slices, spread};
 use crate::model::{Gpu, IoOp, IoRequest, Thread};
 use crate::recording::GpuMetric;
 use crate::render::trace::{
-    CounterTrack, CounterValue, Lane, NodeClock, NodeInfo, NodeKey, SliceEvent, TraceSink, Track,
-    TrackId, TrackKind,
+    CounterTrack, CounterValue, Lane, NodeClock, NodeInfo, NodeKey, SliceEvent, SliceOf, TraceSink,
+    Track, TrackId, TrackKind, TrackOf,
 };
 
 /// Requests in flight beyond this many are only in the device's counter.
@@ -30,17 +32,24 @@ const MAX_DISK_SLOTS: usize = 16;
 /// per bin instead of each request (a busy disk does thousands a second).
 pub const MAX_DISK_REQUESTS: usize = 50_000;
 
-/// How thread states become slices.
+/// How thread states become slices, within the input's [`Limits`].
+///
+/// [`Limits`]: super::Limits
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlicePolicy {
     /// Merge slices shorter than `limits.min_slice_ns`, raising the
     /// threshold until the whole timeline fits `limits.max_slices` (for
-    /// viewers that load everything at once: Chrome JSON, HTML).
-    Fit(super::Limits),
-    /// Merge slices shorter than `min_slice_ns` (1: none), however many
-    /// remain; each thread's are made as it is written, so memory does not
-    /// grow with the output (Perfetto).
-    Uncapped { min_slice_ns: u64 },
+    /// viewers that load everything at once: Chrome JSON).
+    Fit,
+    /// The same for the threads that get a lane of their own; the others
+    /// (pool and other threads, [`folded`]) are handed their states as
+    /// recorded and count for nothing, since a format that folds them
+    /// draws their time per bin, not per slice (the HTML page).
+    FitLanes,
+    /// Merge slices shorter than `limits.min_slice_ns` (1: none), however
+    /// many remain; each thread's are made as it is written, so memory does
+    /// not grow with the output (Perfetto).
+    Uncapped,
 }
 
 /// Where one recording goes in a trace.
@@ -56,7 +65,7 @@ pub struct Placement {
 }
 
 /// Lays out `input` into `sink` (which the caller finishes).
-pub fn lay_out<S: TraceSink>(
+pub fn lay_out<S: TraceSink + ?Sized>(
     input: &TimelineInput,
     policy: SlicePolicy,
     placement: Placement,
@@ -68,12 +77,15 @@ pub fn lay_out<S: TraceSink>(
         .iter()
         .flat_map(|&pid| input.threads_of(pid))
         .collect();
+    let fits = |thread: &Thread| match policy {
+        SlicePolicy::Fit => true,
+        SlicePolicy::FitLanes => !folded(input.role(thread)),
+        SlicePolicy::Uncapped => false,
+    };
+    let fitting: Vec<&Thread> = threads.iter().copied().filter(|t| fits(t)).collect();
     let (min_slice_ns, fitted) = match policy {
-        SlicePolicy::Fit(limits) => {
-            let (min, slices) = fit_slices(&threads, limits);
-            (min, Some(slices))
-        }
-        SlicePolicy::Uncapped { min_slice_ns } => (min_slice_ns.max(1), None),
+        SlicePolicy::Uncapped => (input.limits.min_slice_ns.max(1), Vec::new()),
+        SlicePolicy::Fit | SlicePolicy::FitLanes => fit_slices(&fitting, input.limits),
     };
     let key = match placement.index {
         0 => NodeKey::of(model),
@@ -97,22 +109,20 @@ pub fn lay_out<S: TraceSink>(
         window_start_ns: model.window_start_ns,
         duration_ns: model.duration_ns(),
         min_slice_ns,
+        gpu_status: model.gpus.status.clone(),
         key: layout.key,
     })?;
     layout.gpus(&model.gpus.devices)?;
     for (rank, &pid) in order.iter().enumerate() {
         layout.process(pid, rank as i64)?;
     }
-    for (n, thread) in threads.iter().enumerate() {
-        match &fitted {
-            Some(slices) => layout.thread(thread, slices[n].iter().cloned())?,
-            None if min_slice_ns <= 1 => {
-                layout.thread(thread, thread.intervals.iter().map(|iv| Slice::of(&iv)))?
-            }
-            None => {
-                let merged = merge_slices(thread.intervals.iter(), min_slice_ns);
-                layout.thread(thread, merged.into_iter())?
-            }
+    let mut fitted = fitted.into_iter();
+    for thread in threads {
+        let slices = if fits(thread) { fitted.next() } else { None };
+        match slices {
+            Some(slices) => layout.thread(thread, slices.into_iter())?,
+            None if policy == SlicePolicy::Uncapped => layout.unfitted(thread, min_slice_ns)?,
+            None => layout.unfitted(thread, 1)?,
         }
     }
     layout.steps_and_stalls()?;
@@ -139,7 +149,7 @@ pub fn node_name(model: &crate::model::Model) -> String {
     }
 }
 
-struct Layout<'a, 'i, S> {
+struct Layout<'a, 'i, S: ?Sized> {
     input: &'a TimelineInput<'i>,
     key: NodeKey,
     sink: &'a mut S,
@@ -147,7 +157,7 @@ struct Layout<'a, 'i, S> {
     process_ids: HashMap<u32, TrackId>,
 }
 
-impl<S: TraceSink> Layout<'_, '_, S> {
+impl<S: TraceSink + ?Sized> Layout<'_, '_, S> {
     /// The track of process `pid`: its latest holder's (a reused pid keeps
     /// one track, as the kernel's numbering does).
     fn process_id(&self, pid: u32) -> TrackId {
@@ -168,6 +178,7 @@ impl<S: TraceSink> Layout<'_, '_, S> {
         self.key.track(kind, thread.start_ns)
     }
 
+    /// Declares a track that shows nothing of the model beyond its kind.
     fn declare(
         &mut self,
         id: TrackId,
@@ -184,6 +195,7 @@ impl<S: TraceSink> Layout<'_, '_, S> {
             name,
             sort_index,
             start_ns,
+            of: TrackOf::Nothing,
         })
     }
 
@@ -213,7 +225,8 @@ impl<S: TraceSink> Layout<'_, '_, S> {
     }
 
     fn thread(&mut self, thread: &Thread, slices: impl Iterator<Item = Slice>) -> io::Result<()> {
-        let sort = match self.input.role(thread) {
+        let role = self.input.role(thread);
+        let sort = match role {
             Role::Trainer => 0,
             Role::PinMemory => 1,
             Role::DataWorker => 2,
@@ -228,7 +241,16 @@ impl<S: TraceSink> Layout<'_, '_, S> {
             tid: thread.tid,
         };
         let label = self.input.thread_label(thread);
-        self.declare(id, Some(parent), kind, &label, sort, thread.start_ns)?;
+        let of = TrackOf::Thread { thread, role };
+        self.sink.track(&Track {
+            id,
+            parent: Some(parent),
+            kind,
+            name: &label,
+            sort_index: sort,
+            start_ns: thread.start_ns,
+            of,
+        })?;
         for slice in slices {
             let args =
                 (slice.parts > 1).then(|| json!({ "merged": slice.parts, "mix": slice.mix() }));
@@ -240,10 +262,21 @@ impl<S: TraceSink> Layout<'_, '_, S> {
                     start_ns: slice.start_ns,
                     end_ns: slice.end_ns,
                     args,
+                    of: SliceOf::State(&slice),
                 },
             )?;
         }
         Ok(())
+    }
+
+    /// A thread whose slices are not fitted to the limits: its intervals
+    /// as recorded when `min_ns` is 1, else merged below `min_ns`.
+    fn unfitted(&mut self, thread: &Thread, min_ns: u64) -> io::Result<()> {
+        if min_ns <= 1 {
+            return self.thread(thread, thread.intervals.iter().map(|iv| Slice::of(&iv)));
+        }
+        let merged = merge_slices(thread.intervals.iter(), min_ns);
+        self.thread(thread, merged.into_iter())
     }
 
     /// The lane `lane` of thread `tid` (in process `pid`), declared on
@@ -294,6 +327,7 @@ impl<S: TraceSink> Layout<'_, '_, S> {
                 start_ns: step.start_ns,
                 end_ns: step.end_ns,
                 args: Some(Value::Object(step.args.clone())),
+                of: SliceOf::Nothing,
             };
             self.sink.slice(id, &slice)?;
         }
@@ -307,6 +341,7 @@ impl<S: TraceSink> Layout<'_, '_, S> {
                 start_ns: phase.start_ns,
                 end_ns: phase.end_ns,
                 args: Some(json!({ "phase": phase.phase.title(), "top": phase.label })),
+                of: SliceOf::Phase(phase),
             };
             self.sink.slice(id, &slice)?;
         }
@@ -320,6 +355,7 @@ impl<S: TraceSink> Layout<'_, '_, S> {
                 start_ns: stall.start_ns,
                 end_ns: stall.end_ns,
                 args: Some(json!({ "rank": rank + 1, "blame": stall.annotation })),
+                of: SliceOf::Nothing,
             };
             self.sink.slice(id, &slice)?;
         }
@@ -347,6 +383,7 @@ impl<S: TraceSink> Layout<'_, '_, S> {
                 start_ns: call.start_ns,
                 end_ns: call.end_ns,
                 args: Some(args),
+                of: SliceOf::Nothing,
             };
             self.sink.slice(id, &slice)?;
         }
@@ -386,7 +423,15 @@ impl<S: TraceSink> Layout<'_, '_, S> {
             let kind = TrackKind::Gpu { index: gpu.index };
             let id = self.key.track(kind, 0);
             let name = format!("GPU {} {}", gpu.index, gpu.name);
-            self.declare(id, None, kind, &name, -100 + n as i64, 0)?;
+            self.sink.track(&Track {
+                id,
+                parent: None,
+                kind,
+                name: &name,
+                sort_index: -100 + n as i64,
+                start_ns: 0,
+                of: TrackOf::Gpu(gpu),
+            })?;
             for (metric, name, unit) in [
                 (GpuMetric::GpuUtilPct, "GPU utilization %", "util"),
                 (GpuMetric::MemUtilPct, "memory bandwidth %", "util"),
@@ -432,8 +477,19 @@ impl<S: TraceSink> Layout<'_, '_, S> {
                 .get(&dev)
                 .cloned()
                 .unwrap_or_else(|| format!("{}:{}", dev >> 20, dev & 0xfffff));
-            self.declare(id, None, kind, &format!("disk {name}"), rank + n as i64, 0)?;
             ios.sort_by_key(|io| (io.start_ns, io.end_ns));
+            self.sink.track(&Track {
+                id,
+                parent: None,
+                kind,
+                name: &format!("disk {name}"),
+                sort_index: rank + n as i64,
+                start_ns: 0,
+                of: TrackOf::Disk {
+                    name: &name,
+                    requests: &ios,
+                },
+            })?;
             if ios.len() > MAX_DISK_REQUESTS {
                 self.mean_in_flight(id, &ios)?;
             } else {
@@ -478,6 +534,7 @@ impl<S: TraceSink> Layout<'_, '_, S> {
                 start_ns: io.start_ns,
                 end_ns: io.end_ns,
                 args: Some(Value::Object(args)),
+                of: SliceOf::Nothing,
             };
             self.sink.slice(slots[slot].0, &slice)?;
         }
@@ -544,7 +601,7 @@ fn kept_stalls(stalls: &[Stall]) -> Vec<(usize, &Stall)> {
 
 /// Each value moved to the start of the period it averages (the previous
 /// sample; the first one's period is taken to be as long as the second's).
-pub(super) fn period_starts(points: &[(u64, u64)]) -> Vec<(u64, u64)> {
+pub(crate) fn period_starts(points: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let mut out = Vec::with_capacity(points.len());
     for (i, &(ts, value)) in points.iter().enumerate() {
         let start = match i {
@@ -577,7 +634,7 @@ mod tests {
     use super::super::{Delivery, Limits, Roles, Stall, TimelineStep};
     use super::*;
     use crate::model::{Gpus, Model, ThreadState::*};
-    use crate::render::trace::chrome::{CUDA_TID, DISK_PID, GPU_PID, STEPS_TID};
+    use crate::render::trace::memory::{MemorySink, MemoryTrack};
 
     /// A trainer (pid 1) and one worker process (pid 2) with a pool thread,
     /// a GPU and a disk.
@@ -656,7 +713,8 @@ mod tests {
         )
     }
 
-    fn render(model: &Model, steps: &[TimelineStep], stalls: &[Stall]) -> Value {
+    /// The layout of `model`, as the Chrome trace gets it, kept as values.
+    fn lay_out_of(model: &Model, steps: &[TimelineStep], stalls: &[Stall]) -> MemorySink {
         let roles = roles();
         let deliveries = [Delivery {
             ts: 1_500_000,
@@ -673,149 +731,100 @@ mod tests {
             title: "t".into(),
             limits: Limits::default(),
         };
-        let mut out = Vec::new();
-        super::super::chrome(&input, &mut out).unwrap();
-        serde_json::from_slice(&out).expect("valid JSON")
+        let mut sink = MemorySink::new();
+        lay_out(&input, SlicePolicy::Fit, Placement::default(), &mut sink).expect("the layout");
+        sink
     }
 
-    fn events(trace: &Value) -> &Vec<Value> {
-        trace["traceEvents"].as_array().unwrap()
-    }
-
-    fn meta<'a>(trace: &'a Value, name: &str, pid: u64, tid: Option<u64>) -> Option<&'a Value> {
-        events(trace).iter().find(|e| {
-            e["ph"] == "M"
-                && e["name"] == name
-                && e["pid"] == pid
-                && tid.is_none_or(|t| e["tid"] == t)
-        })
-    }
-
-    #[test]
-    fn every_event_has_the_fields_its_phase_needs() {
-        let trace = render(&model(), &[], &[]);
-        assert_eq!(trace["displayTimeUnit"], "ms");
-        for e in events(&trace) {
-            let ph = e["ph"].as_str().expect("ph");
-            assert!(e["pid"].is_u64(), "{e}");
-            match ph {
-                "M" => assert!(e["args"]["name"].is_string() || e["args"]["sort_index"].is_i64()),
-                "X" => {
-                    assert!(e["tid"].is_u64() && e["name"].is_string(), "{e}");
-                    assert!(e["ts"].as_f64().unwrap() >= 0.0, "{e}");
-                    assert!(e["dur"].as_f64().unwrap() > 0.0, "{e}");
-                }
-                "C" => assert!(e["ts"].is_number() && e["args"].is_object(), "{e}"),
-                "s" | "f" => assert!(e["id"].is_u64() && e["tid"].is_u64(), "{e}"),
-                other => panic!("unexpected phase {other}: {e}"),
-            }
-        }
+    fn thread_track(sink: &MemorySink, tid: u32) -> &MemoryTrack {
+        sink.thread_tracks()
+            .into_iter()
+            .find(|t| matches!(t.kind, TrackKind::Thread { tid: t, .. } if t == tid))
+            .unwrap_or_else(|| panic!("no track of thread {tid}"))
     }
 
     #[test]
     fn names_processes_and_threads() {
-        let trace = render(&model(), &[], &[]);
-        let name =
-            |pid, tid| meta(&trace, "thread_name", pid, tid).unwrap()["args"]["name"].clone();
-        assert_eq!(name(1, Some(1)), "python (trainer)");
-        assert_eq!(name(2, Some(2)), "pt_data_worker");
-        assert_eq!(name(2, Some(3)), "omp");
-        let process =
-            |pid| meta(&trace, "process_name", pid, None).unwrap()["args"]["name"].clone();
-        assert_eq!(process(1), "trainer: python");
+        let sink = lay_out_of(&model(), &[], &[]);
+        let name = |tid| thread_track(&sink, tid).name.as_str();
+        assert_eq!(name(1), "python (trainer)");
+        assert_eq!(name(2), "pt_data_worker");
+        assert_eq!(name(3), "omp");
+        let process = |pid| sink.tracks_of(TrackKind::Process { pid })[0];
+        assert_eq!(process(1).name, "trainer: python");
         // Named after its main thread, as renamed after the fork.
-        assert_eq!(process(2), "data worker: pt_data_worker");
-        assert_eq!(process(u64::from(GPU_PID)), "GPU 0 Fake");
-        assert_eq!(process(u64::from(DISK_PID)), "disk vda");
+        assert_eq!(process(2).name, "data worker: pt_data_worker");
+        // Each thread sits in its process.
+        assert_eq!(thread_track(&sink, 3).parent, Some(process(2).id));
+        let gpu = sink.tracks_of(TrackKind::Gpu { index: 0 })[0];
+        assert_eq!(gpu.name, "GPU 0 Fake");
+        let disk = sink.tracks_of(TrackKind::Disk { ordinal: 0 })[0];
+        assert_eq!(disk.name, "disk vda");
         // The trainer's process sorts before the worker's, GPUs before both.
-        let sort = |pid: u64| {
-            meta(&trace, "process_sort_index", pid, None).unwrap()["args"]["sort_index"]
-                .as_i64()
-                .unwrap()
-        };
-        assert!(sort(u64::from(GPU_PID)) < sort(1) && sort(1) < sort(2));
+        assert!(gpu.sort_index < process(1).sort_index);
+        assert!(process(1).sort_index < process(2).sort_index);
+        assert_eq!(sink.nodes.len(), 1);
+        assert_eq!(sink.nodes[0].title, "t");
     }
 
     #[test]
     fn state_slices_cover_each_thread_in_time() {
-        let trace = render(&model(), &[], &[]);
-        let slices: Vec<&Value> = events(&trace)
+        let sink = lay_out_of(&model(), &[], &[]);
+        let trainer = thread_track(&sink, 1);
+        let got: Vec<(&str, &str, u64, u64)> = sink
+            .slices_on(trainer.id)
             .iter()
-            .filter(|e| e["ph"] == "X" && e["tid"] == 1)
-            .collect();
-        let got: Vec<(&str, f64, f64)> = slices
-            .iter()
-            .map(|e| {
-                (
-                    e["name"].as_str().unwrap(),
-                    e["ts"].as_f64().unwrap(),
-                    e["dur"].as_f64().unwrap(),
-                )
-            })
+            .map(|s| (s.category, s.name.as_str(), s.start_ns, s.end_ns))
             .collect();
         assert_eq!(
             got,
             vec![
-                ("sleep", 0.0, 500.0),
-                ("runnable", 500.0, 100.0),
-                ("running", 600.0, 1400.0)
+                ("state", "sleep", 1_000_000, 1_500_000),
+                ("state", "runnable", 1_500_000, 1_600_000),
+                ("state", "running", 1_600_000, 3_000_000),
             ]
         );
-        assert!(slices.iter().all(|e| e["cat"] == "state" && e["pid"] == 1));
     }
 
     #[test]
     fn gpu_utilization_and_disk_in_flight_are_counters() {
-        let trace = render(&model(), &[], &[]);
-        let counters = |name: &str| -> Vec<(f64, Value)> {
-            events(&trace)
+        let sink = lay_out_of(&model(), &[], &[]);
+        // 90% averaged over (1 ms, 2 ms] is drawn from 1 ms.
+        assert_eq!(
+            sink.counter_values("GPU utilization %"),
+            vec![
+                (0, CounterValue::Uint(10)),
+                (1_000_000, CounterValue::Uint(90))
+            ]
+        );
+        let flight: Vec<CounterValue> = sink
+            .counter_values("in flight")
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        let ints = [1, 2, 1, 0].map(CounterValue::Int);
+        assert_eq!(flight, ints);
+        // Overlapping requests sit in different queue slots of the disk.
+        let slots: HashSet<TrackId> = sink.slices_of("io").iter().map(|s| s.track).collect();
+        assert_eq!(slots.len(), 2);
+        let disk = sink.tracks_of(TrackKind::Disk { ordinal: 0 })[0].id;
+        assert!(
+            slots
                 .iter()
-                .filter(|e| e["ph"] == "C" && e["name"] == name)
-                .map(|e| (e["ts"].as_f64().unwrap(), e["args"].clone()))
-                .collect()
-        };
-        // 90% averaged over (1 ms, 2 ms] is drawn from 1 ms: ts 0 µs.
-        let util = counters("GPU utilization %");
-        assert_eq!(util.len(), 2);
-        assert_eq!(util[1], (0.0, json!({"util": 90})));
-        let flight: Vec<i64> = counters("in flight")
-            .iter()
-            .map(|(_, a)| a["requests"].as_i64().unwrap())
-            .collect();
-        assert_eq!(flight, vec![1, 2, 1, 0]);
-        // Overlapping requests sit in different queue slots.
-        let io_tids: HashSet<u64> = events(&trace)
-            .iter()
-            .filter(|e| e["cat"] == "io")
-            .map(|e| e["tid"].as_u64().unwrap())
-            .collect();
-        assert_eq!(io_tids.len(), 2);
+                .all(|&s| sink.by_id(s).unwrap().parent == Some(disk))
+        );
     }
 
     #[test]
-    fn deliveries_are_flows_with_matching_ids() {
-        let trace = render(&model(), &[], &[]);
-        let flow: Vec<&Value> = events(&trace)
-            .iter()
-            .filter(|e| e["cat"] == "delivery")
-            .collect();
-        assert_eq!(flow.len(), 2);
-        let (start, end) = (flow[0], flow[1]);
+    fn deliveries_are_flows_between_the_threads() {
+        let sink = lay_out_of(&model(), &[], &[]);
+        let (worker, trainer) = (thread_track(&sink, 2).id, thread_track(&sink, 1).id);
+        assert_eq!(sink.flows.len(), 1);
+        let flow = sink.flows[0];
         assert_eq!(
-            (start["ph"].as_str(), end["ph"].as_str()),
-            (Some("s"), Some("f"))
+            (flow.from, flow.to, flow.ts_ns),
+            (worker, trainer, 1_500_000)
         );
-        assert_eq!(start["id"], end["id"]);
-        assert_eq!(
-            (start["tid"].as_u64(), end["tid"].as_u64()),
-            (Some(2), Some(1))
-        );
-        assert_eq!(
-            (start["pid"].as_u64(), end["pid"].as_u64()),
-            (Some(2), Some(1))
-        );
-        assert_eq!(start["ts"], end["ts"]);
-        assert_eq!(end["bp"], "e");
     }
 
     #[test]
@@ -844,23 +853,25 @@ mod tests {
                 annotation: "inner".into(),
             },
         ];
-        let trace = render(&model(), &steps, &stalls);
-        let step_tid = u64::from(STEPS_TID + 1);
-        let name = meta(&trace, "thread_name", 1, Some(step_tid)).expect("steps thread");
-        assert_eq!(name["args"]["name"], "steps");
-        let step = events(&trace)
-            .iter()
-            .find(|e| e["cat"] == "step")
-            .expect("step slice");
-        assert_eq!(step["tid"], step_tid);
-        assert_eq!(step["args"]["data_wait_ms"], 0.5);
-        let stalls: Vec<&Value> = events(&trace)
-            .iter()
-            .filter(|e| e["cat"] == "stall")
-            .collect();
+        let sink = lay_out_of(&model(), &steps, &stalls);
+        let lane = |lane| {
+            let kind = TrackKind::Lane {
+                pid: 1,
+                tid: 1,
+                lane,
+            };
+            sink.tracks_of(kind)[0].clone()
+        };
+        let steps_lane = lane(Lane::Steps);
+        assert_eq!(steps_lane.name, "steps");
+        let step = sink.slices_on(steps_lane.id)[0];
+        assert_eq!((step.category, step.name.as_str()), ("step", "step 1"));
+        assert_eq!(step.args.as_ref().unwrap()["data_wait_ms"], 0.5);
+        let stalls = sink.slices_on(lane(Lane::Stalls).id);
         assert_eq!(stalls.len(), 1);
-        assert_eq!(stalls[0]["name"], "waiting for pt_data_worker 2");
-        assert_eq!(stalls[0]["dur"], 500.0);
+        assert_eq!(stalls[0].name, "waiting for pt_data_worker 2");
+        assert_eq!(stalls[0].end_ns - stalls[0].start_ns, 500_000);
+        assert_eq!(stalls[0].args.as_ref().unwrap()["rank"], 1);
     }
 
     #[test]
@@ -876,15 +887,16 @@ mod tests {
                 ..io
             })
             .collect();
-        let trace = render(&model, &[], &[]);
-        assert!(!events(&trace).iter().any(|e| e["cat"] == "io"));
-        let means: Vec<f64> = events(&trace)
-            .iter()
-            .filter(|e| e["name"] == "in flight (mean per 1 ms)")
-            .map(|e| e["args"]["requests"].as_f64().unwrap())
-            .collect();
+        let sink = lay_out_of(&model, &[], &[]);
+        assert!(sink.slices_of("io").is_empty());
         // 25001 pairs × 19 ns = 475 µs of two in flight: a mean of 0.95.
-        assert_eq!(means, vec![0.95, 0.0]);
+        assert_eq!(
+            sink.counter_values("in flight (mean per 1 ms)"),
+            vec![
+                (1_000_000, CounterValue::Float(0.95)),
+                (2_000_000, CounterValue::Float(0.0))
+            ]
+        );
     }
 
     #[test]
@@ -900,17 +912,18 @@ mod tests {
             ret: 0,
             op: CudaOp::Sync { stream: Some(0) },
         }];
-        let trace = render(&model, &[], &[]);
-        let tid = u64::from(CUDA_TID + 1);
-        let name = meta(&trace, "thread_name", 1, Some(tid)).expect("cuda track");
-        assert_eq!(name["args"]["name"], "cuda");
-        let call = events(&trace)
-            .iter()
-            .find(|e| e["ph"] == "X" && e["tid"] == tid)
-            .expect("a cuda slice");
-        assert_eq!(call["name"], "cudaStreamSynchronize");
-        assert_eq!(call["ts"], 700.0);
-        assert_eq!(call["dur"], 200.0);
+        let sink = lay_out_of(&model, &[], &[]);
+        let kind = TrackKind::Lane {
+            pid: 1,
+            tid: 1,
+            lane: Lane::Cuda,
+        };
+        let lane = sink.tracks_of(kind)[0];
+        assert_eq!(lane.name, "cuda");
+        let calls = sink.slices_on(lane.id);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].name, "cudaStreamSynchronize");
+        assert_eq!((calls[0].start_ns, calls[0].end_ns), (1_700_000, 1_900_000));
     }
 
     #[test]
@@ -925,15 +938,13 @@ mod tests {
             t += 200_000;
         }
         model.threads[2] = thread(3, 2, "omp", ivs);
-        let trace = render(&model, &[], &[]);
-        let slices: Vec<&Value> = events(&trace)
-            .iter()
-            .filter(|e| e["ph"] == "X" && e["tid"] == 3)
-            .collect();
+        let sink = lay_out_of(&model, &[], &[]);
+        let slices = sink.slices_on(thread_track(&sink, 3).id);
         assert_eq!(slices.len(), 1, "{slices:?}");
-        assert_eq!(slices[0]["name"], "running");
-        assert_eq!(slices[0]["args"]["merged"], 20);
-        assert_eq!(slices[0]["args"]["mix"], "running 95%, runnable 5%");
-        assert_eq!(trace["otherData"]["min_slice_us"], 50.0);
+        assert_eq!(slices[0].name, "running");
+        let args = slices[0].args.as_ref().expect("a merged slice's args");
+        assert_eq!(args["merged"], 20);
+        assert_eq!(args["mix"], "running 95%, runnable 5%");
+        assert_eq!(sink.nodes[0].min_slice_ns, 50_000);
     }
 }

@@ -19,6 +19,20 @@ use serde_json::{Value, json};
 use super::{
     CounterTrack, CounterValue, Lane, NodeInfo, SliceEvent, TraceSink, Track, TrackId, TrackKind,
 };
+use crate::render::exporter::{Exporter, Reads};
+use crate::render::timeline::tracks::SlicePolicy;
+
+/// `tprof timeline -o FILE.json`: merged to fit its limits.
+pub static CHROME: Exporter = Exporter {
+    name: "chrome",
+    about: "The timeline as Chrome trace event JSON, merged to fit",
+    extensions: &["json"],
+    opens_in: "chrome://tracing, Perfetto UI",
+    reads: Reads::Timeline {
+        slices: SlicePolicy::Fit,
+        sink: |out| Box::new(ChromeSink::new(out)),
+    },
+};
 
 /// Thread of a thread's steps: this plus its tid.
 pub const STEPS_TID: u32 = 1_000_000_000;
@@ -275,5 +289,198 @@ impl<W: Write> TraceSink for ChromeSink<W> {
     fn finish(&mut self) -> io::Result<()> {
         self.out.write_all(b"\n]}\n")?;
         self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{NodeClock, NodeKey, SliceOf, TrackOf};
+    use super::*;
+
+    fn node() -> NodeInfo {
+        NodeInfo {
+            index: 0,
+            name: "host".into(),
+            kernel_release: String::new(),
+            cores: 2,
+            clock: NodeClock { offset_ns: 0 },
+            title: "t".into(),
+            window_start_ns: 1_000_000,
+            duration_ns: 2_000_000,
+            min_slice_ns: 50_000,
+            gpu_status: None,
+            key: NodeKey(1),
+        }
+    }
+
+    fn track(id: u64, parent: Option<u64>, kind: TrackKind, name: &str) -> Track<'_> {
+        Track {
+            id: TrackId(id),
+            parent: parent.map(TrackId),
+            kind,
+            name,
+            sort_index: id as i64,
+            start_ns: 1_000_000,
+            of: TrackOf::Nothing,
+        }
+    }
+
+    /// A process with a thread, the thread's steps lane, a GPU with a
+    /// counter and a disk's queue slot, a slice on each and a flow between
+    /// the thread and its lane, as Chrome trace event JSON.
+    fn trace() -> Value {
+        let mut out = Vec::new();
+        let mut sink = ChromeSink::new(&mut out);
+        sink.node(&node()).unwrap();
+        let steps = Lane::Steps;
+        for t in [
+            track(1, None, TrackKind::Process { pid: 7 }, "trainer: python"),
+            track(2, Some(1), TrackKind::Thread { pid: 7, tid: 8 }, "python"),
+            track(
+                3,
+                Some(1),
+                TrackKind::Lane {
+                    pid: 7,
+                    tid: 8,
+                    lane: steps,
+                },
+                "steps",
+            ),
+            track(4, None, TrackKind::Gpu { index: 1 }, "GPU 1 Fake"),
+            track(5, None, TrackKind::Disk { ordinal: 2 }, "disk vda"),
+            track(
+                6,
+                Some(5),
+                TrackKind::QueueSlot { disk: 2, slot: 3 },
+                "queue slot 3",
+            ),
+        ] {
+            sink.track(&t).unwrap();
+        }
+        let counter = CounterTrack {
+            id: TrackId(9),
+            parent: TrackId(4),
+            name: "GPU utilization %",
+            unit: "util",
+        };
+        sink.counter_track(&counter).unwrap();
+        sink.counter(TrackId(9), 1_500_000, CounterValue::Uint(90))
+            .unwrap();
+        for track in [2, 3, 6] {
+            let slice = SliceEvent {
+                category: "state",
+                name: "running",
+                start_ns: 1_250_000,
+                end_ns: 1_750_000,
+                args: Some(json!({ "merged": 2 })),
+                of: SliceOf::Nothing,
+            };
+            sink.slice(TrackId(track), &slice).unwrap();
+        }
+        sink.flow(1, TrackId(2), TrackId(3), 2_000_000).unwrap();
+        sink.finish().unwrap();
+        serde_json::from_slice(&out).expect("valid JSON")
+    }
+
+    fn events(trace: &Value) -> &Vec<Value> {
+        trace["traceEvents"].as_array().unwrap()
+    }
+
+    #[test]
+    fn every_event_has_the_fields_its_phase_needs() {
+        let trace = trace();
+        assert_eq!(trace["displayTimeUnit"], "ms");
+        assert_eq!(trace["otherData"]["min_slice_us"], 50.0);
+        for e in events(&trace) {
+            let ph = e["ph"].as_str().expect("ph");
+            assert!(e["pid"].is_u64(), "{e}");
+            match ph {
+                "M" => assert!(e["args"]["name"].is_string() || e["args"]["sort_index"].is_i64()),
+                "X" => {
+                    assert!(e["tid"].is_u64() && e["name"].is_string(), "{e}");
+                    assert!(e["ts"].as_f64().unwrap() >= 0.0, "{e}");
+                    assert!(e["dur"].as_f64().unwrap() > 0.0, "{e}");
+                }
+                "C" => assert!(e["ts"].is_number() && e["args"].is_object(), "{e}"),
+                "s" | "f" => assert!(e["id"].is_u64() && e["tid"].is_u64(), "{e}"),
+                other => panic!("unexpected phase {other}: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn tracks_that_are_not_threads_get_numbers_of_their_own() {
+        let trace = trace();
+        let places: Vec<(u64, Option<u64>)> = events(&trace)
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .map(|e| (e["pid"].as_u64().unwrap(), e["tid"].as_u64()))
+            .collect();
+        let (steps, disk, slot) = (STEPS_TID + 8, DISK_PID + 2, DISK_SLOT_TID + 203);
+        assert_eq!(
+            places,
+            [(7, Some(8)), (7, Some(steps)), (disk, Some(slot))]
+                .map(|(p, t)| (u64::from(p), t.map(u64::from)))
+        );
+        let gpu = events(&trace)
+            .iter()
+            .find(|e| e["ph"] == "M" && e["args"]["name"] == "GPU 1 Fake")
+            .expect("the GPU's process");
+        assert_eq!(gpu["pid"], GPU_PID + 1);
+    }
+
+    #[test]
+    fn times_are_us_from_the_window_start() {
+        let trace = trace();
+        let slice = events(&trace).iter().find(|e| e["ph"] == "X").unwrap();
+        assert_eq!(
+            (slice["ts"].as_f64(), slice["dur"].as_f64()),
+            (Some(250.0), Some(500.0))
+        );
+        assert_eq!(slice["args"]["merged"], 2);
+        let counter = events(&trace).iter().find(|e| e["ph"] == "C").unwrap();
+        assert_eq!(counter["ts"], 500.0);
+        assert_eq!(counter["args"], json!({ "util": 90 }));
+    }
+
+    #[test]
+    fn a_flow_binds_its_end_to_the_enclosing_slice() {
+        let trace = trace();
+        let flow: Vec<&Value> = events(&trace)
+            .iter()
+            .filter(|e| e["cat"] == "delivery")
+            .collect();
+        assert_eq!(flow.len(), 2);
+        let (start, end) = (flow[0], flow[1]);
+        assert_eq!(
+            (start["ph"].as_str(), end["ph"].as_str()),
+            (Some("s"), Some("f"))
+        );
+        assert_eq!(start["id"], end["id"]);
+        assert_eq!(
+            (start["tid"].as_u64(), end["tid"].as_u64()),
+            (Some(8), Some(u64::from(STEPS_TID + 8)))
+        );
+        assert_eq!(start["ts"], end["ts"]);
+        assert_eq!(end["bp"], "e");
+    }
+
+    #[test]
+    fn a_track_used_before_it_is_declared_is_an_error() {
+        let mut sink = ChromeSink::new(Vec::new());
+        sink.node(&node()).unwrap();
+        let slice = SliceEvent {
+            category: "state",
+            name: "running",
+            start_ns: 0,
+            end_ns: 1,
+            args: None,
+            of: SliceOf::Nothing,
+        };
+        assert!(sink.slice(TrackId(5), &slice).is_err());
+        assert!(
+            sink.node(&node()).is_err(),
+            "one recording per Chrome trace"
+        );
     }
 }

@@ -1,9 +1,17 @@
 //! One seam for every trace format: the timeline layout
 //! ([`crate::render::timeline::tracks`]) says which tracks there are and
 //! what happens on them; a [`TraceSink`] writes that in its format. Chrome
-//! trace event JSON ([`chrome`]) and Perfetto's protobuf ([`perfetto`]) are
-//! the two; `tprof merge` feeds several recordings, one node each, into one
-//! Perfetto sink.
+//! trace event JSON ([`chrome`]), Perfetto's protobuf ([`perfetto`]) and a
+//! self-contained HTML page ([`html`]) are the formats; [`memory`] keeps it
+//! as values, for tests. `tprof merge` feeds several recordings, one node
+//! each, into one Perfetto sink.
+//!
+//! A format draws what happens on each track, from the kind, name and args
+//! the layout gives it; a format that summarizes instead (the [`html`] page
+//! folds pool threads into counts and bins a disk's requests into %util)
+//! reads the model's object a track or slice is of ([`TrackOf`],
+//! [`SliceOf`]). Either way the layout decides which tracks there are, in
+//! which order, under which names: there is one layout for every format.
 //!
 //! Tracks are named by what they are ([`TrackKind`]) and by a [`TrackId`]
 //! that is stable (the same recording gives the same ids) and unique across
@@ -16,6 +24,8 @@
 //! places them with the node's [`NodeClock`].
 
 pub mod chrome;
+pub mod html;
+pub mod memory;
 pub mod perfetto;
 pub mod perfetto_proto;
 
@@ -23,7 +33,10 @@ use std::io;
 
 use serde_json::Value;
 
-use crate::model::Model;
+use crate::analysis::roles::Role;
+use crate::analysis::timeline::PhaseSlice;
+use crate::model::{Gpu, IoRequest, Model, Thread};
+use crate::render::timeline::Slice;
 
 /// A track's identity in a trace (never 0: Perfetto reserves it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -71,6 +84,28 @@ pub struct Track<'a> {
     pub sort_index: i64,
     /// When it began (ns, recording clock): a process' or thread's start.
     pub start_ns: u64,
+    /// What in the model it shows.
+    pub of: TrackOf<'a>,
+}
+
+/// What in the model a track shows, for a format that draws the track its
+/// own way rather than by what happens on it.
+#[derive(Debug, Clone, Copy)]
+pub enum TrackOf<'a> {
+    /// A thread of the job, in its role.
+    Thread {
+        thread: &'a Thread,
+        role: Role,
+    },
+    Gpu(&'a Gpu),
+    /// A block device and every request it served: its queue slots hold
+    /// only those that fit, and none when there are too many.
+    Disk {
+        name: &'a str,
+        requests: &'a [&'a IoRequest],
+    },
+    /// Nothing beyond its kind and name (a process, a lane, a queue slot).
+    Nothing,
 }
 
 /// A counter: a series of values over time on a track of its own.
@@ -102,6 +137,20 @@ pub struct SliceEvent<'a> {
     pub end_ns: u64,
     /// Details, a JSON object.
     pub args: Option<Value>,
+    /// What in the model it shows.
+    pub of: SliceOf<'a>,
+}
+
+/// What in the model a slice shows, for a format with a form of its own
+/// for it (the HTML page packs states and phases into numbers).
+#[derive(Debug, Clone, Copy)]
+pub enum SliceOf<'a> {
+    /// A thread's state, or a run of states merged.
+    State(&'a Slice),
+    /// A phase of the trainer's step.
+    Phase(&'a PhaseSlice),
+    /// Nothing beyond its name and args.
+    Nothing,
 }
 
 /// How a node's clock maps onto the trace's time.
@@ -136,6 +185,9 @@ pub struct NodeInfo {
     pub duration_ns: u64,
     /// Slices shorter than this were merged with their neighbours (1: none).
     pub min_slice_ns: u64,
+    /// Why the node has no GPU tracks, when it has none and the recording
+    /// says.
+    pub gpu_status: Option<String>,
     /// What the ids of this node's tracks hash.
     pub key: NodeKey,
 }

@@ -25,6 +25,23 @@ use super::{
     CounterTrack, CounterValue, NodeClock, NodeInfo, NodeKey, SliceEvent, TraceSink, Track,
     TrackId, TrackKind,
 };
+use crate::render::exporter::{Exporter, Reads};
+use crate::render::timeline::tracks::SlicePolicy;
+
+/// `tprof timeline -o FILE.pftrace` and `tprof export --format perfetto`:
+/// slices shorter than the limits' `min_slice_ns` merged (1 ns: none),
+/// however many there are.
+pub static PERFETTO: Exporter = Exporter {
+    name: "perfetto",
+    about: "Perfetto's protobuf trace: every thread's states, steps, stalls, CUDA calls, \
+            GPU and disk counters, deliveries as flows",
+    extensions: &["pftrace", "perfetto-trace"],
+    opens_in: "Perfetto UI, trace_processor",
+    reads: Reads::Timeline {
+        slices: SlicePolicy::Uncapped,
+        sink: |out| Box::new(PerfettoSink::new(out)),
+    },
+};
 
 /// The field number of `Trace.packet`, wire type 2 (length-delimited).
 const PACKET_TAG: u8 = (1 << 3) | 2;

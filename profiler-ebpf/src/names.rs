@@ -36,6 +36,8 @@ pub mod program {
     pub const CUDA_LAUNCH: &str = "tprof_cuda_launch";
     pub const TORCH_MARK: &str = "tprof_torch_mark";
     pub const PIPE_READ: &str = "tprof_pipe_read";
+    pub const MMAP_EXIT: &str = "tprof_mmap_exit";
+    pub const MPROTECT_EXIT: &str = "tprof_mprotect_exit";
     /// Every program in the object.
     pub const ALL: &[&str] = &[
         SWITCH,
@@ -65,6 +67,8 @@ pub mod program {
         CUDA_LAUNCH,
         TORCH_MARK,
         PIPE_READ,
+        MMAP_EXIT,
+        MPROTECT_EXIT,
     ];
 }
 

@@ -34,6 +34,7 @@
 mod block;
 mod cuda;
 mod futex;
+mod mappings;
 mod python;
 mod sched;
 mod stacks;
@@ -209,7 +210,9 @@ static OFFSETS: TracepointOffsets = TracepointOffsets {
     task_exit_state: 0,
     task_cpu: 0,
     task_fsbase: 0,
-    _pad: [0; 3],
+    mmap_ret: 16,
+    mprotect_ret: 16,
+    _pad: 0,
 };
 
 /// Non-zero when stacks are sampled (`tprof record --no-stacks` clears it,

@@ -505,6 +505,7 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::PY_STACK => "py_stack",
         kind::MARK => "mark",
         kind::PIPE => "pipe",
+        kind::EXEC_MAP => "exec_map",
         _ => "unknown",
     }
 }

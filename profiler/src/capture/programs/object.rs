@@ -55,6 +55,11 @@ const REFUSE_PYTHON_ENV: &str = "TPROF_REFUSE_PYTHON_WALK";
 /// BTF: to measure what they cost (docs/benchmarks.md) and to test steps
 /// without pipe events.
 const NO_PIPES_ENV: &str = "TPROF_NO_PIPES";
+/// Set to 1 to poll the targets' mappings (every process's maps once a
+/// second, a young one's every drain) instead of reading them when the
+/// kernel says they changed, as on a kernel without BTF: to measure what
+/// polling costs (docs/benchmarks.md) and to test the fallback.
+const POLL_MAPS_ENV: &str = "TPROF_POLL_MAPS";
 
 /// Sizes of the kernel maps that bound what tprof can follow, and how long
 /// an entry of a map of things in flight may wait for its end. The
@@ -125,6 +130,10 @@ pub struct KernelPrograms {
     /// The pipe programs are loaded (attached by [`KernelPrograms::attach`]),
     /// or why not.
     pub(super) pipes: std::result::Result<(), String>,
+    /// The programs that say when a tracked process maps executable memory
+    /// are loaded (attached by [`KernelPrograms::attach`], which clears it
+    /// when they cannot be): capture reads maps when told, else polls.
+    pub(super) map_events: bool,
     /// How user stacks are taken ([`stack_mode`]), and how much a copy
     /// takes.
     stack_mode: u32,
@@ -220,6 +229,17 @@ impl KernelPrograms {
         // Without it CPython 3.10's threads cannot be told apart: its
         // processes get no Python frames (say so when one is found).
         offsets.task_fsbase = btf::fsbase_offset().unwrap_or(0);
+        // The mapping programs read the call's registers with BTF helpers;
+        // without BTF (or when asked to poll) their offsets stay 0 and they
+        // do nothing.
+        let map_events = offsets.mmap_ret != 0
+            && offsets.mprotect_ret != 0
+            && std::path::Path::new(btf::VMLINUX_BTF).exists()
+            && std::env::var_os(POLL_MAPS_ENV).is_none_or(|v| v != "1");
+        if !map_events {
+            offsets.mmap_ret = 0;
+            offsets.mprotect_ret = 0;
+        }
         let globals = Globals {
             offsets: &offsets,
             ..*globals
@@ -256,6 +276,7 @@ impl KernelPrograms {
             python_frames: globals.python_frames,
             raw_sched,
             pipes,
+            map_events,
             stack_mode: globals.stack_mode,
             stack_copy_bytes: globals.stack_copy_bytes,
             links: Links::default(),
@@ -278,6 +299,12 @@ impl KernelPrograms {
     /// Whether the kernel can tell CPython 3.10's threads apart.
     pub fn python_threads_by_fsbase(&self) -> bool {
         self.python_threads_by_fsbase
+    }
+
+    /// Whether the kernel says when a tracked process maps executable
+    /// memory ([`kind::EXEC_MAP`] events); else its maps are polled.
+    pub fn map_events(&self) -> bool {
+        self.map_events
     }
 
     /// How user stacks are taken ([`stack_mode`]).

@@ -95,6 +95,8 @@ pub mod map {
     pub const PY_PROCS: &str = "PY_PROCS";
     /// The per-CPU scratch record of the Python walk.
     pub const PY_SCRATCH: &str = "PY_SCRATCH";
+    /// Where the switch program's time goes (`switch_part`), when asked.
+    pub const SWITCH_PROFILE: &str = "SWITCH_PROFILE";
     /// Every map in the object but the event and copy shards (and the sections
     /// of program globals).
     pub const ALL_BUT_EVENTS: &[&str] = &[
@@ -109,6 +111,7 @@ pub mod map {
         STACK_SCRATCH,
         PY_PROCS,
         PY_SCRATCH,
+        SWITCH_PROFILE,
     ];
 }
 
@@ -120,6 +123,7 @@ pub mod global {
     pub const STACK_COPY_BYTES: &str = "STACK_COPY_BYTES";
     pub const PYTHON_FRAMES: &str = "PYTHON_FRAMES";
     pub const FILE_OFFSETS: &str = "FILE_OFFSETS";
+    pub const PROFILE_SWITCH: &str = "PROFILE_SWITCH";
 }
 
 const _: () = assert!(map::EVENTS.len() == EVENT_SHARDS as usize);

@@ -436,6 +436,10 @@ impl Session {
         };
         write_end(&mut *sink, &self.tracker, &lost, &footer)?;
         sink.finish()?;
+        let switch_profile = self.programs.switch_profile();
+        if !switch_profile.is_empty() {
+            eprintln!("{}", status::switch_profile_line(&switch_profile));
+        }
         // The recording is whole: what is left is the kernel's.
         self.programs.wait_detached();
         drop(self.programs);

@@ -17,7 +17,7 @@ use profiler_ebpf::{
     MAX_BIO_OWNERS, MAX_CUDA_CALLS, MAX_REQUESTS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, PyProcInfo,
     RING_BUFFER_BYTES, ThreadState, TracepointOffsets, kind, lost_map, lost_stack,
     names::{global, map},
-    stack_mode,
+    stack_mode, switch_part,
 };
 
 use super::attach::SCHED;
@@ -60,6 +60,10 @@ const NO_PIPES_ENV: &str = "TPROF_NO_PIPES";
 /// kernel says they changed, as on a kernel without BTF: to measure what
 /// polling costs (docs/benchmarks.md) and to test the fallback.
 const POLL_MAPS_ENV: &str = "TPROF_POLL_MAPS";
+/// Set to 1 to have the switch program measure where its time goes
+/// (`profiler_ebpf::switch_part`); `tprof record` prints it when it ends
+/// (the benches' breakdown of the switch program, docs/benchmarks.md).
+const SWITCH_PROFILE_ENV: &str = "TPROF_SWITCH_PROFILE";
 
 /// Sizes of the kernel maps that bound what tprof can follow, and how long
 /// an entry of a map of things in flight may wait for its end. The
@@ -120,6 +124,8 @@ pub struct KernelPrograms {
     in_flight: InFlight,
     /// Python processes: where their interpreters keep their frames.
     py_procs: HashMap<MapData, u32, PyProcInfo>,
+    /// The switch program's time by part, when [`SWITCH_PROFILE_ENV`] asks.
+    switch_profile: PerCpuArray<MapData, u64>,
     /// The kernel can tell CPython 3.10's threads apart (its BTF gave
     /// `thread.fsbase`).
     python_threads_by_fsbase: bool,
@@ -272,6 +278,7 @@ impl KernelPrograms {
             cuda_launches: PerCpuHashMap::try_from(take_map(&mut ebpf, map::CUDA_LAUNCHES)?)?,
             in_flight: InFlight::take(&mut ebpf)?,
             py_procs: HashMap::try_from(take_map(&mut ebpf, map::PY_PROCS)?)?,
+            switch_profile: PerCpuArray::try_from(take_map(&mut ebpf, map::SWITCH_PROFILE)?)?,
             python_threads_by_fsbase: offsets.task_fsbase != 0,
             python_frames: globals.python_frames,
             raw_sched,
@@ -299,6 +306,28 @@ impl KernelPrograms {
     /// Whether the kernel can tell CPython 3.10's threads apart.
     pub fn python_threads_by_fsbase(&self) -> bool {
         self.python_threads_by_fsbase
+    }
+
+    /// The switch program's time by part (`switch_part`): (name, ns,
+    /// runs), summed over CPUs; empty unless [`SWITCH_PROFILE_ENV`] asked.
+    pub fn switch_profile(&self) -> Vec<(&'static str, u64, u64)> {
+        if !profile_switch() {
+            return Vec::new();
+        }
+        let total = |slot: u32| -> u64 {
+            self.switch_profile
+                .get(&slot, 0)
+                .map_or(0, |per_cpu| per_cpu.iter().sum())
+        };
+        (0..switch_part::COUNT)
+            .map(|p| {
+                (
+                    switch_part::NAMES[p as usize],
+                    total(3 * p),
+                    total(3 * p + 1),
+                )
+            })
+            .collect()
     }
 
     /// Whether the kernel says when a tracked process maps executable
@@ -471,6 +500,11 @@ fn wanted_stack_mode() -> u32 {
     }
 }
 
+/// Whether [`SWITCH_PROFILE_ENV`] asks for the switch program's breakdown.
+fn profile_switch() -> bool {
+    std::env::var_os(SWITCH_PROFILE_ENV).is_some_and(|v| v == "1")
+}
+
 /// The program globals userspace sets at load time.
 #[derive(Clone, Copy)]
 struct Globals<'a> {
@@ -485,6 +519,7 @@ struct Globals<'a> {
 /// and no program loaded yet.
 fn open_object(globals: &Globals, files: FileOffsets, limits: MapLimits) -> Result<Ebpf> {
     let sample_stacks = u32::from(globals.sample_stacks);
+    let profile_switch = u32::from(profile_switch());
     let python_frames = u32::from(globals.python_frames);
     // Two stack copy buffers per possible CPU (the switch programs', the
     // sampler's); only copy mode uses them.
@@ -511,6 +546,7 @@ fn open_object(globals: &Globals, files: FileOffsets, limits: MapLimits) -> Resu
         .override_global(global::STACK_COPY_BYTES, &globals.stack_copy_bytes, true)
         .override_global(global::PYTHON_FRAMES, &python_frames, true)
         .override_global(global::FILE_OFFSETS, &files, true)
+        .override_global(global::PROFILE_SWITCH, &profile_switch, true)
         .map_max_entries(map::STACK_SCRATCH, scratch)
         .map_max_entries(map::TRACKED_TIDS, limits.tracked_threads)
         .map_max_entries(map::REQUESTS, limits.in_flight.min(MAX_REQUESTS))

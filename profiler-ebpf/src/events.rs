@@ -44,9 +44,14 @@ pub mod kind {
     /// A tracked thread left a CPU that no traced switch had put it on
     /// ([`ArrivalEvent`](crate::ArrivalEvent)): how long it had run there.
     pub const ARRIVAL: u16 = 15;
+    /// A tracked process mapped executable memory
+    /// ([`ExecMapEvent`](crate::ExecMapEvent)). Only in the ring buffer:
+    /// capture reads the process's mappings again and never writes it to a
+    /// recording.
+    pub const EXEC_MAP: u16 = 16;
     /// One past the largest kind: the size of the per-kind drop counters
     /// (it must stay below the `lost_stack` slots, 24).
-    pub const COUNT: u32 = 16;
+    pub const COUNT: u32 = 17;
 }
 
 /// Starts every ring-buffer record. 16 bytes.
@@ -293,6 +298,8 @@ pub const fn event_size(kind: u16) -> Option<usize> {
         kind::ARRIVAL => Some(size_of::<ArrivalEvent>()),
         // Its fixed part; the frames follow. Never in a recording.
         kind::PY_STACK => Some(size_of::<PyStackEvent>()),
+        // Never in a recording.
+        kind::EXEC_MAP => Some(size_of::<ExecMapEvent>()),
         _ => None,
     }
 }
@@ -559,3 +566,28 @@ const _: () = assert!(size_of::<PipeEvent>() == 48);
 impl AbiEvent for PipeEvent {
     const KIND: u16 = kind::PIPE;
 }
+
+/// A tracked process's `mmap` or `mprotect` that made memory executable
+/// (`PROT_EXEC`) returned: a library loaded, JIT code, a new image's
+/// segments. It tells capture when a process's mappings changed, so they
+/// are read again then rather than polled. Only in the ring buffer: capture
+/// uses it up and never writes it to a recording. 40 bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecMapEvent {
+    /// `ts_ns` is the syscall's return: the mapping is in place.
+    pub hdr: EventHeader,
+    /// The mapping's start and length as the call gave them.
+    pub addr: u64,
+    pub len: u64,
+    pub tid: u32,
+    pub tgid: u32,
+}
+const _: () = assert!(size_of::<ExecMapEvent>() == 40);
+impl AbiEvent for ExecMapEvent {
+    const KIND: u16 = kind::EXEC_MAP;
+}
+
+/// `PROT_EXEC` of `mmap` and `mprotect`.
+pub const PROT_EXEC: u64 = 4;

@@ -73,9 +73,13 @@ pub struct TracepointOffsets {
     /// `thread.fsbase` within task_struct: a thread's `pthread_self()`,
     /// which is how CPython 3.10 names its threads (0 when unknown).
     pub task_fsbase: u16,
-    pub _pad: [u16; 1],
+    /// syscalls/sys_exit_mmap and sys_exit_mprotect: `ret` (0 when the
+    /// kernel lacks them: mappings are then polled).
+    pub mmap_ret: u16,
+    pub mprotect_ret: u16,
+    pub _pad: [u16; 3],
 }
-const _: () = assert!(size_of::<TracepointOffsets>() == 72);
+const _: () = assert!(size_of::<TracepointOffsets>() == 80);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
 // derived bytemuck::Pod checks it): every bit pattern is a valid value.
 #[cfg(feature = "user")]

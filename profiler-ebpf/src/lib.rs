@@ -20,7 +20,9 @@
 //! - `events`: [`EventHeader`] and one event struct per [`kind`] (each tied
 //!   to its kind by [`AbiEvent`]), the constants their fields take
 //!   ([`errno`], the futex syscalls and ops, [`cuda_fn`], [`mark`],
-//!   [`pipe_op`]) and [`event_size`];
+//!   [`pipe_op`]) and [`event_size`], and the ring-buffer-only
+//!   [`ExecMapEvent`] (kind 15), which tells capture a process's mappings
+//!   changed and is never recorded;
 //! - `stacks`: [`stack_mode`], [`stack_kind`], [`copy_ref`] and
 //!   [`fingerprint`], [`LastStacks`], and the ring-buffer-only
 //!   [`StackCopyEvent`] (kind 11, with its [`CopySection`]s and

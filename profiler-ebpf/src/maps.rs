@@ -82,6 +82,42 @@ const _: () = assert!(
         && lost_stack::NO_SCRATCH < LOST_SLOTS
 );
 
+/// Where the switch program's time goes, when userspace asks
+/// (`TPROF_SWITCH_PROFILE=1` sets the `PROFILE_SWITCH` global): slot `3p`
+/// of the per-CPU `SWITCH_PROFILE` array sums the nanoseconds part `p`
+/// took, slot `3p + 1` counts its runs, slot `3p + 2` is when it began. The clock reads the measurement
+/// adds (about 20 ns each) fall in the parts measured. Off by default: the
+/// verifier then drops the measuring code.
+pub mod switch_part {
+    /// A switch with a tracked task, from after the filtering lookups to
+    /// after its event is written. What the parts below leave of it is the
+    /// rest: `prev_state`, whether the last walk may be reused (its age
+    /// and, for a Python thread, whether its Python code moved; measuring
+    /// that part alone made LLVM emit code the verifier refused).
+    pub const TRACKED: u32 = 0;
+    /// Walking the kernel stack into the stack map.
+    pub const KERNEL_WALK: u32 = 1;
+    /// The user stack: a copy's fingerprint matched, or a new copy.
+    pub const USER_STACK: u32 = 2;
+    /// New copies alone (a subset of [`USER_STACK`]).
+    pub const NEW_COPY: u32 = 3;
+    /// Walking the Python frames and sending them.
+    pub const PYTHON_WALK: u32 = 4;
+    /// Writing the switch event into the ring buffer.
+    pub const EVENT_WRITE: u32 = 5;
+    /// Parts measured.
+    pub const COUNT: u32 = 6;
+    /// Their names, as userspace prints them.
+    pub const NAMES: [&str; COUNT as usize] = [
+        "tracked switch",
+        "kernel walk",
+        "user stack",
+        "new copy",
+        "python walk",
+        "event write",
+    ];
+}
+
 /// Distinct stacks the `STACKS` map holds: kernel stacks, and user stacks
 /// in [`stack_mode::FRAME_POINTERS`](crate::stack_mode::FRAME_POINTERS).
 pub const MAX_STACKS: u32 = 16_384;

@@ -36,6 +36,8 @@ pub mod program {
     pub const CUDA_LAUNCH: &str = "tprof_cuda_launch";
     pub const TORCH_MARK: &str = "tprof_torch_mark";
     pub const PIPE_READ: &str = "tprof_pipe_read";
+    pub const MMAP_EXIT: &str = "tprof_mmap_exit";
+    pub const MPROTECT_EXIT: &str = "tprof_mprotect_exit";
     /// Every program in the object.
     pub const ALL: &[&str] = &[
         SWITCH,
@@ -65,6 +67,8 @@ pub mod program {
         CUDA_LAUNCH,
         TORCH_MARK,
         PIPE_READ,
+        MMAP_EXIT,
+        MPROTECT_EXIT,
     ];
 }
 
@@ -91,6 +95,8 @@ pub mod map {
     pub const PY_PROCS: &str = "PY_PROCS";
     /// The per-CPU scratch record of the Python walk.
     pub const PY_SCRATCH: &str = "PY_SCRATCH";
+    /// Where the switch program's time goes (`switch_part`), when asked.
+    pub const SWITCH_PROFILE: &str = "SWITCH_PROFILE";
     /// Every map in the object but the event and copy shards (and the sections
     /// of program globals).
     pub const ALL_BUT_EVENTS: &[&str] = &[
@@ -105,6 +111,7 @@ pub mod map {
         STACK_SCRATCH,
         PY_PROCS,
         PY_SCRATCH,
+        SWITCH_PROFILE,
     ];
 }
 
@@ -116,6 +123,7 @@ pub mod global {
     pub const STACK_COPY_BYTES: &str = "STACK_COPY_BYTES";
     pub const PYTHON_FRAMES: &str = "PYTHON_FRAMES";
     pub const FILE_OFFSETS: &str = "FILE_OFFSETS";
+    pub const PROFILE_SWITCH: &str = "PROFILE_SWITCH";
 }
 
 const _: () = assert!(map::EVENTS.len() == EVENT_SHARDS as usize);

@@ -34,6 +34,7 @@
 mod block;
 mod cuda;
 mod futex;
+mod mappings;
 mod python;
 mod sched;
 mod stacks;
@@ -211,7 +212,9 @@ static OFFSETS: TracepointOffsets = TracepointOffsets {
     task_runtime: 0,
     task_prev_runtime: 0,
     task_fsbase: 0,
-    _pad: [0; 1],
+    mmap_ret: 16,
+    mprotect_ret: 16,
+    _pad: [0; 3],
 };
 
 /// Non-zero when stacks are sampled (`tprof record --no-stacks` clears it,
@@ -242,6 +245,48 @@ fn copies_stacks() -> bool {
 #[inline(always)]
 fn stack_copy_bytes() -> u32 {
     unsafe { core::ptr::read_volatile(&STACK_COPY_BYTES) }
+}
+
+/// Non-zero when the switch program measures where its time goes
+/// (`switch_part`, into `SWITCH_PROFILE`). A constant to the verifier: 0
+/// (the default) drops the measuring code.
+#[unsafe(no_mangle)]
+static PROFILE_SWITCH: u32 = 0;
+
+/// The switch program's time by part: per CPU, `3 * part` the
+/// nanoseconds, `3 * part + 1` the runs, `3 * part + 2` when the part
+/// began (kept here, not in a register across the part's calls).
+#[map]
+static SWITCH_PROFILE: PerCpuArray<u64> =
+    PerCpuArray::with_max_entries(3 * profiler_ebpf::switch_part::COUNT, 0);
+
+/// Notes when `part` of the switch program begins, if it is measured.
+#[inline(always)]
+fn profile_begin(part: u32) {
+    if unsafe { core::ptr::read_volatile(&PROFILE_SWITCH) } == 0 {
+        return;
+    }
+    if let Some(began) = SWITCH_PROFILE.get_ptr_mut(3 * part + 2) {
+        unsafe { *began = bpf_ktime_get_ns() };
+    }
+}
+
+/// Adds the time since `part` began to its total.
+#[inline(always)]
+fn profile_end(part: u32) {
+    if unsafe { core::ptr::read_volatile(&PROFILE_SWITCH) } == 0 {
+        return;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(began) = SWITCH_PROFILE.get(3 * part + 2).copied() else {
+        return;
+    };
+    if let Some(ns) = SWITCH_PROFILE.get_ptr_mut(3 * part) {
+        unsafe { *ns += now.saturating_sub(began) };
+    }
+    if let Some(runs) = SWITCH_PROFILE.get_ptr_mut(3 * part + 1) {
+        unsafe { *runs += 1 };
+    }
 }
 
 /// Non-zero when Python frames are walked (`--no-python-frames` clears

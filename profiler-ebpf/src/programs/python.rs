@@ -252,7 +252,14 @@ pub(crate) fn moved(cache: &PyThreadCache, tgid: u32) -> bool {
         return false;
     };
     if cache.tstate == 0 {
-        return cache.missed_ns == 0 || list_mark(&UserMemory, info) != Some(cache.missed_mark);
+        // The volatile load keeps LLVM from comparing a None's payload (a
+        // register no path set, there) and selecting the result after,
+        // which the verifier refuses where the reuse decision inlines this.
+        return cache.missed_ns == 0
+            || match list_mark(&UserMemory, info) {
+                Some(mark) => mark != unsafe { core::ptr::read_volatile(&cache.missed_mark) },
+                None => true,
+            };
     }
     let Some(s) = scratch() else {
         return false;

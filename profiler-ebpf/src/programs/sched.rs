@@ -34,10 +34,13 @@ use aya_ebpf::{
 };
 use profiler_ebpf::{
     ArrivalEvent, NO_STACK_KIND, SwitchEvent, TASK_DEAD, WAKE_NEW_TASK, WakeupEvent,
-    report_prev_state,
+    report_prev_state, switch_part,
 };
 
-use super::{emit, header, header_at, offsets, stacks, stacks_enabled, thread_state, tracked_tgid};
+use super::{
+    emit, header, header_at, offsets, profile_begin, profile_end, stacks, stacks_enabled,
+    thread_state, tracked_tgid,
+};
 
 /// Classic `sched/sched_switch`: used where the raw program below cannot be
 /// (no kernel BTF for its task_struct offsets, or a kernel before 5.18).
@@ -111,6 +114,7 @@ fn switch<C: StackIdContext>(
     if prev_tgid == 0 && next_tgid == 0 {
         return Ok(());
     }
+    profile_begin(switch_part::TRACKED);
     let prev_state = prev_state()?;
     // One clock read for the events and the switch-out's stack walk.
     let now = unsafe { bpf_ktime_get_ns() };
@@ -129,6 +133,7 @@ fn switch<C: StackIdContext>(
         }
         None => (NO_STACK_KIND, -1, -1),
     };
+    profile_begin(switch_part::EVENT_WRITE);
     emit(SwitchEvent {
         hdr: header_at::<SwitchEvent>(now),
         prev_state: prev_state as u32,
@@ -140,6 +145,8 @@ fn switch<C: StackIdContext>(
         prev_user_stack,
         prev_kernel_stack,
     });
+    profile_end(switch_part::EVENT_WRITE);
+    profile_end(switch_part::TRACKED);
     Ok(())
 }
 

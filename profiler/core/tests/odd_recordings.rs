@@ -54,9 +54,11 @@ impl Rng {
 fn random_events(rng: &mut Rng, n: usize) -> Vec<u8> {
     let mut bytes = Vec::new();
     for _ in 0..n {
-        // A kind a recording holds (a stack copy, variable, never does).
+        // A kind a recording holds (a stack copy, variable, never does;
+        // nor does an exec mapping, kind 15, or any ring-buffer-only kind
+        // after it).
         let (kind, size) = loop {
-            let kind = 1 + rng.below(u64::from(kind::COUNT - 1)) as u16;
+            let kind = 1 + rng.below(u64::from(kind::EXEC_MAP - 1)) as u16;
             if let Some(size) = event_size(kind) {
                 break (kind, size);
             }

@@ -96,7 +96,17 @@ impl NewLibraries {
         let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
             return Vec::new();
         };
-        mapped_libraries(&maps, wanted)
+        self.in_maps(pid, &maps, wanted)
+    }
+
+    /// As [`NewLibraries::in_process`], from `pid`'s maps read already.
+    pub(super) fn in_maps(
+        &mut self,
+        pid: u32,
+        maps: &str,
+        wanted: fn(&str) -> bool,
+    ) -> Vec<(MappedLibrary, PathBuf)> {
+        mapped_libraries(maps, wanted)
             .into_iter()
             .filter(|lib| self.seen.insert((lib.dev.clone(), lib.inode)))
             .map(|lib| {
@@ -161,7 +171,33 @@ impl CudaTracer {
         if !self.enabled {
             return Ok(());
         }
-        for (lib, file) in self.libraries.in_process(pid, is_cuda_runtime) {
+        let found = self.libraries.in_process(pid, is_cuda_runtime);
+        self.probe(programs, pid, now_ns, found)
+    }
+
+    /// As [`CudaTracer::scan`], in `pid`'s maps read already.
+    pub fn scan_maps(
+        &mut self,
+        programs: &mut KernelPrograms,
+        pid: u32,
+        maps: &str,
+        now_ns: u64,
+    ) -> Result<()> {
+        if !self.enabled {
+            return Ok(());
+        }
+        let found = self.libraries.in_maps(pid, maps, is_cuda_runtime);
+        self.probe(programs, pid, now_ns, found)
+    }
+
+    fn probe(
+        &mut self,
+        programs: &mut KernelPrograms,
+        pid: u32,
+        now_ns: u64,
+        found: Vec<(MappedLibrary, PathBuf)>,
+    ) -> Result<()> {
+        for (lib, file) in found {
             let probes = programs.attach_cuda(&file)?;
             let all = profiler_ebpf::cuda_fn::ALL.len();
             let library = probed_library("CUDA runtime calls", lib, pid, now_ns, probes, all);

@@ -115,6 +115,17 @@ pub(super) struct ProcessChange {
     pub ts: u64,
 }
 
+/// The process that mapped executable memory, when the record says one
+/// did ([`kind::EXEC_MAP`]): capture reads its maps again and drops the
+/// record.
+pub(super) fn exec_mapped(record: &[u8]) -> Option<u32> {
+    if record.get(8..10)? != kind::EXEC_MAP.to_le_bytes() {
+        return None;
+    }
+    let at = std::mem::offset_of!(profiler_ebpf::ExecMapEvent, tgid);
+    Some(u32::from_le_bytes(record.get(at..at + 4)?.try_into().ok()?))
+}
+
 /// The process a raw event says was created (with its parent) or exec'd.
 pub(super) fn process_change(record: &[u8]) -> Option<ProcessChange> {
     let ts = u64::from_le_bytes(record.get(0..8)?.try_into().ok()?);
@@ -182,6 +193,22 @@ mod tests {
         });
         let tags: Vec<u8> = batch.in_order().map(|r| r[8]).collect();
         assert_eq!(tags, b"AC");
+    }
+
+    #[test]
+    fn an_exec_mapping_names_its_process() {
+        let event = profiler_ebpf::ExecMapEvent {
+            hdr: <profiler_ebpf::ExecMapEvent as profiler_ebpf::AbiEvent>::header(7, 0),
+            addr: 0x7f00_0000_0000,
+            len: 4096,
+            tid: 43,
+            tgid: 42,
+        };
+        assert_eq!(exec_mapped(bytemuck::bytes_of(&event)), Some(42));
+        let mut fork = 7u64.to_le_bytes().to_vec();
+        fork.extend_from_slice(&kind::FORK.to_le_bytes());
+        fork.resize(56, 0);
+        assert_eq!(exec_mapped(&fork), None);
     }
 
     #[test]

@@ -35,10 +35,9 @@ use anyhow::{Context as _, Result, anyhow};
 use serde::Serialize;
 
 use super::drain::DrainBatch;
-use super::procfs;
-use super::programs::StackSource;
+use super::procfs::{self, Mapping};
 use super::python::Interpreter;
-use super::resolve::{Fact, Resolve, Resolved};
+use super::resolve::{Fact, Resolve, Resolved, StackSetup};
 use super::sink::{Sink, encode};
 use super::stacks::StackCounts;
 
@@ -108,7 +107,7 @@ impl Pipeline {
     /// [`stack_mode`]: profiler_ebpf::stack_mode
     pub(super) fn start(
         sink: Box<dyn Sink>,
-        stacks: Option<(StackSource, u32)>,
+        stacks: Option<StackSetup>,
         threads: Threads,
     ) -> Result<Pipeline> {
         let (tx, rx) = mpsc::channel();
@@ -173,9 +172,14 @@ impl Pipeline {
     /// Reads `pid`'s executable mappings now, for naming its frames later.
     pub(super) fn snapshot_maps(&mut self, pid: u32) -> Result<()> {
         match procfs::exec_maps(pid) {
-            Some(maps) => self.send(Msg::Fact(Fact::Maps(pid, maps))),
+            Some(maps) => self.send_maps(pid, maps),
             None => Ok(()), // gone; keep what we had
         }
+    }
+
+    /// `pid`'s executable mappings as just read, for naming its frames.
+    pub(super) fn send_maps(&mut self, pid: u32, maps: Vec<Mapping>) -> Result<()> {
+        self.send(Msg::Fact(Fact::Maps(pid, maps)))
     }
 
     pub(super) fn set_parent(&mut self, child: u32, parent: u32) -> Result<()> {

@@ -188,9 +188,14 @@ pub struct Mapping {
 
 /// The executable mappings of a process, or None when it is gone.
 pub fn exec_maps(pid: u32) -> Option<Vec<Mapping>> {
-    Some(parse_exec_maps(
-        &fs::read_to_string(format!("/proc/{pid}/maps")).ok()?,
-    ))
+    Some(parse_exec_maps(&maps_text(pid)?))
+}
+
+/// `/proc/<pid>/maps` as text, or None when the process is gone. Reading
+/// it costs the kernel about a microsecond a line (a torch process maps
+/// over a thousand), so each reason to read it shares one reading.
+pub fn maps_text(pid: u32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/maps")).ok()
 }
 
 /// Parses the executable mappings out of a `/proc/<pid>/maps` text.

@@ -47,22 +47,29 @@ pub(super) struct Resolved {
     pub events: DrainBatch,
 }
 
+/// What the resolve stage resolves stacks from: the kernel's stack map,
+/// taken in its [`stack_mode`](profiler_ebpf::stack_mode), and whether the
+/// session reads a process's maps whenever the kernel says they changed
+/// (else an address in no known mapping re-reads them, at most every
+/// 20 ms per process).
+pub(super) struct StackSetup {
+    pub source: StackSource,
+    pub mode: u32,
+    pub maps_told: bool,
+}
+
 /// The stage: a [`StackResolver`] when stacks are sampled.
 pub(super) struct Resolve {
     stacks: Option<StackResolver>,
 }
 
 impl Resolve {
-    /// A stage for the kernel's stack map (`source`, taken in its
-    /// [`stack_mode`](profiler_ebpf::stack_mode)), or a pass-through when
+    /// A stage for the kernel's stacks (`stacks`), or a pass-through when
     /// stacks are off. Made on the thread that runs it: blazesym's caches
     /// are not `Send`.
-    pub(super) fn new(
-        stacks: Option<(StackSource, u32)>,
-        counts: Arc<Mutex<StackCounts>>,
-    ) -> Resolve {
+    pub(super) fn new(stacks: Option<StackSetup>, counts: Arc<Mutex<StackCounts>>) -> Resolve {
         Resolve {
-            stacks: stacks.map(|(source, mode)| StackResolver::new(source, mode, counts)),
+            stacks: stacks.map(|s| StackResolver::new(s.source, s.mode, s.maps_told, counts)),
         }
     }
 

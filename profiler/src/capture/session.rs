@@ -28,7 +28,7 @@ use anyhow::Result;
 use tprof_core::recording::{ClockAnchor, Footer, GpuInfo, LostCounts, record};
 
 use super::clock::{self, anchor, monotonic_ns};
-use super::drain::{Drained, process_change};
+use super::drain::{Drained, exec_mapped, process_change};
 use super::file::cut_short_error;
 use super::gpu::{self, GpuSampler};
 use super::header::header;
@@ -37,6 +37,7 @@ use super::losses::Losses;
 use super::options::{CaptureOptions, CaptureOutcome, Destination, StopReason};
 use super::pipeline::{Pipeline, Threads};
 use super::programs::KernelPrograms;
+use super::resolve::StackSetup;
 use super::scheduler::{Job, Scheduler, Timers};
 use super::signals::{self, Signals};
 use super::sink::{Sink, encode};
@@ -110,9 +111,11 @@ impl Session {
             programs.attach_sampler(hz)?;
         }
         let stacks = match opts.sample_hz {
-            Some(_) => programs
-                .take_stack_source()
-                .map(|source| (source, programs.stack_mode())),
+            Some(_) => programs.take_stack_source().map(|source| StackSetup {
+                source,
+                mode: programs.stack_mode(),
+                maps_told: programs.map_events(),
+            }),
             None => None,
         };
         let out = Pipeline::start(sink, stacks, Threads::from_env())?;
@@ -321,8 +324,10 @@ impl Session {
             self.losses
                 .refresh(programs, self.tracker.untracked(), out)?;
             self.drain_gpu()?;
+            let maps_lost = self.losses.written().ring_buffer_full.get("exec_map");
+            let maps_lost = maps_lost.copied().unwrap_or(0);
             let (programs, out) = (&mut self.programs, &mut self.out);
-            self.tracker.refresh_maps(programs, out)?;
+            self.tracker.refresh_maps(programs, out, maps_lost)?;
             self.tracker.refresh_cuda(programs, out)?;
             // The live view draws its own progress.
             if self.destination.file().is_some() {
@@ -343,7 +348,14 @@ impl Session {
         let mut batch = self.out.empty_batch();
         batch.gather(|push| self.programs.drain_events(push));
         let mut appeared = Vec::new();
+        let mut mapped = Vec::new();
         for record in batch.in_order() {
+            if let Some(pid) = exec_mapped(record) {
+                if !mapped.contains(&pid) {
+                    mapped.push(pid);
+                }
+                continue;
+            }
             self.drained.count(record);
             if let Some(change) = process_change(record) {
                 let (pid, parent, ts) = (change.pid, change.parent, change.ts);
@@ -351,10 +363,14 @@ impl Session {
                 appeared.push(pid);
             }
         }
+        if !mapped.is_empty() {
+            // Used up here: the maps are read below, before the events.
+            batch.rewrite(|record| exec_mapped(record).is_none());
+        }
         let (programs, out) = (&mut self.programs, &mut self.out);
-        self.tracker.appeared(programs, out, &appeared)?;
+        self.tracker.appeared(programs, out, &appeared, &mapped)?;
         out.send_events(batch)?;
-        self.tracker.look_for_python(programs, out, &appeared)?;
+        self.tracker.look_for_python(programs, out)?;
         self.tracker.write_changes(out)
     }
 
@@ -429,6 +445,10 @@ impl Session {
         };
         write_end(&mut *sink, &self.tracker, &lost, &footer)?;
         sink.finish()?;
+        let switch_profile = self.programs.switch_profile();
+        if !switch_profile.is_empty() {
+            eprintln!("{}", status::switch_profile_line(&switch_profile));
+        }
         // The recording is whole: what is left is the kernel's.
         self.programs.wait_detached();
         drop(self.programs);

@@ -156,10 +156,30 @@ pub(super) fn copy_stats_line(copies: u64, bytes: u64, secs: f64) -> String {
     )
 }
 
+/// The line `TPROF_SWITCH_PROFILE=1` prints: each part of the switch
+/// program (`profiler_ebpf::switch_part`) as `name: runs × ns/run`.
+pub(super) fn switch_profile_line(parts: &[(&str, u64, u64)]) -> String {
+    let parts: Vec<String> = parts
+        .iter()
+        .map(|&(name, ns, runs)| {
+            format!("{name}: {runs} x {:.0} ns", ns as f64 / runs.max(1) as f64)
+        })
+        .collect();
+    format!("tprof: switch profile: {}", parts.join("; "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use tprof_core::recording::LostCounts;
+
+    #[test]
+    fn switch_profile_line_gives_runs_and_ns_per_run() {
+        assert_eq!(
+            switch_profile_line(&[("tracked switch", 4000, 10), ("kernel walk", 0, 0)]),
+            "tprof: switch profile: tracked switch: 10 x 400 ns; kernel walk: 0 x 0 ns"
+        );
+    }
 
     #[test]
     fn copy_stats_line_gives_bytes_per_second() {

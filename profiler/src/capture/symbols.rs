@@ -57,6 +57,9 @@ impl AddressSpaces {
             .collect();
         let mut merged = fresh;
         merged.extend(kept);
+        // By address, for the binary search in `lookup` (they do not
+        // overlap: the kept ones are those no fresh one overlaps).
+        merged.sort_by_key(|m| m.start);
         if merged != old || !self.generations.contains_key(&pid) {
             self.next_generation += 1;
             self.generations.insert(pid, self.next_generation);
@@ -113,8 +116,13 @@ impl AddressSpaces {
         let mut cur = pid;
         for _ in 0..16 {
             if let Some(maps) = self.maps.get(&cur) {
-                let found = maps.iter().find(|m| m.start <= addr && addr < m.end);
-                if let Some(m) = found {
+                // The last mapping starting at or below `addr`: a torch
+                // process has over a thousand, and every unwinding step
+                // looks one up.
+                let at = maps.partition_point(|m| m.start <= addr);
+                if let Some(m) = at.checked_sub(1).map(|i| &maps[i])
+                    && addr < m.end
+                {
                     return Some((cur, m));
                 }
             }

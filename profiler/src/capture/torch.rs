@@ -20,7 +20,7 @@ use std::sync::mpsc;
 use anyhow::{Context as _, Result};
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
-use super::cuda::{NewLibraries, probed_library};
+use super::cuda::{MappedLibrary, NewLibraries, probed_library};
 use super::programs::KernelPrograms;
 use tprof_core::recording::StepProbes;
 
@@ -173,7 +173,30 @@ impl TorchTracer {
         pid: u32,
         now_ns: u64,
     ) -> Result<()> {
-        for (lib, path) in self.libraries.in_process(pid, is_libtorch) {
+        let found = self.libraries.in_process(pid, is_libtorch);
+        self.probe(programs, pid, now_ns, found)
+    }
+
+    /// As [`TorchTracer::scan`], in `pid`'s maps read already.
+    pub(super) fn scan_maps(
+        &mut self,
+        programs: &mut KernelPrograms,
+        pid: u32,
+        maps: &str,
+        now_ns: u64,
+    ) -> Result<()> {
+        let found = self.libraries.in_maps(pid, maps, is_libtorch);
+        self.probe(programs, pid, now_ns, found)
+    }
+
+    fn probe(
+        &mut self,
+        programs: &mut KernelPrograms,
+        pid: u32,
+        now_ns: u64,
+        found: Vec<(MappedLibrary, PathBuf)>,
+    ) -> Result<()> {
+        for (lib, path) in found {
             let symbols = match File::open(&path)
                 .map_err(anyhow::Error::from)
                 .and_then(|f| mark_symbols(&f))

@@ -179,7 +179,10 @@ pub fn tracepoint_offsets() -> Result<TracepointOffsets> {
         task_runtime: 0,
         task_prev_runtime: 0,
         task_fsbase: 0,
-        _pad: [0; 1],
+        // Without them mappings are polled instead.
+        mmap_ret: optional_offset("syscalls", "sys_exit_mmap", "ret", 8)?,
+        mprotect_ret: optional_offset("syscalls", "sys_exit_mprotect", "ret", 8)?,
+        _pad: [0; 3],
     })
 }
 

@@ -8,12 +8,19 @@
 //! then learns from each drain which processes appeared or exec'd
 //! ([`Tracker::appeared`]) and writes their snapshots before their events,
 //! so the resolve stage names their frames against their own mappings.
-//! A process is young for [`YOUNG_FOR`] after that: it is still mapping its
-//! libraries, so its maps are re-read on every drain rather than once a
-//! second; one whose CPython is not found at once is looked at every 2 ms
-//! for [`PYTHON_WATCH_FOR`]. What is found goes to the kernel (Python
-//! layouts, CUDA and libtorch probes) and down the pipeline (mappings,
-//! interpreters, the CUDA and STEP_PROBES records when they change).
+//! A process's maps are read when they change: the kernel says when a
+//! tracked process maps executable memory (`kind::EXEC_MAP` events, read
+//! in the same drain as the events that may run that code), and each
+//! reading serves everyone who needs the maps (the resolve stage's
+//! mappings, the CUDA and libtorch watches, the Python lookup). Where the
+//! kernel cannot say (no BTF, `TPROF_POLL_MAPS=1`), they are polled: a
+//! process is young for [`YOUNG_FOR`] after it appears, still mapping its
+//! libraries, so its maps are re-read on every drain, and every process's
+//! once a second. One whose CPython is not found at once is looked at
+//! every 2 ms for [`PYTHON_WATCH_FOR`]. What is found goes to the kernel
+//! (Python layouts, CUDA and libtorch probes) and down the pipeline
+//! (mappings, interpreters, the CUDA and STEP_PROBES records when they
+//! change).
 //!
 //! The tracker owns no kernel object and no queue: the session lends it
 //! the programs and the pipeline for each job.
@@ -29,7 +36,7 @@ use tprof_core::recording::{CudaInfo, Origin, ProcessInfo, StepProbes, ThreadInf
 use super::clock::monotonic_ns;
 use super::cuda::CudaTracer;
 use super::pipeline::Pipeline;
-use super::procfs;
+use super::procfs::{self, Mapping};
 use super::programs::KernelPrograms;
 use super::python::tracker::PythonTracker;
 use super::torch::TorchTracer;
@@ -87,6 +94,19 @@ pub(super) struct Tracker {
     /// Which processes run CPython (when Python frames are wanted).
     python: PythonTracker,
     python_frames: bool,
+    /// The kernel says when a process maps executable memory: its maps are
+    /// read then ([`Tracker::appeared`]), not polled.
+    map_events: bool,
+    /// Processes whose maps a drain read, with their executable mappings,
+    /// for the Python lookup after the drain's events; whether each just
+    /// appeared or exec'd (else it only mapped more).
+    read: Vec<(u32, Vec<Mapping>, bool)>,
+    /// The kernel's count of mapping events it could not send, when last
+    /// looked at: a rise means some change went unsaid.
+    maps_lost: u64,
+    /// Processes a drain saw forked (and not exec'd since), with their
+    /// parents.
+    forked: Vec<(u32, u32)>,
 }
 
 impl Tracker {
@@ -105,6 +125,10 @@ impl Tracker {
             torch: TorchTracer::new(programs),
             python: PythonTracker::default(),
             python_frames: programs.python_frames(),
+            map_events: programs.map_events(),
+            read: Vec::new(),
+            maps_lost: 0,
+            forked: Vec::new(),
         }
     }
 
@@ -192,11 +216,11 @@ impl Tracker {
                 tracked.push(pid);
             }
             for pid in tracked {
-                self.snapshot_process(out, pid, Origin::Attached)?;
+                let maps = self.snapshot_process(programs, out, pid, Origin::Attached)?;
                 self.track_threads(programs, out, pid)?;
-                self.cuda.scan(programs, pid, monotonic_ns())?;
-                self.torch.scan(programs, pid, monotonic_ns())?;
-                self.scan_python(programs, out, pid)?;
+                if let Some(maps) = maps {
+                    self.scan_python_in(programs, out, pid, &maps)?;
+                }
             }
             let all: Vec<u32> = self.known.iter().copied().collect();
             pending = procfs::descendants(&all)
@@ -237,9 +261,27 @@ impl Tracker {
         Ok(())
     }
 
-    fn snapshot_process(&mut self, out: &mut Pipeline, pid: u32, origin: Origin) -> Result<()> {
+    /// Writes `pid`'s PROCESS record and reads its maps
+    /// ([`Tracker::read_maps`]); its executable mappings, None when it is
+    /// gone.
+    fn snapshot_process(
+        &mut self,
+        programs: &mut KernelPrograms,
+        out: &mut Pipeline,
+        pid: u32,
+        origin: Origin,
+    ) -> Result<Option<Vec<Mapping>>> {
+        if !self.process_record(out, pid, origin)? {
+            return Ok(None);
+        }
+        self.read_maps(programs, out, pid)
+    }
+
+    /// Writes `pid`'s PROCESS record; false when it is gone already (its
+    /// events still tell its story).
+    fn process_record(&mut self, out: &mut Pipeline, pid: u32, origin: Origin) -> Result<bool> {
         let Some(stat) = procfs::stat(pid) else {
-            return Ok(()); // already gone; its events still tell its story
+            return Ok(false);
         };
         let info = ProcessInfo {
             pid,
@@ -250,10 +292,30 @@ impl Tracker {
             seen_ns: monotonic_ns(),
         };
         out.write_json(record::PROCESS, &info)?;
+        Ok(true)
+    }
+
+    /// Reads `pid`'s maps once and hands them to everyone who needs them:
+    /// the resolve stage (its executable mappings, when stacks are
+    /// sampled), the CUDA and libtorch watches. Returns the executable
+    /// mappings, for the Python lookup; None when the process is gone.
+    fn read_maps(
+        &mut self,
+        programs: &mut KernelPrograms,
+        out: &mut Pipeline,
+        pid: u32,
+    ) -> Result<Option<Vec<Mapping>>> {
+        let Some(text) = procfs::maps_text(pid) else {
+            return Ok(None); // gone; keep what we had
+        };
+        let maps = procfs::parse_exec_maps(&text);
         if self.maps {
-            out.snapshot_maps(pid)?;
+            out.send_maps(pid, maps.clone())?;
         }
-        Ok(())
+        let now = monotonic_ns();
+        self.cuda.scan_maps(programs, pid, &text, now)?;
+        self.torch.scan_maps(programs, pid, &text, now)?;
+        Ok(Some(maps))
     }
 
     /// A drain saw `pid` created (with its parent) or exec at `ts`: its
@@ -265,30 +327,74 @@ impl Tracker {
         parent: Option<u32>,
         ts: u64,
     ) -> Result<()> {
-        if let Some(parent) = parent {
-            out.set_parent(pid, parent)?;
+        match parent {
+            Some(parent) => {
+                out.set_parent(pid, parent)?;
+                self.forked.push((pid, parent));
+            }
+            // A new image: its maps are its own.
+            None => self.forked.retain(|&(p, _)| p != pid),
         }
         // A new image, or a new process (maybe under a reused pid).
         self.python.forget(pid, ts);
         Ok(())
     }
 
-    /// Processes a drain saw appear or exec, before their events go down
-    /// the pipeline: the resolve stage names their stacks against these
-    /// snapshots. An exec may have brought the CUDA runtime or libtorch in
-    /// (a launched job, a worker started with spawn).
+    /// The parent `pid` was forked from in this drain, when its maps are
+    /// its parent's still: no exec since, the kernel says when it maps
+    /// more, and the parent's interpreter (if any) is known, not still
+    /// looked for.
+    fn forked_copy(&self, pid: u32) -> Option<u32> {
+        let &(_, parent) = self.forked.iter().find(|&&(p, _)| p == pid)?;
+        let watched = self.python_watch.iter().any(|&(p, _)| p == parent);
+        (self.map_events && self.known.contains(&parent) && !watched).then_some(parent)
+    }
+
+    /// Processes a drain saw appear or exec (`appeared`) or map executable
+    /// memory (`mapped`), before their events go down the pipeline: the
+    /// resolve stage names their stacks against these snapshots. Each
+    /// one's maps are read once ([`Tracker::read_maps`]): a new mapping or
+    /// an exec may have brought the CUDA runtime or libtorch in (a launched
+    /// job, a worker started with spawn, `import torch`).
     pub(super) fn appeared(
         &mut self,
         programs: &mut KernelPrograms,
         out: &mut Pipeline,
-        pids: &[u32],
+        appeared: &[u32],
+        mapped: &[u32],
     ) -> Result<()> {
-        for &pid in pids {
-            self.known.insert(pid);
-            self.young.push((pid, Instant::now()));
-            self.snapshot_process(out, pid, Origin::Forked)?;
-            self.cuda.scan(programs, pid, monotonic_ns())?;
-            self.torch.scan(programs, pid, monotonic_ns())?;
+        self.read.clear();
+        for &pid in appeared {
+            if !self.known.insert(pid) && self.read.iter().any(|r| r.0 == pid) {
+                continue; // forked and exec'd in one drain: read once
+            }
+            if !self.map_events {
+                self.young.push((pid, Instant::now()));
+            }
+            if let Some(parent) = self.forked_copy(pid) {
+                // A fork maps what its parent mapped: named through the
+                // parent's maps until it maps more, its interpreter the
+                // parent's. Its libraries are the parent's, probed already.
+                self.process_record(out, pid, Origin::Forked)?;
+                let inherited = self.python.inherit(pid, parent);
+                self.found_python(programs, out, inherited)?;
+                continue;
+            }
+            if let Some(maps) = self.snapshot_process(programs, out, pid, Origin::Forked)? {
+                self.read.push((pid, maps, true));
+            }
+        }
+        self.forked.clear();
+        for &pid in mapped {
+            // Read above already; or one the tracker never saw appear (a
+            // target's mapping between its tracking and the first drain
+            // is read again all the same).
+            if appeared.contains(&pid) || self.read.iter().any(|r| r.0 == pid) {
+                continue;
+            }
+            if let Some(maps) = self.read_maps(programs, out, pid)? {
+                self.read.push((pid, maps, false));
+            }
         }
         Ok(())
     }
@@ -296,17 +402,18 @@ impl Tracker {
     /// The same processes, after their events: the resolve stage forgets
     /// an exec'd process's old interpreter at its exec event, so the new
     /// one goes after it. (A forked child's first frames, in that batch,
-    /// are named through its parent's.) One whose CPython is not found now
-    /// is watched for it.
+    /// are named through its parent's.) One that appeared and whose
+    /// CPython is not found now is watched for it; one that mapped more
+    /// may have loaded an interpreter (a program embedding Python).
     pub(super) fn look_for_python(
         &mut self,
         programs: &mut KernelPrograms,
         out: &mut Pipeline,
-        pids: &[u32],
     ) -> Result<()> {
-        for &pid in pids {
+        for (pid, maps, appeared) in std::mem::take(&mut self.read) {
             // Not found yet, and not found by the watch since its exec.
-            if !self.scan_python(programs, out, pid)?
+            if !self.scan_python_in(programs, out, pid, &maps)?
+                && appeared
                 && self.python_frames
                 && !self.python.knows(pid)
             {
@@ -327,7 +434,7 @@ impl Tracker {
         out: &mut Pipeline,
     ) -> Result<()> {
         self.young.retain(|(_, seen)| seen.elapsed() < YOUNG_FOR);
-        if !self.maps {
+        if !self.maps || self.map_events {
             return Ok(());
         }
         let young: Vec<u32> = self.young.iter().map(|&(pid, _)| pid).collect();
@@ -367,12 +474,39 @@ impl Tracker {
         out: &mut Pipeline,
         pid: u32,
     ) -> Result<bool> {
-        if !self.python_frames {
+        if !self.python_frames || self.python.knows(pid) {
             return Ok(false);
         }
-        let Some(interp) = self.python.scan(pid) else {
+        let found = self.python.scan(pid);
+        self.found_python(programs, out, found)
+    }
+
+    /// As [`Tracker::scan_python`], in `pid`'s executable mappings read
+    /// already.
+    fn scan_python_in(
+        &mut self,
+        programs: &mut KernelPrograms,
+        out: &mut Pipeline,
+        pid: u32,
+        maps: &[Mapping],
+    ) -> Result<bool> {
+        if !self.python_frames || self.python.knows(pid) {
+            return Ok(false);
+        }
+        let found = self.python.scan_in(pid, maps);
+        self.found_python(programs, out, found)
+    }
+
+    fn found_python(
+        &mut self,
+        programs: &mut KernelPrograms,
+        out: &mut Pipeline,
+        found: Option<std::sync::Arc<super::python::Interpreter>>,
+    ) -> Result<bool> {
+        let Some(interp) = found else {
             return Ok(false);
         };
+        let pid = interp.pid;
         self.python
             .note(&interp, programs.python_threads_by_fsbase());
         if let Some(info) = interp.proc_info()
@@ -385,18 +519,32 @@ impl Tracker {
     }
 
     /// Re-reads the maps of live processes, so libraries loaded since the
-    /// last snapshot resolve even if the process exits before the end.
+    /// last snapshot resolve even if the process exits before the end:
+    /// when mappings are polled, or when the kernel lost some of its
+    /// mapping events (`maps_lost`, its running count of them).
     pub(super) fn refresh_maps(
         &mut self,
         programs: &mut KernelPrograms,
         out: &mut Pipeline,
+        maps_lost: u64,
     ) -> Result<()> {
-        if !self.maps {
+        let lost = maps_lost > self.maps_lost;
+        self.maps_lost = maps_lost;
+        if self.map_events && !lost {
             return Ok(());
         }
         let known: Vec<u32> = self.known.iter().copied().collect();
         for pid in known {
-            out.snapshot_maps(pid)?;
+            if self.map_events {
+                // Everything polling would have done, once.
+                if let Some(maps) = self.read_maps(programs, out, pid)? {
+                    self.scan_python_in(programs, out, pid, &maps)?;
+                }
+                continue;
+            }
+            if self.maps {
+                out.snapshot_maps(pid)?;
+            }
             // A process that loads Python late (one embedding it).
             self.scan_python(programs, out, pid)?;
         }
@@ -412,7 +560,9 @@ impl Tracker {
         out: &mut Pipeline,
     ) -> Result<()> {
         self.torch.attach_exits(programs);
-        if self.torch.found() {
+        // With mapping events, a libtorch is probed in the drain that says
+        // it was mapped.
+        if self.torch.found() || self.map_events {
             return self.write_step_probes(out);
         }
         let now = monotonic_ns();
@@ -423,14 +573,15 @@ impl Tracker {
     }
 
     /// Looks for a CUDA runtime (or libtorch) loaded since the last look (a
-    /// job importing torch now) and records the cudaLaunchKernel counts.
+    /// job importing torch now), where mappings are polled, and records the
+    /// cudaLaunchKernel counts.
     pub(super) fn refresh_cuda(
         &mut self,
         programs: &mut KernelPrograms,
         out: &mut Pipeline,
     ) -> Result<()> {
         let now = monotonic_ns();
-        for &pid in &self.known {
+        for &pid in self.known.iter().filter(|_| !self.map_events) {
             self.cuda.scan(programs, pid, now)?;
             self.torch.scan(programs, pid, now)?;
         }

@@ -528,6 +528,7 @@ pub fn kind_name(kind: u16) -> &'static str {
         kind::MARK => "mark",
         kind::PIPE => "pipe",
         kind::ARRIVAL => "arrival",
+        kind::EXEC_MAP => "exec_map",
         _ => "unknown",
     }
 }

@@ -85,6 +85,13 @@ const TRACEPOINTS: &[Attachment] = &[
 /// The pipe program, attached when the kernel's BTF gave its offsets.
 const PIPES: [(&str, &str); 1] = [(name::PIPE_READ, "sys_exit_read")];
 
+/// The programs that say when a tracked process maps executable memory,
+/// attached where the kernel has BTF and the tracepoints.
+const MAPPINGS: [(&str, &str); 2] = [
+    (name::MMAP_EXIT, "sys_exit_mmap"),
+    (name::MPROTECT_EXIT, "sys_exit_mprotect"),
+];
+
 /// What attaching to one CUDA runtime library did.
 #[derive(Debug, Default)]
 pub struct CudaProbes {
@@ -118,6 +125,24 @@ impl KernelPrograms {
                     Ok(id) => self.links.keep(program.take_link(id)?),
                     Err(e) => {
                         self.pipes = Err(format!("attaching to syscalls/{tracepoint} failed: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        if self.map_events {
+            for (program, tracepoint) in MAPPINGS {
+                let program: &mut TracePoint = find_program(&mut self.ebpf, program)?.try_into()?;
+                match program.attach("syscalls", tracepoint) {
+                    Ok(id) => self.links.keep(program.take_link(id)?),
+                    Err(e) => {
+                        // Polled instead; the other one, if attached, only
+                        // sends events that are not needed.
+                        eprintln!(
+                            "tprof: note: attaching to syscalls/{tracepoint} failed ({e}); \
+                             reading the job's mappings by polling"
+                        );
+                        self.map_events = false;
                         break;
                     }
                 }

@@ -17,7 +17,7 @@ use profiler_ebpf::{
     MAX_BIO_OWNERS, MAX_CUDA_CALLS, MAX_REQUESTS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, PyProcInfo,
     RING_BUFFER_BYTES, ThreadState, TracepointOffsets, kind, lost_map, lost_stack,
     names::{global, map},
-    stack_mode,
+    stack_mode, switch_part,
 };
 
 use super::attach::SCHED;
@@ -55,6 +55,15 @@ const REFUSE_PYTHON_ENV: &str = "TPROF_REFUSE_PYTHON_WALK";
 /// BTF: to measure what they cost (docs/benchmarks.md) and to test steps
 /// without pipe events.
 const NO_PIPES_ENV: &str = "TPROF_NO_PIPES";
+/// Set to 1 to poll the targets' mappings (every process's maps once a
+/// second, a young one's every drain) instead of reading them when the
+/// kernel says they changed, as on a kernel without BTF: to measure what
+/// polling costs (docs/benchmarks.md) and to test the fallback.
+const POLL_MAPS_ENV: &str = "TPROF_POLL_MAPS";
+/// Set to 1 to have the switch program measure where its time goes
+/// (`profiler_ebpf::switch_part`); `tprof record` prints it when it ends
+/// (the benches' breakdown of the switch program, docs/benchmarks.md).
+const SWITCH_PROFILE_ENV: &str = "TPROF_SWITCH_PROFILE";
 
 /// Sizes of the kernel maps that bound what tprof can follow, and how long
 /// an entry of a map of things in flight may wait for its end. The
@@ -115,6 +124,8 @@ pub struct KernelPrograms {
     in_flight: InFlight,
     /// Python processes: where their interpreters keep their frames.
     py_procs: HashMap<MapData, u32, PyProcInfo>,
+    /// The switch program's time by part, when [`SWITCH_PROFILE_ENV`] asks.
+    switch_profile: PerCpuArray<MapData, u64>,
     /// The kernel can tell CPython 3.10's threads apart (its BTF gave
     /// `thread.fsbase`).
     python_threads_by_fsbase: bool,
@@ -125,6 +136,10 @@ pub struct KernelPrograms {
     /// The pipe programs are loaded (attached by [`KernelPrograms::attach`]),
     /// or why not.
     pub(super) pipes: std::result::Result<(), String>,
+    /// The programs that say when a tracked process maps executable memory
+    /// are loaded (attached by [`KernelPrograms::attach`], which clears it
+    /// when they cannot be): capture reads maps when told, else polls.
+    pub(super) map_events: bool,
     /// How user stacks are taken ([`stack_mode`]), and how much a copy
     /// takes.
     stack_mode: u32,
@@ -224,6 +239,17 @@ impl KernelPrograms {
         // Without it CPython 3.10's threads cannot be told apart: its
         // processes get no Python frames (say so when one is found).
         offsets.task_fsbase = btf::fsbase_offset().unwrap_or(0);
+        // The mapping programs read the call's registers with BTF helpers;
+        // without BTF (or when asked to poll) their offsets stay 0 and they
+        // do nothing.
+        let map_events = offsets.mmap_ret != 0
+            && offsets.mprotect_ret != 0
+            && std::path::Path::new(btf::VMLINUX_BTF).exists()
+            && std::env::var_os(POLL_MAPS_ENV).is_none_or(|v| v != "1");
+        if !map_events {
+            offsets.mmap_ret = 0;
+            offsets.mprotect_ret = 0;
+        }
         let globals = Globals {
             offsets: &offsets,
             ..*globals
@@ -256,10 +282,12 @@ impl KernelPrograms {
             cuda_launches: PerCpuHashMap::try_from(take_map(&mut ebpf, map::CUDA_LAUNCHES)?)?,
             in_flight: InFlight::take(&mut ebpf)?,
             py_procs: HashMap::try_from(take_map(&mut ebpf, map::PY_PROCS)?)?,
+            switch_profile: PerCpuArray::try_from(take_map(&mut ebpf, map::SWITCH_PROFILE)?)?,
             python_threads_by_fsbase: offsets.task_fsbase != 0,
             python_frames: globals.python_frames,
             raw_sched,
             pipes,
+            map_events,
             stack_mode: globals.stack_mode,
             stack_copy_bytes: globals.stack_copy_bytes,
             links: Links::default(),
@@ -282,6 +310,34 @@ impl KernelPrograms {
     /// Whether the kernel can tell CPython 3.10's threads apart.
     pub fn python_threads_by_fsbase(&self) -> bool {
         self.python_threads_by_fsbase
+    }
+
+    /// The switch program's time by part (`switch_part`): (name, ns,
+    /// runs), summed over CPUs; empty unless [`SWITCH_PROFILE_ENV`] asked.
+    pub fn switch_profile(&self) -> Vec<(&'static str, u64, u64)> {
+        if !profile_switch() {
+            return Vec::new();
+        }
+        let total = |slot: u32| -> u64 {
+            self.switch_profile
+                .get(&slot, 0)
+                .map_or(0, |per_cpu| per_cpu.iter().sum())
+        };
+        (0..switch_part::COUNT)
+            .map(|p| {
+                (
+                    switch_part::NAMES[p as usize],
+                    total(3 * p),
+                    total(3 * p + 1),
+                )
+            })
+            .collect()
+    }
+
+    /// Whether the kernel says when a tracked process maps executable
+    /// memory ([`kind::EXEC_MAP`] events); else its maps are polled.
+    pub fn map_events(&self) -> bool {
+        self.map_events
     }
 
     /// How user stacks are taken ([`stack_mode`]).
@@ -448,6 +504,11 @@ fn wanted_stack_mode() -> u32 {
     }
 }
 
+/// Whether [`SWITCH_PROFILE_ENV`] asks for the switch program's breakdown.
+fn profile_switch() -> bool {
+    std::env::var_os(SWITCH_PROFILE_ENV).is_some_and(|v| v == "1")
+}
+
 /// The program globals userspace sets at load time.
 #[derive(Clone, Copy)]
 struct Globals<'a> {
@@ -462,6 +523,7 @@ struct Globals<'a> {
 /// and no program loaded yet.
 fn open_object(globals: &Globals, files: FileOffsets, limits: MapLimits) -> Result<Ebpf> {
     let sample_stacks = u32::from(globals.sample_stacks);
+    let profile_switch = u32::from(profile_switch());
     let python_frames = u32::from(globals.python_frames);
     // Two stack copy buffers per possible CPU (the switch programs', the
     // sampler's); only copy mode uses them.
@@ -488,6 +550,7 @@ fn open_object(globals: &Globals, files: FileOffsets, limits: MapLimits) -> Resu
         .override_global(global::STACK_COPY_BYTES, &globals.stack_copy_bytes, true)
         .override_global(global::PYTHON_FRAMES, &python_frames, true)
         .override_global(global::FILE_OFFSETS, &files, true)
+        .override_global(global::PROFILE_SWITCH, &profile_switch, true)
         .map_max_entries(map::STACK_SCRATCH, scratch)
         .map_max_entries(map::TRACKED_TIDS, limits.tracked_threads)
         .map_max_entries(map::REQUESTS, limits.in_flight.min(MAX_REQUESTS))

@@ -51,6 +51,11 @@ pub(crate) struct PythonFrames {
     last_walk: HashMap<(u32, u32), (i32, i32, Rc<PyStack>)>,
     /// (process, code object, fingerprint) → its names, None when unreadable.
     codes: HashMap<(u32, u64, u32), Option<Arc<CodeInfo>>>,
+    /// (oldest known ancestor, code object, fingerprint) → the names a
+    /// descendant read: its siblings (the workers of other epochs) have
+    /// the same code at the same address, from before their forks. Never
+    /// consulted for the ancestor itself, whose memory went its own way.
+    family: HashMap<(u32, u64, u32), Arc<CodeInfo>>,
 }
 
 impl PythonFrames {
@@ -76,6 +81,7 @@ impl PythonFrames {
         }
         self.parents.remove(&tgid);
         self.codes.retain(|&(pid, _, _), _| pid != tgid);
+        self.family.retain(|&(root, _, _), _| root != tgid);
     }
 
     /// A thread exited: its pending and reusable walks go with it.
@@ -243,7 +249,25 @@ impl PythonFrames {
         if let Some(known) = self.codes.get(&key) {
             return known.clone();
         }
-        let found = self.lineage(tgid).into_iter().find_map(|pid| {
+        let lineage = self.lineage(tgid);
+        // Named in an ancestor or a sibling already: a DataLoader's
+        // workers, forked anew every epoch, run the trainer's code objects
+        // and each other's, and reading each again from every new worker
+        // was a tenth of tprof's time on the real job.
+        let root = *lineage.last().expect("not empty");
+        let family = (root, frame.code_object(), frame.fingerprint);
+        let inherited = lineage[1..]
+            .iter()
+            .find_map(|&pid| {
+                let code = frame.code_object();
+                self.codes.get(&(pid, code, frame.fingerprint))?.clone()
+            })
+            .or_else(|| self.family.get(&family).cloned().filter(|_| root != tgid));
+        if let Some(code) = inherited {
+            self.codes.insert(key, Some(Arc::clone(&code)));
+            return Some(code);
+        }
+        let found = lineage.into_iter().find_map(|pid| {
             let interp = self.interpreter(pid)?;
             let layout = interp.layout().ok()?;
             read_code(
@@ -255,6 +279,11 @@ impl PythonFrames {
             )
             .map(Arc::new)
         });
+        if let Some(code) = &found
+            && root != tgid
+        {
+            self.family.insert(family, Arc::clone(code));
+        }
         self.codes.insert(key, found.clone());
         found
     }

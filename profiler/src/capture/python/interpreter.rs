@@ -64,7 +64,11 @@ impl Finder {
     /// not yet: a just exec'd python maps its libpython a moment later, or
     /// gone).
     pub(super) fn find(&mut self, pid: u32) -> Option<Interpreter> {
-        let maps = procfs::exec_maps(pid)?;
+        self.find_in(pid, &procfs::exec_maps(pid)?)
+    }
+
+    /// As [`Finder::find`], in `pid`'s executable mappings read already.
+    pub(super) fn find_in(&mut self, pid: u32, maps: &[procfs::Mapping]) -> Option<Interpreter> {
         for m in maps.iter().filter(|m| is_candidate(&m.path)) {
             let file = format!("/proc/{pid}/root{}", m.path);
             let Ok(meta) = fs::metadata(&file) else {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::interpreter::{Finder, Interpreter};
 use super::layout::Version;
+use crate::capture::procfs::Mapping;
 
 #[derive(Default)]
 pub(crate) struct PythonTracker {
@@ -29,6 +30,33 @@ impl PythonTracker {
         }
         let interp = Arc::new(self.finder.find(pid)?);
         self.known.insert(pid, Arc::clone(&interp));
+        Some(interp)
+    }
+
+    /// As [`PythonTracker::scan`], in `pid`'s executable mappings read
+    /// already.
+    pub(crate) fn scan_in(&mut self, pid: u32, maps: &[Mapping]) -> Option<Arc<Interpreter>> {
+        if self.known.contains_key(&pid) {
+            return None;
+        }
+        let interp = Arc::new(self.finder.find_in(pid, maps)?);
+        self.known.insert(pid, Arc::clone(&interp));
+        Some(interp)
+    }
+
+    /// A fork's interpreter: its parent's, at the same addresses (a fork
+    /// copies the address space). None when the parent's is not known (or
+    /// the child's is already).
+    pub(crate) fn inherit(&mut self, child: u32, parent: u32) -> Option<Arc<Interpreter>> {
+        if self.known.contains_key(&child) {
+            return None;
+        }
+        let interp = Arc::new(Interpreter {
+            pid: child,
+            found_ns: crate::capture::clock::monotonic_ns(),
+            ..Interpreter::clone(self.known.get(&parent)?)
+        });
+        self.known.insert(child, Arc::clone(&interp));
         Some(interp)
     }
 

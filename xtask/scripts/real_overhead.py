@@ -1,0 +1,158 @@
+"""What tprof costs the real PyTorch job, and tprof's own CPU while it runs.
+
+Runs tests/workloads/train_job.py untraced and under `tprof record --`
+(each configuration given, in an order rotated each round), and prints
+per configuration the median of the job's own iterations per second, its
+ratio to the same round's untraced run (median over rounds), and tprof's
+own CPU (utime + stime of its process, sampled from /proc every 0.25 s)
+over the job's timed iterations, in ms per second. With
+TPROF_SWITCH_PROFILE=1 in a configuration's environment the switch
+program's breakdown line tprof prints is shown too.
+
+    sudo PY=.../bin/python python3 xtask/scripts/real_overhead.py \
+        --rounds 5 --num-workers 2 --omp 1 --iterations 80 \
+        --config default= --config no-python=--no-python-frames
+
+A configuration is NAME=ARGS (extra `tprof record` arguments, split on
+spaces) or NAME=ARGS@ENV=VALUE,ENV=VALUE; the untraced run is always
+there. Run from the repository root after `cargo build --release -p
+profiler` and `python train_job.py --data-dir
+/dev/shm/tprof-train-job-images --generate-only`.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+DATA = "/dev/shm/tprof-train-job-images"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def job_args(a):
+    return [a.python, "tests/workloads/train_job.py", "--data-dir", DATA,
+            "--num-workers", str(a.num_workers), "--iterations", str(a.iterations)]
+
+
+def job_env(a):
+    env = dict(os.environ)
+    env.pop("OMP_NUM_THREADS", None)
+    env.pop("MKL_NUM_THREADS", None)
+    if a.omp:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(a.omp)
+    return env
+
+
+def summary(path):
+    with open(path) as f:
+        for line in f:
+            try:
+                v = json.loads(line)
+            except ValueError:
+                continue
+            if v.get("event") == "summary":
+                return v
+    raise RuntimeError("no summary from the job")
+
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def run(a, extra, env_extra):
+    truth = tempfile.NamedTemporaryFile(prefix="real-truth-", suffix=".jsonl", delete=False).name
+    env = job_env(a)
+    env["TPROF_TRUTH_FILE"] = truth
+    if extra is None:
+        subprocess.run(job_args(a), env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=True)
+        s = summary(truth)
+        os.unlink(truth)
+        return s["iterations_per_s"], None, ""
+    env.update(env_extra)
+    rec = os.path.join(tempfile.mkdtemp(prefix="real-overhead-"), "job.tprof")
+    cmd = [a.tprof, "record", "--no-report", "--no-flamegraphs", "--no-timeline", "-o", rec,
+           *extra, "--", *job_args(a)]
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    samples = []
+
+    def sample():
+        while p.poll() is None:
+            try:
+                samples.append((time.monotonic_ns(), cpu_ticks(p.pid)))
+            except (OSError, ValueError, IndexError):
+                pass
+            time.sleep(0.25)
+
+    t = threading.Thread(target=sample)
+    t.start()
+    err = p.stderr.read()
+    p.wait()
+    t.join()
+    if p.returncode != 0:
+        raise RuntimeError(f"tprof failed: {err}")
+    s = summary(truth)
+    os.unlink(truth)
+    os.unlink(rec)
+    os.rmdir(os.path.dirname(rec))
+    start = s["iterations"][0]["start_ns"]
+    end = s["iterations"][-1]["end_ns"]
+    inside = [x for x in samples if start <= x[0] <= end]
+    ms_per_s = None
+    if len(inside) >= 2:
+        (t0, c0), (t1, c1) = inside[0], inside[-1]
+        ms_per_s = (c1 - c0) * 1000 / TICK / ((t1 - t0) / 1e9)
+    profile = "".join(line for line in err.splitlines() if "switch profile" in line)
+    return s["iterations_per_s"], ms_per_s, profile
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--iterations", type=int, default=80)
+    p.add_argument("--num-workers", type=int, default=2)
+    p.add_argument("--omp", type=int, default=None)
+    p.add_argument("--python", default=os.environ.get("PY", sys.executable))
+    p.add_argument("--tprof", default="target/release/tprof")
+    p.add_argument("--config", action="append", default=[])
+    a = p.parse_args()
+    configs = [("untraced", None, {})]
+    for c in a.config or ["default="]:
+        name, rest = c.split("=", 1)
+        args, _, envs = rest.partition("@")
+        env = dict(kv.split("=", 1) for kv in envs.split(",") if kv)
+        configs.append((name, args.split(), env))
+    results = {name: [] for name, _, _ in configs}
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    for r in range(a.rounds):
+        order = configs[r % len(configs):] + configs[:r % len(configs)]
+        row = {}
+        for name, extra, env in order:
+            rate, cpu, prof = run(a, extra, env)
+            row[name] = (rate, cpu)
+            print(f"round {r} {name:<12} {rate:6.2f} it/s"
+                  + (f"  tprof {cpu:5.1f} ms/s" if cpu is not None else "")
+                  + (f"\n    {prof}" if prof else ""), flush=True)
+        for name in row:
+            rate, cpu = row[name]
+            results[name].append((rate, rate / row["untraced"][0], cpu))
+    print(f"load average at end: {os.getloadavg()}")
+    print("\n| configuration | median it/s | median ratio to the round's untraced | tprof ms/s over the timed iterations (median) |")
+    print("|---|---|---|---|")
+    for name, _, _ in configs:
+        rs = results[name]
+        cpus = [c for _, _, c in rs if c is not None]
+        print(f"| {name} | {statistics.median(x for x, _, _ in rs):.2f} | "
+              f"{statistics.median(x for _, x, _ in rs):.3f} | "
+              + (f"{statistics.median(cpus):.1f}" if cpus else "–") + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -791,7 +791,7 @@ impl<'a> Ctx<'a> {
             .copied()
             .filter(|t| t.pid == trainer.pid && t.tid != trainer.tid)
             .filter(|t| t.start_ns < b && t.end_ns > a)
-            .map(|t| (t, on_cpu_within(t, a, b)))
+            .map(|t| (t, t.breakdown(a, b).on_cpu))
             .filter(|&(_, ns)| ns > 0)
             .max_by_key(|&(t, ns)| (ns, std::cmp::Reverse(t.tid)))
             .map(|(t, _)| t)
@@ -996,17 +996,6 @@ impl<'a> Ctx<'a> {
 }
 
 /// Appends a piece, merging it into the last when they are alike.
-/// How long `t` was on a CPU within `[a, b)`.
-fn on_cpu_within(t: &Thread, a: u64, b: u64) -> u64 {
-    let first = t.intervals.partition_by_end(|e| e <= a);
-    t.intervals
-        .iter_from(first)
-        .take_while(|iv| iv.start_ns < b)
-        .filter(|iv| iv.state == ThreadState::Running)
-        .map(|iv| iv.end_ns.min(b).saturating_sub(iv.start_ns.max(a)))
-        .sum()
-}
-
 fn push(out: &mut Vec<Segment>, start: u64, end: u64, phase: Phase, label: u32) {
     if end <= start {
         return;

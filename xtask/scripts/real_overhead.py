@@ -15,7 +15,9 @@ program's breakdown line tprof prints is shown too.
 
 A configuration is NAME=ARGS (extra `tprof record` arguments, split on
 spaces) or NAME=ARGS@ENV=VALUE,ENV=VALUE; the untraced run is always
-there. Run from the repository root after `cargo build --release -p
+there. ARGS that begin with `top` run `tprof top --batch` (a plain-text
+frame a second, to /dev/null) with the rest as its arguments instead of
+`tprof record`, e.g. `--config top=top`. Run from the repository root after `cargo build --release -p
 profiler` and `python train_job.py --data-dir
 /dev/shm/tprof-train-job-images --generate-only`.
 """
@@ -78,8 +80,11 @@ def run(a, extra, env_extra):
         return s["iterations_per_s"], None, ""
     env.update(env_extra)
     rec = os.path.join(tempfile.mkdtemp(prefix="real-overhead-"), "job.tprof")
-    cmd = [a.tprof, "record", "--no-report", "--no-flamegraphs", "--no-timeline", "-o", rec,
-           *extra, "--", *job_args(a)]
+    if extra[:1] == ["top"]:
+        cmd = [a.tprof, "top", "--batch", *extra[1:], "--", *job_args(a)]
+    else:
+        cmd = [a.tprof, "record", "--no-report", "--no-flamegraphs", "--no-timeline", "-o", rec,
+               *extra, "--", *job_args(a)]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     samples = []
 
@@ -100,7 +105,8 @@ def run(a, extra, env_extra):
         raise RuntimeError(f"tprof failed: {err}")
     s = summary(truth)
     os.unlink(truth)
-    os.unlink(rec)
+    if os.path.exists(rec):
+        os.unlink(rec)
     os.rmdir(os.path.dirname(rec))
     start = s["iterations"][0]["start_ns"]
     end = s["iterations"][-1]["end_ns"]

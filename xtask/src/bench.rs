@@ -108,14 +108,18 @@ enum Tool {
     TprofNoPipes,
     /// The `--against` build, default settings.
     TprofAgainst,
+    /// `tprof top --batch`: the live view's capture and its analysis every
+    /// interval, on the same kernel programs as `record`.
+    TprofTop,
     LibbpfTools,
     PerfSched,
 }
 
 impl Tool {
-    const ALL: [Tool; 6] = [
+    const ALL: [Tool; 7] = [
         Tool::None,
         Tool::Tprof,
+        Tool::TprofTop,
         Tool::TprofNoStacks,
         Tool::TprofNoPipes,
         Tool::LibbpfTools,
@@ -139,6 +143,7 @@ impl Tool {
             Tool::TprofNoStacks => "tprof record --no-stacks",
             Tool::TprofNoPipes => "tprof record, TPROF_NO_PIPES=1 (no pipe program)",
             Tool::TprofAgainst => "tprof record, the `--against` build",
+            Tool::TprofTop => "tprof top --batch (a frame a second)",
             Tool::LibbpfTools => "offcputime + runqlat + biolatency",
             Tool::PerfSched => "perf sched record",
         }
@@ -483,6 +488,12 @@ fn start_tool(paths: &Paths, tool: Tool, pid: u32) -> Result<Vec<Child>> {
             if tool == Tool::TprofNoStacks {
                 c.arg("--no-stacks");
             }
+            vec![quiet(c)?]
+        }
+        Tool::TprofTop => {
+            // One frame a second for as long as the others record.
+            let mut c = command(paths.tprof.to_str().expect("utf-8 path"));
+            c.args(["top", "--batch", "-p", &pid, "-n", &secs]);
             vec![quiet(c)?]
         }
         Tool::LibbpfTools => {

@@ -33,6 +33,7 @@ const INPUT_FINDINGS: &[&str] = &[
     "decode_bound",
     "prefetch_starved",
     "costly_batches",
+    "cpu_saturated",
     "input_wait",
 ];
 
@@ -347,6 +348,7 @@ fn costly_batches() {
         return;
     };
     let f = leads_with(&run, "costly_batches");
+    assert_eq!(change(f, "collate_fn")["to"], "tensors");
     assert_eq!(change(f, "batch_dtype")["to"], "uint8");
     assert!(f["fix"].as_str().unwrap().contains("numpy"), "{f:#}");
     check_prediction(&run, f);
@@ -390,6 +392,34 @@ fn compute_bound_is_not_an_input_problem() {
             run.text
         );
     }
+}
+
+/// Costly decode in as many workers as there are cores: the cores are
+/// full, so the trainer waits for batches that no setting makes sooner.
+/// tprof says so (cpu_saturated, the workers' top function named) and
+/// advises no setting: not more workers, not a deeper prefetch.
+#[test]
+fn cores_full_of_decoding_advise_no_setting() {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let Some(run) = record(
+        JobConfig::new(cores as u32, Threads::One)
+            .persistent_workers(true)
+            .args(&["--blur", "21", "--image-size", "48"])
+            .iterations(30),
+    ) else {
+        return;
+    };
+    let f = leads_with(&run, "cpu_saturated");
+    assert!(f["fix"].as_str().unwrap().contains("__getitem__"), "{f:#}");
+    for f in findings(&run) {
+        assert_eq!(
+            f["changes"].as_array().map_or(0, Vec::len),
+            0,
+            "a setting advised where the cores are full: {f:#}\n{}",
+            run.text
+        );
+    }
+    check_prediction(&run, f);
 }
 
 fn leads_with_one_of<'a>(run: &'a RealRun, ids: &[&str]) -> &'a Value {

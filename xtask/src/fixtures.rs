@@ -19,7 +19,7 @@
 //! The workloads: tests/workloads/pipeline.c in five shapes,
 //! `cuda_copies.c` with the fake libcudart and NVML, `two_functions.c`, and
 //! the real PyTorch job (tests/workloads/train_job.py, in the venv setup
-//! makes) in three of the zoo's pathologies, attached with `-p` after its
+//! makes) in four of the zoo's configurations, attached with `-p` after its
 //! warm-up (a recording from its start holds torch's imports: megabytes of
 //! stacks). Each is recorded in a session of its own at nice -15, so the
 //! machine's other work does not shape it, and the version's directory gets
@@ -219,6 +219,28 @@ const FIXTURES: &[Fixture] = &[
         ],
         exercises: "the real job with a metrics thread holding the GIL: the trainer's GIL \
                     waits and their holder, gil_contention",
+    },
+    Fixture {
+        name: "zoo_saturated",
+        workload: TRAIN_JOB,
+        args: &[
+            Text("--num-workers"),
+            Text("2"),
+            Text("--persistent-workers"),
+            Text("--blur"),
+            Text("21"),
+            Text("--image-size"),
+            Text("48"),
+            Text("--iterations"),
+            Text("30"),
+        ],
+        env: &[
+            ("OMP_NUM_THREADS", Text("1")),
+            ("MKL_NUM_THREADS", Text("1")),
+        ],
+        exercises: "the real job decoding costly images in two workers on two cores: the \
+                    trainer waits for batches while the job's CPU work fills the cores, \
+                    cpu_saturated and no setting advised",
     },
 ];
 

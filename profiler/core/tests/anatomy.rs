@@ -1,5 +1,5 @@
 //! The step's anatomy and the findings read from it, on committed
-//! recordings of the real PyTorch job in three of the zoo's pathologies
+//! recordings of the real PyTorch job in four of the zoo's configurations
 //! (tests/fixtures/v4/zoo_*.tprof, made by `cargo xtask fixtures`; their
 //! README says how), without root: every step's phases add up to it, each
 //! pathology's phase is where its time went, and the finding that names it
@@ -135,6 +135,47 @@ fn gil_waits_name_their_holder() {
         .expect("gil_contention");
     assert!(f.title.contains("metrics_loop"), "{}", f.title);
     assert!(f.changes.is_empty());
+}
+
+/// Two workers decoding costly images on two cores: the trainer waits for
+/// batches while the job's work fills the cores. The verdict says the
+/// cores are the limit, names the workers' top function, and advises no
+/// setting (not more workers, not a deeper prefetch); its CPU sentence
+/// adds up.
+#[test]
+fn cores_full_of_decoding_advise_no_setting() {
+    let (_, s) = load("zoo_saturated");
+    check_adds_up(&s);
+    let m = s.step_model.expect("a step model");
+    let steady = m.step_ms
+        - s.anatomy
+            .phase(Phase::WorkerStart)
+            .map_or(0.0, |p| p.mean_ms);
+    assert!(m.cores_full(steady), "{m:?}");
+    let f = leading_input(&s);
+    assert_eq!(f.id, "cpu_saturated", "{:#?}", s.findings);
+    assert!(f.fix.contains("JpegDataset.__getitem__"), "{}", f.fix);
+    assert!(f.explains_frac >= 0.1, "{f:?}");
+    for f in &s.findings {
+        assert!(f.changes.is_empty(), "a setting advised: {f:?}");
+    }
+    // "the job's CPU work is A ms a step (B ms the trainer's process, C ms
+    // the workers' ...); on D usable cores that is at least E ms a step":
+    // A = B + C and E = A / D, as printed.
+    let cpu = f
+        .evidence
+        .iter()
+        .find(|e| e.starts_with("the job's CPU work is"))
+        .expect("the CPU sentence");
+    let numbers: Vec<f64> = cpu
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|w| w.trim_matches('.').parse().ok())
+        .collect();
+    let [a, b, c, d, e] = numbers[..5] else {
+        panic!("{cpu}")
+    };
+    assert!((a - (b + c)).abs() <= 0.11, "{cpu}");
+    assert!((e - a / d).abs() <= 0.1 + 0.05 * e, "{cpu}");
 }
 
 fn folded(model: &Model, selection: Selection, interpreter_frames: bool) -> Vec<(String, u64)> {

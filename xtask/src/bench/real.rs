@@ -47,6 +47,9 @@ pub(super) struct Config {
     pub(super) extra: Vec<String>,
     /// `--dtype`: what a batch holds when the workers send it.
     pub(super) dtype: Option<String>,
+    /// `--collate numpy`: a collate_fn that returns numpy arrays, which
+    /// travel pickled whole (false: default_collate's tensors).
+    pub(super) numpy_collate: bool,
     /// `--metrics-thread`: a thread in the trainer that holds the GIL.
     pub(super) metrics_thread: bool,
 }
@@ -62,6 +65,7 @@ impl Config {
             prefetch_factor: None,
             extra: Vec::new(),
             dtype: None,
+            numpy_collate: false,
             metrics_thread: false,
         }
     }
@@ -89,6 +93,9 @@ impl Config {
         if let Some(d) = &self.dtype {
             label.push_str(&format!(", batches {d}"));
         }
+        if self.numpy_collate {
+            label.push_str(", numpy collate");
+        }
         if self.metrics_thread {
             label.push_str(", metrics thread");
         }
@@ -113,6 +120,9 @@ impl Config {
         }
         if let Some(d) = &self.dtype {
             c.args(["--dtype", d]);
+        }
+        if self.numpy_collate {
+            c.args(["--collate", "numpy"]);
         }
         if self.metrics_thread {
             c.arg("--metrics-thread");
@@ -262,6 +272,9 @@ pub(super) fn apply(config: &mut Config, change: &Value) -> bool {
         (Some("persistent_workers"), _, Some(b)) => config.persistent_workers = b,
         (Some("batch_dtype"), _, _) if to.is_string() => {
             config.dtype = to.as_str().map(str::to_string);
+        }
+        (Some("collate_fn"), _, _) if to.as_str() == Some("tensors") => {
+            config.numpy_collate = false;
         }
         _ => return false,
     }

@@ -108,6 +108,7 @@ pub enum FindingId {
     CostlyBatches,
     GilContention,
     ComputeBound,
+    CpuSaturated,
     InputWait,
 }
 
@@ -129,6 +130,7 @@ impl FindingId {
             FindingId::CostlyBatches => "costly_batches",
             FindingId::GilContention => "gil_contention",
             FindingId::ComputeBound => "compute_bound",
+            FindingId::CpuSaturated => "cpu_saturated",
             FindingId::InputWait => "input_wait",
         }
     }
@@ -187,8 +189,8 @@ pub struct Finding {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Change {
     /// num_workers, OMP_NUM_THREADS, MKL_NUM_THREADS, pin_memory,
-    /// non_blocking, persistent_workers, prefetch_factor or batch_dtype
-    /// (the type the workers send a batch as).
+    /// non_blocking, persistent_workers, prefetch_factor, batch_dtype (the
+    /// type the workers send a batch as) or collate_fn (what it returns).
     pub setting: &'static str,
     /// Its value in the recorded job; absent when the recording cannot
     /// tell (environment variables, pin_memory).
@@ -322,7 +324,7 @@ pub fn diagnose(s: &Summary) -> Vec<Finding> {
             .is_some_and(|p| p.is_batch_wait() || p == Phase::WorkerStart || p == Phase::Receiving)
     };
     if !findings.iter().any(input) {
-        findings.extend(phases::input_wait(&facts));
+        findings.extend(phases::input_limit(&facts));
     }
     findings.sort_by(|a, b| b.explains_frac.total_cmp(&a.explains_frac));
     findings
@@ -416,8 +418,25 @@ impl Facts<'_> {
         }
     }
 
+    /// The trainer waited for data at least [`STARVED`] of the training
+    /// phase and, where the anatomy has steps, of the steady state's steps
+    /// too (worker starts counted when they recur): a job whose steady
+    /// steps keep up (compute_bound) is not starved by waits at its start.
     fn starved(&self) -> bool {
-        self.steps.count > 0 && self.p.data_wait_frac >= STARVED
+        let steady = self.anatomy.steps.is_empty() || self.steady_wait() >= STARVED;
+        self.steps.count > 0 && self.p.data_wait_frac >= STARVED && steady
+    }
+
+    /// The share of the steady state's steps the trainer waited for a
+    /// batch, or for workers to start when they start again each epoch (a
+    /// first set's start is a one-off the steady rate does not pay).
+    fn steady_wait(&self) -> f64 {
+        let starts = if self.p.workers.restarts > 0 {
+            self.anatomy.share(Phase::WorkerStart)
+        } else {
+            0.0
+        };
+        self.anatomy.batch_wait_share() + starts
     }
 
     /// Share of the phase the trainer waited for a CPU.

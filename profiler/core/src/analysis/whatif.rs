@@ -37,6 +37,12 @@ use crate::recording::SystemSample;
 /// cores to itself (the report warns from the same figure).
 const OTHER_LOAD_CPUS: f64 = 0.5;
 
+/// The share of the cores that, kept busy through the steps, makes the
+/// cores the limit. A pipeline of dependent threads never keeps every
+/// core busy all the time; see [`StepModel::busy_share`] and
+/// docs/diagnosis.md for the zoo's figures.
+pub const CORES_FULL: f64 = 0.85;
+
 /// The most workers the model will advise per usable core: past it more
 /// processes only add memory and contention, whatever the IO.
 const MAX_WORKERS_PER_CORE: f64 = 4.0;
@@ -67,6 +73,10 @@ pub struct StepModel {
     pub start_cpu_ms: f64,
     /// Of the workers', what sending batches took (pickling, writing).
     pub sending_cpu_ms: f64,
+    /// Whether the workers' starts recur (a new set each epoch): false
+    /// when the only starts are the first set's, a one-off cost the steady
+    /// rate after them does not pay, so the CPU term leaves it out.
+    pub starts_recur: bool,
     /// The cores the job could use, less what other processes kept busy
     /// in the steady state when that was half a core or more.
     pub cores: f64,
@@ -122,22 +132,77 @@ impl StepModel {
             worker_cpu_ms: cpu.workers_s * 1e3 / n,
             start_cpu_ms: per_step(w.start_cpu_ns),
             sending_cpu_ms: per_step(w.sending_cpu_ns),
+            starts_recur: pipeline.workers.restarts > 0,
             cores,
             other_cpus,
         })
     }
 
-    /// The CPU bound: the job's CPU work per step spread over the cores.
+    /// The CPU bound: the job's CPU work per step spread over the cores,
+    /// the workers' starts in it when they recur.
     pub fn cpu_bound_ms(&self) -> f64 {
-        (self.trainer_cpu_ms + self.worker_cpu_ms) / self.cores.max(0.1)
+        self.cpu_ms() / self.cores.max(0.1)
+    }
+
+    /// The CPU work per step the model counts: the trainer's process and
+    /// the workers', their starts only when they recur.
+    pub fn cpu_ms(&self) -> f64 {
+        if self.starts_recur {
+            self.trainer_cpu_ms + self.worker_cpu_ms
+        } else {
+            self.steady_cpu_ms()
+        }
+    }
+
+    /// The CPU work per step without the workers' starts.
+    pub fn steady_cpu_ms(&self) -> f64 {
+        self.trainer_cpu_ms + (self.worker_cpu_ms - self.start_cpu_ms).max(0.0)
+    }
+
+    /// The CPU bound without the workers' starts: what the steps' own work
+    /// (the trainer's process, the workers making and sending batches)
+    /// needs of the cores.
+    pub fn steady_cpu_bound_ms(&self) -> f64 {
+        self.steady_cpu_ms() / self.cores.max(0.1)
+    }
+
+    /// Whether the cores are the limit: over a step of `step_ms` (measured
+    /// without the workers' starts), the steps' own CPU work and what other
+    /// processes ran (tprof among them) kept at least [`CORES_FULL`] of the
+    /// cores busy. No setting that runs the same work at another time (more
+    /// workers, a deeper prefetch) shortens such a step.
+    pub fn cores_full(&self, step_ms: f64) -> bool {
+        self.busy_share(step_ms) >= CORES_FULL
+    }
+
+    /// The share of the cores the job's steps and other processes kept
+    /// busy over a step of `step_ms`.
+    pub fn busy_share(&self, step_ms: f64) -> f64 {
+        let cores = if self.other_cpus >= OTHER_LOAD_CPUS {
+            self.cores + self.other_cpus
+        } else {
+            self.cores
+        };
+        (self.steady_cpu_ms() / step_ms.max(f64::MIN_POSITIVE) + self.other_cpus) / cores.max(0.1)
+    }
+
+    /// The fewest workers that keep up on `cores` usable cores, and the
+    /// step then: what more cores would buy a job whose cores are full.
+    pub fn with_cores(&self, cores: f64) -> (usize, f64) {
+        let cpu = self.steady_cpu_bound_ms() * self.cores.max(0.1) / cores.max(0.1);
+        let floor = self.serial_ms.max(cpu);
+        enough(self.batch_ms, floor, cores)
     }
 
     /// The step with workers that start once: their starts' CPU gone from
     /// the CPU term, the rest as measured.
     pub fn without_restarts(&self) -> f64 {
-        let cpu = (self.trainer_cpu_ms + (self.worker_cpu_ms - self.start_cpu_ms).max(0.0))
-            / self.cores.max(0.1);
-        step(self.serial_ms, self.batch_ms, self.workers.max(1), cpu)
+        step(
+            self.serial_ms,
+            self.batch_ms,
+            self.workers.max(1),
+            self.steady_cpu_bound_ms(),
+        )
     }
 
     /// Batches `factor` times smaller to pass: the trainer's receiving
@@ -247,6 +312,7 @@ mod tests {
             worker_cpu_ms: 60.0,
             start_cpu_ms: 0.0,
             sending_cpu_ms: 0.0,
+            starts_recur: false,
             cores: 2.0,
             other_cpus: 0.0,
         }

@@ -608,12 +608,21 @@ fn step_model(out: &mut String, m: &crate::analysis::whatif::StepModel) {
             m.batch_ms / m.workers as f64
         )
     };
+    // The first workers' start is a one-off the steady rate does not pay.
+    let starts = if !m.starts_recur && m.start_cpu_ms >= 0.05 {
+        format!(
+            " (the first workers' start, {:.1} ms a step, left out)",
+            m.start_cpu_ms
+        )
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "  Step model: the trainer's own {:.1} ms a step; {workers}; {:.1} ms of CPU work a step on {cores}: \
-         {:.1} ms a step as recorded, {:.1} ms measured.",
+        "  Step model: the trainer's own {:.1} ms a step; {workers}; {:.1} ms of CPU work a step{starts} on \
+         {cores}: {:.1} ms a step as recorded, {:.1} ms measured.",
         m.serial_ms,
-        m.trainer_cpu_ms + m.worker_cpu_ms,
+        m.cpu_ms(),
         m.as_recorded(),
         m.step_ms
     );

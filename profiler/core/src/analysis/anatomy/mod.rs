@@ -359,6 +359,9 @@ pub fn anatomy(
     let mut per_step = Vec::with_capacity(steps.steps.len());
     let mut batch_ns = Vec::with_capacity(steps.steps.len());
     let regions = loader_regions(model, trainer.tid);
+    // What the trainer did after its batch in the last step the samples
+    // named it (see `at_batch`).
+    let mut trains = None;
     for step in &steps.steps {
         let mut pieces = ctx.step(step.start_ns, step.end_ns);
         // The last region of the step: at an epoch's end, the exhausted
@@ -371,7 +374,7 @@ pub fn anatomy(
             .map(|&(_, exit)| exit);
         match marked {
             Some(exit) => {
-                pieces = at_batch(pieces, exit, ctx.single_process);
+                pieces = at_batch(pieces, exit, ctx.single_process, &mut trains);
                 batch_ns.push(exit);
             }
             None => batch_ns.push(got_batch(&pieces, step.start_ns)),
@@ -448,8 +451,15 @@ fn gets_batch(phase: Phase) -> bool {
 /// DataLoader's `__next__` returned: before it, time on a CPU the stacks
 /// placed in training is getting the batch; after it, getting the batch is
 /// the training that follows (a boundary between two samples was placed
-/// at their middle; the mark is exact).
-fn at_batch(pieces: Vec<Segment>, batch: u64, single_process: bool) -> Vec<Segment> {
+/// at their middle; the mark is exact). A step whose training no sample
+/// caught (a few ms of it at 99 Hz) trains as the last step that had one
+/// did, `trains`.
+fn at_batch(
+    pieces: Vec<Segment>,
+    batch: u64,
+    single_process: bool,
+    trains: &mut Option<(Phase, u32)>,
+) -> Vec<Segment> {
     let mut split = Vec::with_capacity(pieces.len() + 1);
     for s in pieces {
         if s.start_ns < batch && batch < s.end_ns {
@@ -476,6 +486,10 @@ fn at_batch(pieces: Vec<Segment>, batch: u64, single_process: bool) -> Vec<Segme
         .iter()
         .find(|s| s.start_ns >= batch && !gets_batch(s.phase))
         .map(|s| (s.phase, s.label));
+    if after.is_some() {
+        *trains = after;
+    }
+    let after = after.or(*trains);
     for s in &mut split {
         let before = s.end_ns <= batch;
         match s.phase {
@@ -1445,7 +1459,8 @@ mod tests {
             s(10, 30, Phase::Receiving),
             s(30, 50, Phase::Compute),
         ];
-        let fixed = at_batch(pieces, 12, false);
+        let mut trains = None;
+        let fixed = at_batch(pieces, 12, false, &mut trains);
         assert_eq!(
             fixed,
             vec![
@@ -1456,8 +1471,15 @@ mod tests {
         );
         let pieces = vec![s(0, 10, Phase::Loading), s(10, 50, Phase::Compute)];
         assert_eq!(
-            at_batch(pieces, 20, true),
+            at_batch(pieces, 20, true, &mut trains),
             vec![s(0, 20, Phase::Loading), s(20, 50, Phase::Compute)]
+        );
+        // A step whose training no sample caught trains as the last one
+        // did: its time after the batch is not loading.
+        let pieces = vec![s(0, 50, Phase::Loading)];
+        assert_eq!(
+            at_batch(pieces, 30, true, &mut trains),
+            vec![s(0, 30, Phase::Loading), s(30, 50, Phase::Compute)]
         );
     }
 }

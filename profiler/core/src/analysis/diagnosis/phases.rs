@@ -260,7 +260,11 @@ fn prefetch_starved(f: &Facts) -> Option<Finding> {
     let concentrated = quarter as f64 / waited.max(1) as f64;
     let measured = total as f64 / 1e6 / steps.len() as f64;
     let steady = m.without_restarts();
-    if concentrated < BURSTY || measured < MIN_GAIN * steady {
+    // A deeper prefetch starts the same work earlier, which needs cores
+    // left idle between the bursts: with the cores full, the waits are the
+    // cores' (cpu_saturated), however they bunch.
+    if concentrated < BURSTY || measured < MIN_GAIN * steady || m.cores_full(steady_step_ms(f, &m))
+    {
         return None;
     }
     // A deeper prefetch evens out the other steps; those a worker start
@@ -319,23 +323,72 @@ fn costly_batches(f: &Facts) -> Option<Finding> {
     }
     let m = f.model?;
     let (receiving, sending) = (mean_ms(f, Phase::Receiving), mean_ms(f, Phase::Sending));
-    // A batch of uint8 images is a quarter of float32's bytes (an eighth
-    // of float64's: the prediction is for the smaller gain).
-    let predicted = m.with_smaller_batches(receiving, 4.0);
     let label = |phase| {
         f.anatomy
             .phase(phase)
             .map(|p| tops(p, 2))
             .unwrap_or_default()
     };
-    // Reading the pipe itself is most of receiving: the batch travels
-    // through it pickled whole (numpy arrays, lists), where tensors would
-    // leave only a handle to shared memory in it.
-    let pickled_whole = f
-        .anatomy
-        .labels_of(Phase::Receiving)
-        .first()
-        .is_some_and(|(l, _)| l.contains("Connection._recv"));
+    // The share of receiving spent reading the pipe itself: the batch
+    // travels through it pickled whole (numpy arrays, lists), where
+    // tensors would leave only a handle to shared memory in it.
+    let labels = f.anatomy.labels_of(Phase::Receiving);
+    let all: u64 = labels.iter().map(|(_, ns)| ns).sum();
+    let piped: u64 = labels
+        .iter()
+        .filter(|(l, _)| l.contains("Connection._recv") || l.contains("recv_bytes"))
+        .map(|(_, ns)| ns)
+        .sum();
+    let pipe_share = piped as f64 / all.max(1) as f64;
+    let pickled_whole = pipe_share >= 0.5;
+    // Tensors take the pipe's part off receiving (and the workers' pickling
+    // of the bytes off sending); a uint8 batch is a quarter of float32's
+    // bytes (an eighth of float64's: the prediction is for the smaller
+    // gain) for what is left.
+    let (bytes_left, mut changes) = if pickled_whole {
+        (
+            1.0 - pipe_share,
+            vec![Change::text("collate_fn", "tensors")],
+        )
+    } else {
+        (1.0, Vec::new())
+    };
+    changes.push(Change::text("batch_dtype", "uint8"));
+    let predicted = m.with_smaller_batches(receiving, 4.0 / bytes_left.max(0.01));
+    let mut evidence = vec![
+        format!(
+            "receiving (the trainer unpickling, rebuilding tensors): {}",
+            label(Phase::Receiving)
+        ),
+        format!(
+            "sending (the worker pickling, writing out; {:.1} ms of its CPU a step): {}",
+            m.sending_cpu_ms,
+            label(Phase::Sending)
+        ),
+    ];
+    if pickled_whole {
+        evidence.push(format!(
+            "{:.0}% of receiving is reading the pipe: the batches travel through it pickled whole, \
+             not as tensors in shared memory",
+            100.0 * pipe_share
+        ));
+    }
+    evidence.push(format!(
+        "{} ({}a uint8 batch is a quarter of float32's bytes)",
+        prediction_text(&m, predicted),
+        if pickled_whole {
+            "tensors leave the pipe only a handle; "
+        } else {
+            ""
+        }
+    ));
+    let tensors = if pickled_whole {
+        "Send tensors: the batches are not tensors (numpy arrays, lists) and travel pickled \
+         whole through the pipe; a collate_fn that returns tensors (default_collate does) sends \
+         them through shared memory instead. "
+    } else {
+        ""
+    };
     Some(Finding {
         id: FindingId::CostlyBatches,
         title: format!(
@@ -344,34 +397,13 @@ fn costly_batches(f: &Facts) -> Option<Finding> {
         ),
         severity: severity(total),
         explains_frac: total,
-        evidence: vec![
-            format!(
-                "receiving (the trainer unpickling, rebuilding tensors): {}",
-                label(Phase::Receiving)
-            ),
-            format!(
-                "sending (the worker pickling, writing out; {:.1} ms of its CPU a step): {}",
-                m.sending_cpu_ms,
-                label(Phase::Sending)
-            ),
-            format!(
-                "{} (a uint8 batch is a quarter of float32's bytes)",
-                prediction_text(&m, predicted)
-            ),
-        ],
+        evidence,
         fix: format!(
-            "Send smaller batches: keep images uint8 in the workers and convert (and normalize) \
-             after the batch arrives, on the GPU where there is one; resize before sending, not \
-             after.{}",
-            if pickled_whole {
-                " The batches travel pickled whole through the pipe (most of receiving is reading \
-                 it): they are not tensors (numpy arrays, lists); a collate_fn that returns \
-                 tensors sends them through shared memory instead."
-            } else {
-                ""
-            }
+            "{tensors}Send smaller batches: keep images uint8 in the workers (if they are not \
+             already) and convert (and normalize) after the batch arrives, on the GPU where there \
+             is one; resize before sending, not after."
         ),
-        changes: vec![Change::text("batch_dtype", "uint8")],
+        changes,
         expect: "The trainer's receiving phase shrinks with the batch's bytes.".into(),
         phase: Some(Phase::Receiving),
         step_ms: Some(m.step_ms),
@@ -443,13 +475,14 @@ fn compute_bound(f: &Facts) -> Option<Finding> {
     })
 }
 
-/// The trainer waited for batches and no finding above names a setting:
-/// name what the critical path ran instead of saying nothing.
-pub(super) fn input_wait(f: &Facts) -> Option<Finding> {
-    let wait = f.anatomy.batch_wait_share() + share(f, Phase::WorkerStart);
-    if wait < STARVED {
-        return None;
-    }
+/// The step measured without the workers' starts (paid once, or at
+/// every epoch: another finding's), in ms.
+fn steady_step_ms(f: &Facts, m: &StepModel) -> f64 {
+    (m.step_ms - mean_ms(f, Phase::WorkerStart)).max(0.0)
+}
+
+/// The trainer's waits for batches (and workers' starts), largest first.
+fn batch_waits<'a>(f: &'a Facts) -> Vec<&'a PhaseStats> {
     let mut waits: Vec<&PhaseStats> = f
         .anatomy
         .phases
@@ -457,7 +490,11 @@ pub(super) fn input_wait(f: &Facts) -> Option<Finding> {
         .filter(|p| p.phase.is_batch_wait() || p.phase == Phase::WorkerStart)
         .collect();
     waits.sort_by(|a, b| b.share.total_cmp(&a.share));
-    let lines: Vec<String> = waits
+    waits
+}
+
+fn waits_text(waits: &[&PhaseStats]) -> Vec<String> {
+    waits
         .iter()
         .take(3)
         .map(|p| {
@@ -468,7 +505,89 @@ pub(super) fn input_wait(f: &Facts) -> Option<Finding> {
                 tops(p, 2)
             )
         })
-        .collect();
+        .collect()
+}
+
+/// The trainer waited for batches and no finding above names a setting:
+/// say whether the cores are the limit ([`cpu_saturated`]) and otherwise
+/// name what the critical path ran, instead of saying nothing.
+pub(super) fn input_limit(f: &Facts) -> Option<Finding> {
+    let wait = f.steady_wait();
+    if wait < STARVED {
+        return None;
+    }
+    cpu_saturated(f, wait).or_else(|| input_wait(f, wait))
+}
+
+/// The trainer waits for batches because the cores are full: the job's
+/// CPU work per step, spread over the usable cores, is most of the step,
+/// so no setting that runs the same work elsewhere or earlier helps. The
+/// way out is less work per batch, or more cores.
+fn cpu_saturated(f: &Facts, wait: f64) -> Option<Finding> {
+    let m = f.model?;
+    let step = steady_step_ms(f, &m);
+    if m.workers == 0 || !m.cores_full(step) {
+        return None;
+    }
+    let worker_cpu = (m.worker_cpu_ms - m.start_cpu_ms).max(0.0);
+    let busy = f.anatomy.phase(Phase::WorkerBusy);
+    let what = busy
+        .and_then(|p| p.top.first())
+        .map_or("the workers' code", |(l, _)| l.as_str());
+    let bound = m.steady_cpu_bound_ms();
+    let more = (m.cores * 2.0).round();
+    let (n, with_more) = m.with_cores(more);
+    let mut evidence = waits_text(&batch_waits(f));
+    evidence.push(format!(
+        "the job's CPU work is {:.1} ms a step ({:.1} ms the trainer's process, {worker_cpu:.1} ms \
+         the workers' making and sending batches); on {:.1} usable cores that is at least \
+         {bound:.1} ms a step, {:.0}% of the {step:.1} ms measured (worker starts left out); \
+         with what other processes ran ({:.2} CPUs, tprof among them) the cores were {:.0}% busy",
+        m.trainer_cpu_ms + worker_cpu,
+        m.trainer_cpu_ms,
+        m.cores,
+        100.0 * bound / step.max(f64::MIN_POSITIVE),
+        m.other_cpus,
+        100.0 * m.busy_share(step)
+    ));
+    if let Some(p) = busy {
+        evidence.push(phase_share_text(f, p));
+    }
+    evidence.push(format!(
+        "on {more:.0} usable cores with num_workers={n} the step model gives {with_more:.1} ms a step"
+    ));
+    Some(Finding {
+        id: FindingId::CpuSaturated,
+        title: format!(
+            "Input-bound at the cores' capacity: the trainer waits for batches {:.0}% of each step \
+             while the job's work fills the {:.1} usable cores; no DataLoader setting shortens the step",
+            100.0 * wait,
+            m.cores
+        ),
+        severity: severity(wait),
+        explains_frac: wait,
+        evidence,
+        fix: format!(
+            "Make each batch cheaper to make: {what} is the workers' largest cost (smaller or \
+             pre-decoded images, lighter augmentation, decoding on the GPU such as DALI or \
+             torchvision.io.decode_jpeg on the device), or run on more cores. More workers or a \
+             deeper prefetch only move the same work in time."
+        ),
+        changes: Vec::new(),
+        expect: "With cheaper batches the workers' CPU per step falls and the waits with it."
+            .into(),
+        phase: Some(Phase::WorkerBusy),
+        step_ms: Some(m.step_ms),
+        predicted_step_ms: None,
+        see: Some("tprof flamegraph REC --phase steady --role data_worker".into()),
+    })
+}
+
+/// The trainer waited for batches, the cores had room, and no setting
+/// matches: the critical path's top phases and functions.
+fn input_wait(f: &Facts, wait: f64) -> Option<Finding> {
+    let waits = batch_waits(f);
+    let lines = waits_text(&waits);
     let lead = waits.first()?;
     Some(Finding {
         id: FindingId::InputWait,

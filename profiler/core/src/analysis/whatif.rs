@@ -328,6 +328,41 @@ mod tests {
     }
 
     #[test]
+    fn a_first_start_is_left_out_and_a_recurring_one_kept() {
+        let first = StepModel {
+            start_cpu_ms: 20.0,
+            ..model()
+        };
+        // (40 + 60 - 20) / 2 cores: the steady rate does not pay the start.
+        assert_eq!(first.cpu_bound_ms(), 40.0);
+        let every_epoch = StepModel {
+            starts_recur: true,
+            ..first
+        };
+        assert_eq!(every_epoch.cpu_bound_ms(), 50.0);
+        assert_eq!(every_epoch.without_restarts(), first.with_workers(1));
+    }
+
+    #[test]
+    fn the_cores_are_full_when_the_work_and_others_keep_them_busy() {
+        let m = model();
+        // 100 ms of CPU a step on 2 cores: a 50 ms step is all busy, a
+        // 100 ms one half.
+        assert_eq!(m.busy_share(50.0), 1.0);
+        assert!(m.cores_full(55.0));
+        assert!(!m.cores_full(100.0));
+        // Other processes' 0.4 CPUs fill the rest of a 62.5 ms step.
+        let shared = StepModel {
+            other_cpus: 0.4,
+            ..m
+        };
+        assert!((shared.busy_share(62.5) - 1.0).abs() < 1e-9);
+        // Twice the cores: a 25 ms CPU bound, so the trainer's own 40 ms
+        // binds, and 120 ms batches need 3 workers to keep up with it.
+        assert_eq!(m.with_cores(4.0), (3, 40.0));
+    }
+
+    #[test]
     fn loading_moved_off_the_trainer() {
         let m = StepModel {
             serial_ms: 100.0,

@@ -18,6 +18,11 @@
 //!     step(n) = max(serial, batch / n, cpu / cores)
 //! ```
 //!
+//! With the workers as recorded, `batch` is the slowest worker's: the
+//! DataLoader hands batches out in turn and takes them back in order, so a
+//! worker that draws the costly ones (every 8th batch is always the same
+//! worker's of two) sets the pace whatever the others do.
+//!
 //! A setting changes one term: `num_workers` changes `n` (and, from 0,
 //! moves the trainer's loading into `batch`); `persistent_workers` removes
 //! the worker starts; OpenMP's thread count removes the pools' spinning
@@ -63,6 +68,12 @@ pub struct StepModel {
     pub batch_ms: f64,
     /// Of which block IO.
     pub batch_io_ms: f64,
+    /// The slowest worker's time per batch it made: batches go out
+    /// round-robin and come back in order, so with the recorded workers a
+    /// batch arrives no faster than every `slowest_batch_ms / workers`.
+    /// As `batch_ms` where the workers start again each epoch (each set
+    /// makes a few batches) or with no workers.
+    pub slowest_batch_ms: f64,
     /// Workers at a time.
     pub workers: usize,
     /// CPU work per step: the trainer's process, the workers.
@@ -127,6 +138,11 @@ impl StepModel {
             cpu_wait_ms: per_step(cpu_wait),
             batch_ms: per_step(w.making_ns()),
             batch_io_ms: per_step(w.io_ns),
+            slowest_batch_ms: if pipeline.workers.restarts == 0 {
+                per_step(w.slowest_making_ns * pipeline.workers.at_a_time as u64)
+            } else {
+                per_step(w.making_ns())
+            },
             workers: pipeline.workers.at_a_time,
             trainer_cpu_ms: (cpu.trainer_s + cpu.trainer_side_s) * 1e3 / n,
             worker_cpu_ms: cpu.workers_s * 1e3 / n,
@@ -199,7 +215,7 @@ impl StepModel {
     pub fn without_restarts(&self) -> f64 {
         step(
             self.serial_ms,
-            self.batch_ms,
+            self.batch_for(self.workers),
             self.workers.max(1),
             self.steady_cpu_bound_ms(),
         )
@@ -214,18 +230,40 @@ impl StepModel {
         let trainer_cpu = (self.trainer_cpu_ms - saved * receiving_ms).max(0.0);
         let worker_cpu = (self.worker_cpu_ms - saved * self.sending_cpu_ms).max(0.0);
         let cpu = (trainer_cpu + worker_cpu) / self.cores.max(0.1);
-        step(serial, self.batch_ms, self.workers.max(1), cpu)
+        step(
+            serial,
+            self.batch_for(self.workers),
+            self.workers.max(1),
+            cpu,
+        )
     }
 
     /// The step with `workers` workers and everything else as measured.
     pub fn with_workers(&self, workers: usize) -> f64 {
-        step(self.serial_ms, self.batch_ms, workers, self.cpu_bound_ms())
+        step(
+            self.serial_ms,
+            self.batch_for(workers),
+            workers,
+            self.cpu_bound_ms(),
+        )
     }
 
     /// What the model says of the run as recorded (to weigh it against
     /// the measured step).
     pub fn as_recorded(&self) -> f64 {
         self.with_workers(self.workers)
+    }
+
+    /// A batch's time to make as it sets the pace with `workers` workers:
+    /// the slowest worker's with the recorded count (batches go out
+    /// round-robin and come back in order), the average with another
+    /// count (which hands the costly batches out differently).
+    pub fn batch_for(&self, workers: usize) -> f64 {
+        if workers == self.workers {
+            self.slowest_batch_ms.max(self.batch_ms)
+        } else {
+            self.batch_ms
+        }
     }
 
     /// The fewest workers that keep up, and the step they give: a batch
@@ -250,7 +288,7 @@ impl StepModel {
         let serial = (self.serial_ms - ms).max(0.0);
         step(
             serial,
-            self.batch_ms,
+            self.batch_for(self.workers),
             self.workers.max(1),
             self.cpu_bound_ms(),
         )
@@ -307,6 +345,7 @@ mod tests {
             cpu_wait_ms: 0.0,
             batch_ms: 120.0,
             batch_io_ms: 0.0,
+            slowest_batch_ms: 120.0,
             workers: 1,
             trainer_cpu_ms: 40.0,
             worker_cpu_ms: 60.0,
@@ -360,6 +399,21 @@ mod tests {
         // Twice the cores: a 25 ms CPU bound, so the trainer's own 40 ms
         // binds, and 120 ms batches need 3 workers to keep up with it.
         assert_eq!(m.with_cores(4.0), (3, 40.0));
+    }
+
+    #[test]
+    fn the_slowest_worker_sets_the_pace_of_the_recorded_workers() {
+        // Two workers, one drawing every costly batch: 240 ms a batch to
+        // the other's 0, 120 on average.
+        let m = StepModel {
+            workers: 2,
+            slowest_batch_ms: 240.0,
+            ..model()
+        };
+        assert_eq!(m.as_recorded(), 120.0);
+        // Another count hands the costly batches out differently: the
+        // average is all the model knows of it.
+        assert_eq!(m.with_workers(3), 50.0);
     }
 
     #[test]

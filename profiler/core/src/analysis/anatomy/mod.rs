@@ -273,6 +273,10 @@ pub struct WorkerLoad {
     /// CPU the worker processes' threads used sending batches (pickling,
     /// writing them out), from their on-CPU samples in the steady state.
     pub sending_cpu_ns: u64,
+    /// The most one worker process spent making batches (`making_ns` of
+    /// its main thread alone): the DataLoader hands batches out round-robin
+    /// and takes them back in order, so the slowest worker sets the pace.
+    pub slowest_making_ns: u64,
 }
 
 impl WorkerLoad {
@@ -925,6 +929,7 @@ impl<'a> Ctx<'a> {
             .iter()
             .filter(|t| t.tid == t.pid && self.roles.of_thread(t) == Role::DataWorker);
         for t in mains {
+            let before = load.making_ns();
             let from = match self.worker_ready.get(&t.pid) {
                 Some(w) => w.ready_ns.unwrap_or(u64::MAX).max(start),
                 None => start,
@@ -950,6 +955,7 @@ impl<'a> Ctx<'a> {
                 };
                 *slot += ns;
             }
+            load.slowest_making_ns = load.slowest_making_ns.max(load.making_ns() - before);
         }
         load
     }

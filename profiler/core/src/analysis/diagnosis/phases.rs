@@ -292,8 +292,19 @@ fn prefetch_starved(f: &Facts) -> Option<Finding> {
                 100.0 * concentrated
             ),
             format!(
-                "a worker makes a batch in {:.1} ms on average; {} workers deliver one every {supply:.1} ms",
-                m.batch_ms, m.workers
+                "a worker makes a batch in {:.1} ms on average; {} workers deliver one every {supply:.1} ms{}",
+                m.batch_ms,
+                m.workers,
+                if m.slowest_batch_ms > 1.1 * m.batch_ms {
+                    format!(
+                        ", but the slowest takes {:.1} ms a batch, and batches come back in the \
+                         order they went out: one every {:.1} ms at best",
+                        m.slowest_batch_ms,
+                        m.slowest_batch_ms / m.workers as f64
+                    )
+                } else {
+                    String::new()
+                }
             ),
             format!(
                 "those steps took {measured:.1} ms on average and would take {steady:.1} ms; {}",

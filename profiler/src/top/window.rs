@@ -34,11 +34,9 @@ pub(super) struct Window {
     /// The metadata so far; its `threads`, header start and footer are set
     /// for each model.
     meta: Recording,
-    /// The window's events, oldest first.
+    /// The window's events in timestamp order (stable: of equal stamps,
+    /// the one that arrived first comes first).
     events: VecDeque<Event>,
-    /// Whether `events` may be out of timestamp order (a batch whose first
-    /// event came before the last one held), until the next model sorts it.
-    unsorted: bool,
     /// The threads as the window opens.
     threads: ThreadTable,
     /// Events older than this are gone.
@@ -56,7 +54,6 @@ impl Window {
                 ..Recording::default()
             },
             events: VecDeque::new(),
-            unsorted: false,
             threads: ThreadTable::default(),
             start_ns: 0,
             watermark_ns: 0,
@@ -112,12 +109,29 @@ impl Window {
     pub(super) fn events(&mut self, bytes: &[u8], drained_ns: u64) -> Result<()> {
         let mut batch = Vec::new();
         decode_all(bytes, Framing::Length, &mut batch).context("capture sent a bad event")?;
-        if let (Some(first), Some(last)) = (batch.first(), self.events.back()) {
-            self.unsorted |= first.ts() < last.ts();
-        }
-        self.events.extend(batch);
+        self.insert(batch);
         self.watermark_ns = self.watermark_ns.max(drained_ns);
         Ok(())
+    }
+
+    /// Files a batch in timestamp order. A drain's events are nearly in
+    /// order, and only the last few held can come after its first: those
+    /// are merged with it, so a frame never sorts the whole window (which
+    /// took 13% of top's CPU at 300,000 events a second).
+    fn insert(&mut self, mut batch: Vec<Event>) {
+        batch.sort_by_key(Event::ts);
+        let Some(first) = batch.first().map(Event::ts) else {
+            return;
+        };
+        if self.events.back().is_none_or(|last| last.ts() <= first) {
+            self.events.extend(batch);
+            return;
+        }
+        let at = self.events.partition_point(|e| e.ts() <= first);
+        let mut tail: Vec<Event> = self.events.drain(at..).collect();
+        tail.extend(batch);
+        tail.sort_by_key(Event::ts);
+        self.events.extend(tail);
     }
 
     /// The model of `[start_ns, end_ns]`; the window forgets what came
@@ -173,10 +187,6 @@ impl Window {
     /// thread table first), samples, and the snapshots of processes that
     /// exited then.
     fn forget_before(&mut self, start_ns: u64) {
-        if self.unsorted {
-            self.events.make_contiguous().sort_by_key(Event::ts);
-            self.unsorted = false;
-        }
         let start_ns = start_ns.max(self.start_ns);
         while self.events.front().is_some_and(|e| e.ts() < start_ns) {
             let event = self.events.pop_front().expect("just seen");
@@ -290,6 +300,34 @@ mod tests {
         };
         assert_eq!((on_cpu(10), on_cpu(11)), (0, 4 * S - later));
         assert_eq!(model.processes.len(), 1);
+    }
+
+    /// Batches that overlap in time are merged into one ordered window,
+    /// of equal stamps the one that came first first.
+    #[test]
+    fn overlapping_batches_merge_in_order() {
+        let mut w = window();
+        let mut drain = |stamps: &[u64]| {
+            let bytes: Vec<u8> = stamps.iter().flat_map(|&ts| switch(ts, 0)).collect();
+            w.events(&bytes, stamps.iter().max().copied().unwrap_or(0))
+                .unwrap();
+        };
+        drain(&[10 * S, 12 * S, 11 * S]);
+        drain(&[11 * S + 1, 14 * S, 13 * S]);
+        drain(&[11 * S + 1]);
+        let order: Vec<u64> = w.events.iter().map(Event::ts).collect();
+        assert_eq!(
+            order,
+            [
+                10 * S,
+                11 * S,
+                11 * S + 1,
+                11 * S + 1,
+                12 * S,
+                13 * S,
+                14 * S
+            ]
+        );
     }
 
     #[test]

@@ -39,7 +39,11 @@ const TRAINER: u32 = 1;
 /// A job as `diagnose` sees it. Every thread lives the whole window of
 /// 1 s, so a thread's seconds are also shares of its life.
 #[derive(Clone)]
-struct Job(Summary);
+struct Job(Summary, PoolSpin);
+
+/// The share of pool threads' on-CPU time spent spinning for work.
+#[derive(Clone, Copy, Default)]
+struct PoolSpin(f64);
 
 impl Job {
     /// A job on `cores` usable cores with nothing in it yet.
@@ -48,7 +52,7 @@ impl Job {
         s.duration_s = 1.0;
         s.cores_effective = cores;
         s.cores_source = "machine";
-        Job(s)
+        Job(s, PoolSpin::default())
     }
 
     fn thread(mut self, tid: u32, pid: u32, role: Role, on_cpu: f64, runnable: f64) -> Job {
@@ -185,6 +189,12 @@ impl Job {
         self
     }
 
+    /// Pool threads spend this share of their on-CPU time spinning.
+    fn with_spin(mut self, share: f64) -> Job {
+        self.1 = PoolSpin(share);
+        self
+    }
+
     fn with(mut self, change: impl FnOnce(&mut Summary)) -> Job {
         change(&mut self.0);
         self
@@ -223,7 +233,11 @@ impl Job {
                     futex: ns(t.futex_s),
                     sleep: ns(t.lifetime_s - t.on_cpu_s - t.runnable_s - t.io_s - t.futex_s),
                 },
-                spin_share: 0.0,
+                spin_share: if s.roles.of(t.tid) == Role::Pool {
+                    self.1.0
+                } else {
+                    0.0
+                },
             })
             .collect();
         let mut workers: Vec<u32> = p
@@ -754,6 +768,19 @@ fn decode_bound_table() {
             case(
                 "just under half a core spare",
                 base().demand(1.0, 0.5 + NEAR),
+                None,
+            ),
+            case(
+                "pools spinning for work leave their core spare",
+                base()
+                    .pools(1, 1, [0.6, 0.0, 0.0])
+                    .demand(1.6, 0.0)
+                    .with_spin(1.0),
+                Some(0.4),
+            ),
+            case(
+                "the same pools working",
+                base().pools(1, 1, [0.6, 0.0, 0.0]).demand(1.6, 0.0),
                 None,
             ),
             case(

@@ -851,7 +851,7 @@ fn decode_bound(f: &Facts) -> Option<Finding> {
     // whoever wants it: it leaves the core as spare as an idle one. One
     // decoding worker's OpenCV pool spun 0.14 of a core on the zoo's job,
     // which put the spare core just under half.
-    let spinning = (f.pools.spin_s + f.workers.spin_s) / f.p.cpu.duration_s.max(f64::MIN_POSITIVE);
+    let spinning = f.p.cpu.pool_spin_s / f.p.cpu.duration_s.max(f64::MIN_POSITIVE);
     let spare = f.cores - (f.demand() - spinning).max(0.0);
     if !f.starved() || blame < LEADING || spare < 0.5 {
         return None;

@@ -124,6 +124,7 @@ impl StepModel {
         let serial = total.saturating_sub(wait + cpu_wait);
         let w = &anatomy.workers;
         let cpu = &pipeline.cpu;
+        let starts_recur = pipeline.workers.restarts > 0;
         let other_cpus = other_load(system, machine_cores, pipeline);
         let cores = if other_cpus >= OTHER_LOAD_CPUS {
             (cores - other_cpus).max(0.5)
@@ -138,17 +139,17 @@ impl StepModel {
             cpu_wait_ms: per_step(cpu_wait),
             batch_ms: per_step(w.making_ns()),
             batch_io_ms: per_step(w.io_ns),
-            slowest_batch_ms: if pipeline.workers.restarts == 0 {
-                per_step(w.slowest_making_ns * pipeline.workers.at_a_time as u64)
-            } else {
+            slowest_batch_ms: if starts_recur {
                 per_step(w.making_ns())
+            } else {
+                per_step(w.slowest_making_ns * pipeline.workers.at_a_time as u64)
             },
             workers: pipeline.workers.at_a_time,
             trainer_cpu_ms: (cpu.trainer_s + cpu.trainer_side_s) * 1e3 / n,
             worker_cpu_ms: cpu.workers_s * 1e3 / n,
             start_cpu_ms: per_step(w.start_cpu_ns),
             sending_cpu_ms: per_step(w.sending_cpu_ns),
-            starts_recur: pipeline.workers.restarts > 0,
+            starts_recur,
             cores,
             other_cpus,
         })

@@ -546,7 +546,7 @@ fn cpu_saturated(f: &Facts, wait: f64) -> Option<Finding> {
     if m.workers == 0 || !m.cores_full(step) {
         return None;
     }
-    let worker_cpu = (m.worker_cpu_ms - m.start_cpu_ms).max(0.0);
+    let worker_cpu = m.steady_cpu_ms() - m.trainer_cpu_ms;
     let busy = f.anatomy.phase(Phase::WorkerBusy);
     let what = busy
         .and_then(|p| p.top.first())
@@ -560,7 +560,7 @@ fn cpu_saturated(f: &Facts, wait: f64) -> Option<Finding> {
          the workers' making and sending batches); on {:.1} usable cores that is at least \
          {bound:.1} ms a step, {:.0}% of the {step:.1} ms measured (worker starts left out); \
          with what other processes ran ({:.2} CPUs, tprof among them) the cores were {:.0}% busy",
-        m.trainer_cpu_ms + worker_cpu,
+        m.steady_cpu_ms(),
         m.trainer_cpu_ms,
         m.cores,
         100.0 * bound / step.max(f64::MIN_POSITIVE),

@@ -233,7 +233,8 @@ pub(crate) struct FlamegraphArgs {
     /// Differential flamegraph of PATH (before) and AFTER: red grew, blue shrank.
     #[arg(long, requires = "after")]
     pub diff: bool,
-    /// cpu: on-CPU samples; offcpu: time off CPU by reason; wall: both, in time.
+    /// cpu: on-CPU samples; offcpu: time off CPU by reason; wall: both, in time
+    /// (each thread's on-CPU samples share out its scheduled time on a CPU).
     #[arg(long, value_enum, default_value_t = FlameKind::Cpu)]
     pub kind: FlameKind,
     /// Write the SVG here [default: PATH.KIND.svg; with --diff:

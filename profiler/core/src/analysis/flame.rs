@@ -5,14 +5,15 @@
 //! stacks end in their reason (`[futex]`, `[sleep]`, …); kernel frames end
 //! in `_[k]`; Python frames read `function (file.py)`, with `--lines`
 //! `function (file.py:42)`. Weights are samples (cpu) or µs (offcpu,
-//! wall).
+//! wall; a wall graph's on-CPU µs are each thread's scheduled time on a
+//! CPU, shared out over its samples).
 //!
 //! Pure: a [`Model`] in, lines out; render/flamegraph.rs draws them.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::model::{Model, ThreadKey};
+use crate::model::{Model, Thread, ThreadKey, ThreadState};
 use crate::recording::{Frame, FrameKind, StackKind, StackSample, StackTable};
 
 /// Which time a flamegraph shows.
@@ -184,8 +185,10 @@ pub fn fold(model: &Model, kind: FlameKind, filter: &Filter) -> Vec<(String, u64
     let mut sums: BTreeMap<String, u64> = BTreeMap::new();
     // A stack's line is made once per (thread, stack), not per weight.
     let mut made: HashMap<(u32, u32, u64, StackKind, u32), String> = HashMap::new();
-    for sample in samples(table, filter).iter() {
-        let Some(weight) = weight(table, sample, kind) else {
+    let kept = samples(table, filter);
+    let weigher = Weigher::new(model, table, &kept, filter, kind);
+    for sample in kept.iter() {
+        let Some(weight) = weigher.weight(sample) else {
             continue;
         };
         let line = made
@@ -224,19 +227,90 @@ fn keep_total_in_range(lines: &mut [(String, u64)]) {
     }
 }
 
-/// The sample's weight in this kind's summing unit (samples for cpu, ns
-/// otherwise), or None when the kind leaves it out.
-pub fn weight(table: &StackTable, sample: &StackSample, kind: FlameKind) -> Option<u64> {
-    match (kind, sample.kind.is_on_cpu()) {
-        (FlameKind::Cpu, true) | (FlameKind::OffCpu, false) => Some(sample.weight),
-        (FlameKind::Wall, false) => Some(sample.weight),
-        // One sample stands for 1/hz s of CPU time.
-        (FlameKind::Wall, true) => Some(
-            (u128::from(sample.weight) * 1_000_000_000 / u128::from(table.sample_hz.max(1)))
-                .try_into()
-                .unwrap_or(u64::MAX),
-        ),
-        _ => None,
+/// Converts samples to a kind's summing unit (samples for cpu, ns
+/// otherwise). In a wall graph a thread's on-CPU samples share out its
+/// exact on-CPU time in the selection, from its scheduler intervals, so
+/// its on- and off-CPU time add up to the time it lived there; one sample
+/// is 1/hz s only for a thread the model has no time for.
+pub struct Weigher {
+    kind: FlameKind,
+    period_ns: u64,
+    /// (tid, thread start) → (on-CPU ns in the selection, samples).
+    on_cpu: HashMap<(u32, u64), (u64, u64)>,
+}
+
+impl Weigher {
+    pub fn new(
+        model: &Model,
+        table: &StackTable,
+        samples: &[StackSample],
+        filter: &Filter,
+        kind: FlameKind,
+    ) -> Weigher {
+        let mut on_cpu: HashMap<(u32, u64), (u64, u64)> = HashMap::new();
+        if kind == FlameKind::Wall {
+            for s in samples.iter().filter(|s| s.kind.is_on_cpu()) {
+                let entry = on_cpu.entry((s.tid, s.thread_ns)).or_default();
+                entry.1 = entry.1.saturating_add(s.weight);
+            }
+            for (&(tid, thread_ns), entry) in on_cpu.iter_mut() {
+                entry.0 = thread_of(model, tid, thread_ns)
+                    .map_or(0, |t| on_cpu_ns(t, filter.spans.as_deref()));
+            }
+        }
+        Weigher {
+            kind,
+            period_ns: 1_000_000_000 / table.sample_hz.max(1),
+            on_cpu,
+        }
+    }
+
+    /// The sample's weight, or None when the kind leaves it out.
+    pub fn weight(&self, sample: &StackSample) -> Option<u64> {
+        match (self.kind, sample.kind.is_on_cpu()) {
+            (FlameKind::Cpu, true) | (FlameKind::OffCpu | FlameKind::Wall, false) => {
+                Some(sample.weight)
+            }
+            (FlameKind::Wall, true) => Some(self.wall_on_cpu(sample)),
+            _ => None,
+        }
+    }
+
+    fn wall_on_cpu(&self, sample: &StackSample) -> u64 {
+        let by_period = || sample.weight.saturating_mul(self.period_ns);
+        match self.on_cpu.get(&(sample.tid, sample.thread_ns)) {
+            Some(&(ns, count)) if ns > 0 && count > 0 => {
+                (u128::from(sample.weight) * u128::from(ns) / u128::from(count))
+                    .try_into()
+                    .unwrap_or(u64::MAX)
+            }
+            _ => by_period(),
+        }
+    }
+}
+
+/// The model's thread a sample belongs to: the one that began at its
+/// start, else (formats 2 and 3, which kept no start) the latest holder.
+fn thread_of(model: &Model, tid: u32, thread_ns: u64) -> Option<&Thread> {
+    let exact = model
+        .threads
+        .iter()
+        .find(|t| t.tid == tid && t.start_ns == thread_ns);
+    exact.or_else(|| {
+        (thread_ns == 0)
+            .then(|| model.threads.iter().rev().find(|t| t.tid == tid))
+            .flatten()
+    })
+}
+
+/// A thread's time on a CPU inside the spans (all of it with none).
+fn on_cpu_ns(thread: &Thread, spans: Option<&[(u64, u64)]>) -> u64 {
+    match spans {
+        None => thread.time_in(ThreadState::Running),
+        Some(spans) => spans
+            .iter()
+            .map(|&(a, b)| thread.breakdown(a, b).on_cpu)
+            .sum(),
     }
 }
 
@@ -532,5 +606,47 @@ mod tests {
         // 3 samples at 100 Hz = 30 ms.
         assert_eq!(lines, vec![("python;python;main;step:odd".into(), 30_000)]);
         assert!(fold(&Model::default(), FlameKind::Cpu, &Filter::default()).is_empty());
+    }
+
+    /// A thread's on-CPU samples share out its exact on-CPU time from the
+    /// scheduler, so its wall graph adds up to the time it was seen: 3
+    /// samples at 100 Hz would say 30 ms; the intervals say 24 ms.
+    #[test]
+    fn wall_on_cpu_is_the_threads_scheduled_time() {
+        use crate::model::{Interval, ThreadState};
+        let mut model = model();
+        let ms = 1_000_000;
+        for (a, b, state) in [
+            (0, 10 * ms, ThreadState::Running),
+            (10 * ms, 20 * ms, ThreadState::Sleeping),
+            (20 * ms, 34 * ms, ThreadState::Running),
+        ] {
+            model.threads[0].intervals.push(Interval::new(a, b, state));
+        }
+        let filter = Filter {
+            pids: vec![1],
+            ..Filter::default()
+        };
+        let lines = fold(&model, FlameKind::Wall, &filter);
+        assert_eq!(lines, vec![("python;python;main;step:odd".into(), 24_000)]);
+        // Inside a span, only the on-CPU time there: 5 + 4 ms.
+        let filter = Filter {
+            spans: Some(vec![(5 * ms, 24 * ms)]),
+            ..filter
+        };
+        let table = model.stacks.as_mut().unwrap();
+        table.timed = (0..3)
+            .map(|i| crate::recording::TimedStack {
+                pid: 1,
+                tid: 1,
+                thread_ns: 0,
+                kind: StackKind::OnCpu,
+                stack: 0,
+                start_ns: [6, 8, 22][i] * ms,
+                end_ns: [6, 8, 22][i] * ms,
+            })
+            .collect();
+        let lines = fold(&model, FlameKind::Wall, &filter);
+        assert_eq!(lines, vec![("python;python;main;step:odd".into(), 9_000)]);
     }
 }

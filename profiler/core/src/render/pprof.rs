@@ -117,8 +117,10 @@ pub fn profile(
         .as_ref()
         .and_then(|n| n.rank.as_ref())
         .and_then(|r| r.rank);
-    for sample in flame::samples(table, filter).iter() {
-        let Some(weight) = flame::weight(table, sample, kind) else {
+    let kept = flame::samples(table, filter);
+    let weigher = flame::Weigher::new(model, table, &kept, filter, kind);
+    for sample in kept.iter() {
+        let Some(weight) = weigher.weight(sample) else {
             continue;
         };
         if weight == 0 {

@@ -256,7 +256,7 @@ fn word(buf: &[u64; FRAME_WORDS], off: u16) -> u64 {
 /// The byte at offset `off` of a frame buffer (little-endian).
 #[inline(always)]
 fn byte(buf: &[u64; FRAME_WORDS], off: u16) -> u8 {
-    (word(buf, off) >> ((off as u64 & 7) * 8)) as u8
+    (word(buf, off) >> ((u64::from(off) & 7) * 8)) as u8
 }
 
 /// Folds a code object's fingerprint word into 32 bits.
@@ -270,7 +270,7 @@ pub fn fingerprint(word: u64) -> u32 {
 /// (its tid, or its fsbase for 3.10).
 #[inline(always)]
 pub fn owns<M: ReadMem>(mem: &M, info: &PyProcInfo, tstate: u64, key: u64) -> bool {
-    tstate != 0 && mem.read_u64(tstate + info.ts_match as u64) == Some(key)
+    tstate != 0 && mem.read_u64(tstate + u64::from(info.ts_match)) == Some(key)
 }
 
 /// Frames [`position`] folds in.
@@ -290,12 +290,12 @@ pub fn position<M: ReadMem>(
     tstate: u64,
     buf: &mut [u64; FRAME_WORDS],
 ) -> u64 {
-    let Some(mut frame) = mem.read_u64(tstate + info.ts_frame as u64) else {
+    let Some(mut frame) = mem.read_u64(tstate + u64::from(info.ts_frame)) else {
         return 0;
     };
     if info.layout == layout::CFRAME && frame != 0 {
         frame = mem
-            .read_u64(frame + info.cframe_current as u64)
+            .read_u64(frame + u64::from(info.cframe_current))
             .unwrap_or(0);
     }
     let mut folded = 0u64;
@@ -324,15 +324,15 @@ pub fn position<M: ReadMem>(
 /// fails.
 #[inline(always)]
 pub fn list_mark<M: ReadMem>(mem: &M, info: &PyProcInfo) -> Option<u64> {
-    let interp = mem.read_u64(info.runtime + info.interp_head as u64)?;
+    let interp = mem.read_u64(info.runtime + u64::from(info.interp_head))?;
     if interp == 0 {
         return Some(0);
     }
-    let head = mem.read_u64(interp + info.threads_head as u64)?;
+    let head = mem.read_u64(interp + u64::from(info.threads_head))?;
     if head == 0 {
         return Some(0);
     }
-    let key = mem.read_u64(head + info.ts_match as u64)?;
+    let key = mem.read_u64(head + u64::from(info.ts_match))?;
     Some(head ^ key.rotate_left(32))
 }
 
@@ -357,7 +357,7 @@ impl FindState {
     pub fn start<M: ReadMem>(mem: &M, info: &PyProcInfo, key: u64) -> Option<FindState> {
         Some(FindState {
             key,
-            interp: mem.read_u64(info.runtime + info.interp_head as u64)?,
+            interp: mem.read_u64(info.runtime + u64::from(info.interp_head))?,
             tstate: 0,
             found: 0,
         })
@@ -374,8 +374,8 @@ pub fn find_step<M: ReadMem>(mem: &M, info: &PyProcInfo, st: &mut FindState) -> 
         }
         let interp = st.interp;
         let (Some(head), Some(next)) = (
-            mem.read_u64(interp + info.threads_head as u64),
-            mem.read_u64(interp + info.interp_next as u64),
+            mem.read_u64(interp + u64::from(info.threads_head)),
+            mem.read_u64(interp + u64::from(info.interp_next)),
         ) else {
             return false;
         };
@@ -384,12 +384,12 @@ pub fn find_step<M: ReadMem>(mem: &M, info: &PyProcInfo, st: &mut FindState) -> 
         return true;
     }
     let tstate = st.tstate;
-    match mem.read_u64(tstate + info.ts_match as u64) {
+    match mem.read_u64(tstate + u64::from(info.ts_match)) {
         Some(key) if key == st.key => {
             st.found = tstate;
             false
         }
-        Some(_) => match mem.read_u64(tstate + info.ts_next as u64) {
+        Some(_) => match mem.read_u64(tstate + u64::from(info.ts_next)) {
             Some(next) => {
                 st.tstate = next;
                 true
@@ -430,10 +430,10 @@ impl WalkState {
     #[inline(always)]
     pub fn start<M: ReadMem>(mem: &M, info: &PyProcInfo, tstate: u64) -> WalkState {
         let mut st = WalkState::default();
-        let frame = mem.read_u64(tstate + info.ts_frame as u64);
+        let frame = mem.read_u64(tstate + u64::from(info.ts_frame));
         let frame = match frame {
             Some(cframe) if info.layout == layout::CFRAME && cframe != 0 => {
-                mem.read_u64(cframe + info.cframe_current as u64)
+                mem.read_u64(cframe + u64::from(info.cframe_current))
             }
             other => other,
         };
@@ -493,7 +493,7 @@ pub fn walk_step<M: ReadMem>(
         st.flags |= PY_FAULT;
         return false;
     }
-    let Some(fp_word) = mem.read_u64(code + info.co_fingerprint as u64) else {
+    let Some(fp_word) = mem.read_u64(code + u64::from(info.co_fingerprint)) else {
         st.flags |= PY_FAULT;
         return false;
     };
@@ -502,9 +502,9 @@ pub fn walk_step<M: ReadMem>(
         // One C-level evaluation per frame.
         (instr as u32 as i32, true)
     } else {
-        let base = code + info.co_adaptive as u64;
+        let base = code + u64::from(info.co_adaptive);
         let units = (instr as i64).wrapping_sub(base as i64) / 2;
-        let lasti = if units < -1 || units > i32::MAX as i64 {
+        let lasti = if units < -1 || units > i64::from(i32::MAX) {
             -1
         } else {
             units as i32

@@ -37,11 +37,7 @@ pub const fn report_prev_state(preempt: bool, state: u32, exit_state: u32) -> u6
         report = PREV_STATE_UNINTERRUPTIBLE as u32;
     }
     // 1 << (fls(report) - 1): the highest reported bit.
-    if report == 0 {
-        0
-    } else {
-        1 << (31 - report.leading_zeros())
-    }
+    if report == 0 { 0 } else { 1 << report.ilog2() }
 }
 
 /// `prev_state` bits of sched_switch, as the tracepoint reports them.

@@ -573,7 +573,7 @@ impl TopArgs {
 /// Shorter frames would hold two drains' worth of events or fewer.
 const MIN_TOP_INTERVAL: Duration = Duration::from_millis(200);
 /// The window's events are held in memory.
-const MAX_TOP_WINDOW: Duration = Duration::from_secs(300);
+const MAX_TOP_WINDOW: Duration = Duration::from_mins(5);
 
 impl CaptureArgs {
     /// Checks the targets and builds capture's options; `verb` (record,
@@ -715,7 +715,7 @@ mod tests {
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("50us").unwrap(), Duration::from_micros(50));
         assert_eq!(parse_duration("1ns").unwrap(), Duration::from_nanos(1));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_mins(2));
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("s").is_err());

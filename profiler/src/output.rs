@@ -121,7 +121,7 @@ pub fn default_path() -> PathBuf {
     // SAFETY: localtime_r fills the zeroed struct from a valid time_t.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     // SAFETY: both pointers are to valid locals.
-    unsafe { libc::localtime_r(&now, &mut tm) };
+    unsafe { libc::localtime_r(&raw const now, &raw mut tm) };
     PathBuf::from(format!(
         "tprof-{:04}{:02}{:02}-{:02}{:02}{:02}.tprof",
         tm.tm_year + 1900,

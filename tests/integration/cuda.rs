@@ -178,7 +178,7 @@ fn no_runtime_no_cuda_calls() {
         &["--no-stacks"],
         &["sleep", "0.3"],
     ))
-    .wait(Duration::from_secs(60))
+    .wait(Duration::from_mins(1))
     .into_output();
     assert!(out.status.success(), "{}", show(&out));
     let report = Report::from_json(report_json(&recording));
@@ -213,7 +213,7 @@ fn attach_to_a_job_with_the_runtime_loaded() {
         &["-p", &pid, "-d", "20s", "--no-stacks"],
         &[],
     ))
-    .wait(Duration::from_secs(60));
+    .wait(Duration::from_mins(1));
     assert!(tprof.status.success(), "{tprof:#?}");
     let out = job.wait(Duration::from_secs(10));
     let lines = tprof_tests::parse_json_lines(&out.stdout);

@@ -137,7 +137,7 @@ fn record_in_namespace(setup: &str, recording: &Path) -> Output {
         sleeper.display()
     );
     Running::spawn(Command::new("unshare").args(["-m", "sh", "-c", &script]))
-        .wait(Duration::from_secs(60))
+        .wait(Duration::from_mins(1))
         .into_output()
 }
 

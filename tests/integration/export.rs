@@ -20,7 +20,7 @@ use tprof_tests::{
     trace_workload_with,
 };
 
-const RECORD_TIMEOUT: Duration = Duration::from_secs(120);
+const RECORD_TIMEOUT: Duration = Duration::from_mins(2);
 
 /// `tprof ARGS...`, which must succeed: its stdout.
 fn run_tprof(args: &[&OsStr]) -> String {

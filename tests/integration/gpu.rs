@@ -13,7 +13,7 @@ use tprof_tests::{
 };
 
 /// Far beyond the run time; only a hung tprof reaches it.
-const RECORD_TIMEOUT: Duration = Duration::from_secs(60);
+const RECORD_TIMEOUT: Duration = Duration::from_mins(1);
 
 /// (utilization %, seconds) of one cycle of the script.
 const SCRIPT: [(u32, f64); 2] = [(95, 2.0), (0, 1.0)];

@@ -280,7 +280,7 @@ fn disk_full_stops_cleanly_and_keeps_the_prefix() {
     ));
     tprof.wait_for_stderr("recording", STARTUP);
     let ours = bpf_program_ids_held_by(tprof.pid());
-    let finished = tprof.wait(Duration::from_secs(60));
+    let finished = tprof.wait(Duration::from_mins(1));
     assert_eq!(finished.status.code(), Some(1), "{finished:#?}");
     assert!(!finished.stderr.contains("panicked"), "{finished:#?}");
     let errors: Vec<&str> = finished

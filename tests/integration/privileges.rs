@@ -23,7 +23,7 @@ fn record(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = record_command(out, extra, &[busy.to_str().unwrap(), "2", "0.3"]);
     cmd.envs(env.iter().copied());
     Running::spawn(&mut cmd)
-        .wait(std::time::Duration::from_secs(120))
+        .wait(std::time::Duration::from_mins(2))
         .into_output()
 }
 

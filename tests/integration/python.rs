@@ -57,7 +57,7 @@ fn trace_python(python: &str, name: &str, record_args: &[&str], args: &[&str]) -
     cmd.extend_from_slice(args);
     let mut command = record_command(&recording, record_args, &cmd);
     command.env("TPROF_TRUTH_FILE", &truth_file);
-    let record = Running::spawn(&mut command).wait(std::time::Duration::from_secs(120));
+    let record = Running::spawn(&mut command).wait(std::time::Duration::from_mins(2));
     assert!(record.status.success(), "tprof record failed: {record:#?}");
     let report = Report::from_json(report_json(&recording));
     let truth = read_truth_file(&truth_file);
@@ -312,7 +312,7 @@ fn without_the_walk_stacks_are_native_only() {
         if let Some((k, v)) = env {
             command.env(k, v);
         }
-        let record = Running::spawn(&mut command).wait(std::time::Duration::from_secs(120));
+        let record = Running::spawn(&mut command).wait(std::time::Duration::from_mins(2));
         assert!(record.status.success(), "tprof record failed: {record:#?}");
         assert_eq!(
             env.is_some(),

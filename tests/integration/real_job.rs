@@ -419,7 +419,7 @@ fn check_stack_filters(run: &RealRun) {
             let python = frames
                 .iter()
                 .filter(|f| is_python(f))
-                .map(|f| f.to_string())
+                .map(std::string::ToString::to_string)
                 .collect();
             let leaf = frames.last().unwrap_or(&"").to_string();
             *by.entry((python, leaf)).or_default() += n;

@@ -47,7 +47,7 @@ fn refused_raw_program_falls_back_to_classic() {
 
 /// Twice as many spinning threads as cores.
 fn busy_thread_count() -> usize {
-    2 * std::thread::available_parallelism().map_or(2, |n| n.get())
+    2 * std::thread::available_parallelism().map_or(2, std::num::NonZero::get)
 }
 
 /// busy_threads with [`busy_thread_count`] threads, for 1.5 s.

@@ -114,7 +114,7 @@ fn timeout_s_int_stops_tprof_and_the_command() {
     let mut running = Running::spawn(&mut timeout);
     running.wait_for_stderr("recording", Duration::from_secs(30));
     let pids = KillOnDrop(wait_for_family(&truth));
-    let finished = running.wait(Duration::from_secs(60));
+    let finished = running.wait(Duration::from_mins(1));
     let report = report_json(&recording);
     assert_complete(&finished, &report, "interrupted");
     assert_eq!(report["command_exit"]["code"], 3, "{report:#}");
@@ -177,7 +177,7 @@ fn attached_targets_are_left_running() {
     let mut tprof = Running::spawn(&mut record_command(&recording, &args, &[]));
     tprof.wait_for_stderr("recording", Duration::from_secs(30));
     tprof.signal(libc::SIGINT);
-    let finished = tprof.wait(Duration::from_secs(60));
+    let finished = tprof.wait(Duration::from_mins(1));
     let report = report_json(&recording);
     assert_complete(&finished, &report, "interrupted");
     assert_eq!(report["command_exit"], Value::Null, "{report:#}");
@@ -257,7 +257,7 @@ impl Job {
 
     /// Waits for tprof to exit; checks the whole family is gone.
     fn finish(self) -> Ended {
-        let finished = self.tprof.wait(Duration::from_secs(60));
+        let finished = self.tprof.wait(Duration::from_mins(1));
         let report = report_json(&self.recording);
         let text = tprof_tests::tprof()
             .arg("report")

@@ -27,8 +27,8 @@ const FRAMES: u64 = 6;
 const SHARE_POINTS: f64 = 5.0;
 /// tprof attaching to the job (libtorch's symbols are read first) and a
 /// frame on a loaded machine.
-const ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
-const FRAME_TIMEOUT: Duration = Duration::from_secs(60);
+const ATTACH_TIMEOUT: Duration = Duration::from_mins(2);
+const FRAME_TIMEOUT: Duration = Duration::from_mins(1);
 
 fn job() -> Option<RealJob> {
     require_root();
@@ -218,7 +218,7 @@ fn check_json_roles(frame: &Value, held: &HeldJob) {
             .unwrap_or_else(|| panic!("no {role} group: {frame:#}"))
     };
     assert_eq!(group("trainer")["threads"], 1, "{frame:#}");
-    let workers = held.config.num_workers as u64;
+    let workers = u64::from(held.config.num_workers);
     assert_eq!(group("data_worker")["processes"], workers, "{frame:#}");
 }
 

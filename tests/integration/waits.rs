@@ -108,8 +108,8 @@ fn device_stats_agree_with_iostat() {
     iostat.args(["-d", "-x", "-m", "-y", &device, "4", "1"]);
     let iostat = Running::spawn(&mut iostat);
     let tprof = Running::spawn(&mut record_command(&recording, &["-d", "4s"], &args));
-    let tprof = tprof.wait(Duration::from_secs(60));
-    let iostat = iostat.wait(Duration::from_secs(60));
+    let tprof = tprof.wait(Duration::from_mins(1));
+    let iostat = iostat.wait(Duration::from_mins(1));
     assert!(tprof.status.success(), "tprof: {tprof:#?}");
     assert!(iostat.status.success(), "iostat: {iostat:#?}");
     let theirs = parse_iostat(&iostat.stdout, &device);

@@ -400,7 +400,7 @@ fn compute_bound_is_not_an_input_problem() {
 /// advises no setting: not more workers, not a deeper prefetch.
 #[test]
 fn cores_full_of_decoding_advise_no_setting() {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
     let Some(run) = record(
         JobConfig::new(cores as u32, Threads::One)
             .persistent_workers(true)

@@ -25,9 +25,9 @@ use crate::tprof::{record_command, report_json, tprof};
 use crate::workload::{read_truth_file, workspace_root};
 
 /// Far beyond a job's run time (tens of seconds on a loaded machine).
-const JOB_TIMEOUT: Duration = Duration::from_secs(300);
+const JOB_TIMEOUT: Duration = Duration::from_mins(5);
 /// torch's import alone takes seconds; under a loaded machine, more.
-const READY_TIMEOUT: Duration = Duration::from_secs(180);
+const READY_TIMEOUT: Duration = Duration::from_mins(3);
 
 /// The interpreter of the train-job venv.
 pub struct RealJob {
@@ -71,21 +71,25 @@ impl JobConfig {
         }
     }
 
+    #[must_use]
     pub fn args(mut self, extra: &'static [&'static str]) -> JobConfig {
         self.extra = extra;
         self
     }
 
+    #[must_use]
     pub fn pin_memory(mut self, on: bool) -> JobConfig {
         self.pin_memory = on;
         self
     }
 
+    #[must_use]
     pub fn persistent_workers(mut self, on: bool) -> JobConfig {
         self.persistent_workers = on;
         self
     }
 
+    #[must_use]
     pub fn iterations(mut self, n: u32) -> JobConfig {
         self.iterations = n;
         self
@@ -139,7 +143,9 @@ impl RealJob {
     }
 
     fn ensure_images(&self) {
-        let mut made = IMAGES.lock().unwrap_or_else(|p| p.into_inner());
+        let mut made = IMAGES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if *made {
             return;
         }

@@ -217,8 +217,7 @@ impl Blame {
         ]
         .into_iter()
         .max_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|(name, _)| name)
-        .unwrap_or("none")
+        .map_or("none", |(name, _)| name)
     }
 }
 

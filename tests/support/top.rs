@@ -21,7 +21,7 @@ pub fn monotonic_ns() -> u64 {
         tv_nsec: 0,
     };
     // SAFETY: ts is a valid timespec for clock_gettime to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -125,7 +125,7 @@ impl Drop for SchedSampler {
 fn on_time() {
     let param = libc::sched_param { sched_priority: 1 };
     // SAFETY: param is a valid sched_param; 0 is the calling thread.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const param) };
     assert_eq!(rc, 0, "SCHED_FIFO: {}", std::io::Error::last_os_error());
 }
 

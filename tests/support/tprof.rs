@@ -13,13 +13,14 @@ use crate::report::Report;
 use crate::workload::{build_workload, read_truth_file, workspace_root};
 
 /// Far beyond any test workload's run time; only a hung tprof reaches it.
-const RECORD_TIMEOUT: Duration = Duration::from_secs(120);
+const RECORD_TIMEOUT: Duration = Duration::from_mins(2);
 
 /// `$TPROF_BIN` (set by `cargo xtask test`), else target/debug/tprof.
 pub fn tprof_bin() -> PathBuf {
-    let path = std::env::var_os("TPROF_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target/debug/tprof"));
+    let path = std::env::var_os("TPROF_BIN").map_or_else(
+        || workspace_root().join("target/debug/tprof"),
+        PathBuf::from,
+    );
     assert!(
         path.is_file(),
         "tprof binary not found at {}: build it first: cargo build -p profiler",

@@ -29,7 +29,7 @@ pub fn build_workload(name: &str) -> PathBuf {
     let binary = out_dir.join(name);
     let _guard = BUILD_LOCK
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if is_up_to_date(&binary, &[&source, &sources.join("truth.h")]) {
         return binary;
     }
@@ -47,7 +47,7 @@ pub fn build_shared_lib(source: &Path, dir: &str, name: &str, defines: &[&str]) 
     let library = out_dir.join(format!("{name}.so"));
     let _guard = BUILD_LOCK
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if is_up_to_date(&library, &[source]) {
         return library;
     }

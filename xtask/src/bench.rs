@@ -290,7 +290,7 @@ fn prepare() -> Result<Paths> {
 
 fn header(args: &Args) -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     format!(
         "Command: `sudo cargo xtask bench --rounds {} --pairs {} --switches {}{}`\n\
          Machine: {cpus} CPUs, kernel {}; load average at the start: {}\n\n",
@@ -553,7 +553,7 @@ fn wait_rusage(child: Child) -> Result<(f64, i64)> {
     // SAFETY: rusage is a plain C struct; wait4 fills it for our child.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: status and usage are valid locals for wait4 to fill.
-    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let rc = unsafe { libc::wait4(pid, &raw mut status, 0, &raw mut usage) };
     if rc != pid {
         bail!("wait4({pid}): {}", std::io::Error::last_os_error());
     }
@@ -570,7 +570,7 @@ fn median(mut values: Vec<f64>) -> f64 {
     if n % 2 == 1 {
         values[n / 2]
     } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
+        f64::midpoint(values[n / 2 - 1], values[n / 2])
     }
 }
 

@@ -99,7 +99,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
 fn header(args: &Args) -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     format!(
         "Command: `sudo cargo xtask bench-python --rounds {} --seconds {}`\n\
          Machine: {cpus} CPUs, kernel {}; load average at the start: {}\n\n",
@@ -151,7 +151,8 @@ fn python_frame(label: &str) -> Option<(String, String)> {
     let (function, rest) = label.rsplit_once(" (")?;
     let file = rest.strip_suffix(')')?;
     let file = file.split(':').next()?;
-    file.ends_with(".py").then(|| {
+    let is_py = std::path::Path::new(file).extension() == Some("py".as_ref());
+    is_py.then(|| {
         let short = function.rsplit('.').next().unwrap_or(function);
         (
             short.to_string(),
@@ -432,17 +433,16 @@ fn cost_run(dir: &Path, python: &str, config: Config, depth: u32, seconds: u64) 
         seconds.to_string(),
         depth.to_string(),
     ];
-    let mut c = match config {
-        Config::Untraced => command(python),
-        _ => {
-            let mut c = crate::bench::tprof_record(&tprof());
-            c.arg("-o").arg(dir.join("python-cost.tprof"));
-            if config == Config::NoPython {
-                c.arg("--no-python-frames");
-            }
-            c.arg("--").arg(python);
-            c
+    let mut c = if config == Config::Untraced {
+        command(python)
+    } else {
+        let mut c = crate::bench::tprof_record(&tprof());
+        c.arg("-o").arg(dir.join("python-cost.tprof"));
+        if config == Config::NoPython {
+            c.arg("--no-python-frames");
         }
+        c.arg("--").arg(python);
+        c
     };
     c.args(&job[1..])
         .env("TPROF_TRUTH_FILE", &truth)
@@ -536,7 +536,7 @@ fn median(mut values: Vec<f64>) -> f64 {
     if n % 2 == 1 {
         values[n / 2]
     } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
+        f64::midpoint(values[n / 2 - 1], values[n / 2])
     }
 }
 

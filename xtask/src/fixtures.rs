@@ -602,15 +602,14 @@ fn add_fixtures(dir: &Path, recorded: &[(&Fixture, PathBuf)]) -> Result<()> {
         );
         let prefix = format!("| {} |", fixture.name);
         let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-        match lines.iter().position(|l| l.starts_with(&prefix)) {
-            Some(i) => lines[i] = row,
-            None => {
-                let last = lines
-                    .iter()
-                    .rposition(|l| l.starts_with("| "))
-                    .unwrap_or(lines.len());
-                lines.insert(last + 1, row);
-            }
+        if let Some(i) = lines.iter().position(|l| l.starts_with(&prefix)) {
+            lines[i] = row;
+        } else {
+            let last = lines
+                .iter()
+                .rposition(|l| l.starts_with("| "))
+                .unwrap_or(lines.len());
+            lines.insert(last + 1, row);
         }
         text = lines.join("\n") + "\n";
     }

@@ -251,7 +251,7 @@ fn cuts_and_the_python_view() {
             let python: Vec<String> = frames
                 .iter()
                 .filter(|f| f.ends_with(".py)"))
-                .map(|f| f.to_string())
+                .map(std::string::ToString::to_string)
                 .collect();
             *by.entry((python, frames.last().unwrap().to_string()))
                 .or_default() += n;

@@ -165,7 +165,9 @@ fn pprof_flat_shares(profile: &Profile, value: usize) -> HashMap<String, f64> {
         total += v;
         *flat.entry(name(s.location_id[0])).or_default() += v;
     }
-    flat.values_mut().for_each(|v| *v /= total);
+    for v in flat.values_mut() {
+        *v /= total;
+    }
     flat
 }
 

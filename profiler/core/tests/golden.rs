@@ -163,7 +163,7 @@ fn first_difference(expected: &[u8], actual: &[u8]) -> String {
         .zip(actual)
         .position(|(a, b)| a != b)
         .unwrap_or(expected.len().min(actual.len()));
-    let line = expected[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+    let line = expected[..at].split(|&b| b == b'\n').count();
     let excerpt = |bytes: &[u8]| {
         let start = bytes[..at.min(bytes.len())]
             .iter()

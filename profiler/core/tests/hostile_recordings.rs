@@ -110,7 +110,9 @@ fn sample() -> Vec<u8> {
 
 #[test]
 fn wrong_versions_are_refused() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     for version in [0, FORMAT_VERSION + 1, 999, u32::MAX] {
         let mut bytes = sample();
         bytes[8..12].copy_from_slice(&version.to_le_bytes());
@@ -127,7 +129,9 @@ fn wrong_versions_are_refused() {
 /// "not a recording" / "no header" when too little is left.
 #[test]
 fn truncated_at_every_byte() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let bytes = sample();
     for len in 0..bytes.len() {
         match parse_bounded(&bytes[..len]) {
@@ -142,7 +146,9 @@ fn truncated_at_every_byte() {
 /// never trusted to size an allocation.
 #[test]
 fn huge_lengths_allocate_nothing_big() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     for len in [
         MAX_RECORD_LEN - 1,
         MAX_RECORD_LEN,
@@ -157,7 +163,7 @@ fn huge_lengths_allocate_nothing_big() {
             match parse_bounded(&bytes) {
                 Ok(rec) => assert!(rec.truncated, "len {len} kind {kind}"),
                 Err(ReadError::Corrupt { offset, .. }) => {
-                    assert_eq!(offset, bytes.len() - 72, "len {len} kind {kind}")
+                    assert_eq!(offset, bytes.len() - 72, "len {len} kind {kind}");
                 }
                 Err(e) => panic!("len {len} kind {kind}: {e}"),
             }
@@ -168,7 +174,9 @@ fn huge_lengths_allocate_nothing_big() {
 /// A million empty records: linear, no per-record blow-up.
 #[test]
 fn many_records() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut bytes = with_header();
     for _ in 0..1_000_000 {
         push_record(&mut bytes, record::EVENTS, &[]);
@@ -181,7 +189,9 @@ fn many_records() {
 /// garbage, numbers out of range: each a "corrupt recording" error.
 #[test]
 fn hostile_json() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let deep = "[".repeat(100_000) + &"]".repeat(100_000);
     let deep_object = "{\"a\":".repeat(50_000) + "1" + &"}".repeat(50_000);
     let payloads: Vec<Vec<u8>> = vec![
@@ -222,7 +232,9 @@ fn hostile_json() {
 /// Events of unknown kinds, cut off, or all zeros.
 #[test]
 fn hostile_events() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut unknown = vec![0u8; 64];
     unknown[8] = 200;
     for payload in [unknown, vec![0u8; 64], vec![1u8; 7], vec![0xffu8; 1024]] {
@@ -240,7 +252,9 @@ fn hostile_events() {
 /// unbounded allocation. A cheap, always-on cousin of the fuzz target.
 #[test]
 fn mutated_recordings() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let original = sample();
     let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut next = move || {
@@ -251,7 +265,7 @@ fn mutated_recordings() {
     };
     for _ in 0..20_000 {
         let mut bytes = original.clone();
-        for _ in 0..1 + next() % 4 {
+        for _ in 0..=(next() % 4) {
             if bytes.len() <= PREAMBLE_LEN {
                 break;
             }

@@ -327,7 +327,7 @@ impl<'a> Btf<'a> {
                             | KIND_TYPE_TAG
                     ) =>
                 {
-                    id = t.type_id
+                    id = t.type_id;
                 }
                 _ => break,
             }

@@ -15,7 +15,7 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
         tv_nsec: 0,
     };
     // SAFETY: ts is a valid out-pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &raw mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -51,7 +51,7 @@ pub(super) fn clock_sync() -> Option<ClockSync> {
     // SAFETY: an all-zero timex with modes 0 only reads the state.
     let mut tx: libc::timex = unsafe { std::mem::zeroed() };
     // SAFETY: tx is a valid, initialized timex.
-    let state = unsafe { libc::adjtimex(&mut tx) };
+    let state = unsafe { libc::adjtimex(&raw mut tx) };
     if state < 0 {
         return None;
     }

@@ -98,7 +98,7 @@ impl Sink for RecordingFile {
             .finish()
             .context(failed.clone())?
             .into_inner()
-            .map_err(|e| e.into_error())
+            .map_err(std::io::IntoInnerError::into_error)
             .context(failed.clone())?;
         file.sync_all().context(failed)
     }

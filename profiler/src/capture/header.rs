@@ -40,7 +40,7 @@ fn uname() -> (String, String) {
     // SAFETY: uname fills a zeroed struct.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
     // SAFETY: u is a valid utsname to fill.
-    unsafe { libc::uname(&mut u) };
+    unsafe { libc::uname(&raw mut u) };
     let field = |f: &[libc::c_char]| {
         let bytes: Vec<u8> = f
             .iter()

@@ -232,7 +232,7 @@ impl LaunchedCommand {
         }
         let mut status = 0;
         // SAFETY: waiting for our own child; status is a valid out-pointer.
-        let rc = unsafe { libc::waitpid(self.exit.pid as i32, &mut status, flags) };
+        let rc = unsafe { libc::waitpid(self.exit.pid as i32, &raw mut status, flags) };
         if rc == self.exit.pid as i32 {
             if libc::WIFEXITED(status) {
                 self.exit.code = Some(libc::WEXITSTATUS(status));

@@ -31,12 +31,11 @@ pub fn cpus_allowed(status: &str) -> Option<u32> {
         .trim();
     let mut count = 0;
     for part in list.split(',').filter(|p| !p.is_empty()) {
-        count += match part.split_once('-') {
-            Some((a, b)) => b.parse::<u32>().ok()?.checked_sub(a.parse::<u32>().ok()?)? + 1,
-            None => {
-                part.parse::<u32>().ok()?;
-                1
-            }
+        count += if let Some((a, b)) = part.split_once('-') {
+            b.parse::<u32>().ok()?.checked_sub(a.parse::<u32>().ok()?)? + 1
+        } else {
+            part.parse::<u32>().ok()?;
+            1
         };
     }
     Some(count)
@@ -58,7 +57,7 @@ pub fn quota(cgroups: &str, root: &Path) -> Option<f64> {
         };
         // Pure v2 mounts the hierarchy at the root itself.
         let dirs = [dir, root.join(path.trim_start_matches('/'))];
-        for dir in dirs.iter() {
+        for dir in &dirs {
             for ancestor in dir.ancestors().take_while(|a| a.starts_with(root)) {
                 if let Some(q) = quota_in(ancestor) {
                     tightest = Some(tightest.map_or(q, |t| t.min(q)));

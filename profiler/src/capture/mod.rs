@@ -38,9 +38,11 @@
 //! [`pipeline`] starts the stage threads and bounds the queue to them.
 //! Options and outcomes are in [`options`]: the import graph runs one way,
 //! from this module down, never back up.
-// The map above names private stages: it is for readers of the source
-// (`cargo doc --document-private-items`).
-#![allow(rustdoc::private_intra_doc_links)]
+#![allow(
+    rustdoc::private_intra_doc_links,
+    reason = "the map above names private stages: it is for readers of the \
+              source (`cargo doc --document-private-items`)"
+)]
 
 mod btf;
 mod clock;

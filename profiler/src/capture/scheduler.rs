@@ -157,7 +157,7 @@ mod tests {
     #[test]
     fn samples_every_other_tick_and_looks_for_torch_every_fourth() {
         let start = Instant::now();
-        let mut scheduler = Scheduler::new(Duration::from_secs(60), start);
+        let mut scheduler = Scheduler::new(Duration::from_mins(1), start);
         let due = run(&mut scheduler, start, 8);
         let sampled: Vec<bool> = due.iter().map(|d| d.system_sample).collect();
         let torch: Vec<bool> = due.iter().map(|d| d.torch_scan).collect();
@@ -174,7 +174,7 @@ mod tests {
     #[test]
     fn status_once_a_second() {
         let start = Instant::now();
-        let mut scheduler = Scheduler::new(Duration::from_secs(60), start);
+        let mut scheduler = Scheduler::new(Duration::from_mins(1), start);
         let due = run(&mut scheduler, start, 60);
         let status: Vec<u32> = (1..=60).filter(|&i| due[i as usize - 1].status).collect();
         assert_eq!(status, [20, 40, 60]);
@@ -190,7 +190,7 @@ mod tests {
             let due = run(&mut scheduler, start, 200);
             due.iter().filter(|d| d.expire).count()
         };
-        assert_eq!(expired(Duration::from_secs(60)), 2);
+        assert_eq!(expired(Duration::from_mins(1)), 2);
         assert_eq!(expired(Duration::from_millis(500)), 20);
         assert_eq!(expired(Duration::ZERO), 200);
     }

@@ -19,8 +19,10 @@
 //! full disk, an error), what the sink holds is a readable prefix and no
 //! program or map outlives the process.
 
-// The map above names private stages: it is for readers of the source.
-#![allow(rustdoc::private_intra_doc_links)]
+#![allow(
+    rustdoc::private_intra_doc_links,
+    reason = "the map above names private stages: it is for readers of the source"
+)]
 
 use std::time::{Duration, Instant};
 

@@ -99,7 +99,7 @@ impl Signals {
                 return;
             }
             // None, or every handle dropped: nobody can ask any more.
-            std::future::pending::<()>().await
+            std::future::pending::<()>().await;
         };
         tokio::select! {
             _ = interrupt.recv() => StopReason::Interrupted,
@@ -153,8 +153,8 @@ pub(super) fn arm_force_stop(file: Option<&Path>, by_signal: bool, command_group
             action.sa_sigaction = handler as libc::sighandler_t;
             // Writes interrupted by an ignored duplicate resume.
             action.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(sig, &action, std::ptr::null_mut());
+            libc::sigemptyset(&raw mut action.sa_mask);
+            libc::sigaction(sig, &raw const action, std::ptr::null_mut());
         }
     }
 }

@@ -271,7 +271,7 @@ impl Tracker {
         pid: u32,
         origin: Origin,
     ) -> Result<Option<Vec<Mapping>>> {
-        if !self.process_record(out, pid, origin)? {
+        if !Self::process_record(out, pid, origin)? {
             return Ok(None);
         }
         self.read_maps(programs, out, pid)
@@ -279,7 +279,7 @@ impl Tracker {
 
     /// Writes `pid`'s PROCESS record; false when it is gone already (its
     /// events still tell its story).
-    fn process_record(&mut self, out: &mut Pipeline, pid: u32, origin: Origin) -> Result<bool> {
+    fn process_record(out: &mut Pipeline, pid: u32, origin: Origin) -> Result<bool> {
         let Some(stat) = procfs::stat(pid) else {
             return Ok(false);
         };
@@ -375,7 +375,7 @@ impl Tracker {
                 // A fork maps what its parent mapped: named through the
                 // parent's maps until it maps more, its interpreter the
                 // parent's. Its libraries are the parent's, probed already.
-                self.process_record(out, pid, Origin::Forked)?;
+                Self::process_record(out, pid, Origin::Forked)?;
                 let inherited = self.python.inherit(pid, parent);
                 self.found_python(programs, out, inherited)?;
                 continue;

@@ -238,7 +238,7 @@ impl Analyst {
         let counted = &mut self.counted_steps;
         counted.retain(|&start| start >= model.window_start_ns);
         let mut frame = frame::frame(&model, &summary, interval, self.seq, counted);
-        frame.command = self.window.meta().header.command.clone();
+        frame.command.clone_from(&self.window.meta().header.command);
         frame.recording = self.tee.as_ref().map(|t| t.path().display().to_string());
         frame.analysis_cpu_s = thread_cpu_s() - began;
         frame
@@ -295,6 +295,6 @@ fn thread_cpu_s() -> f64 {
         tv_nsec: 0,
     };
     // SAFETY: ts is a valid timespec for clock_gettime to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }

@@ -257,7 +257,7 @@ fn read_input(fd: RawFd, timeout: Duration) -> Result<Input> {
         revents: 0,
     };
     // SAFETY: pollfd is one valid pollfd for the length given.
-    let n = unsafe { libc::poll(&mut pollfd, 1, timeout.as_millis() as libc::c_int) };
+    let n = unsafe { libc::poll(&raw mut pollfd, 1, timeout.as_millis() as libc::c_int) };
     if n < 0 {
         let err = std::io::Error::last_os_error();
         if err.kind() == std::io::ErrorKind::Interrupted {

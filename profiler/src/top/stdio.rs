@@ -50,7 +50,11 @@ pub(super) struct Lines(Option<Arc<Mutex<VecDeque<String>>>>);
 impl Lines {
     /// The newest line written to 1 or 2.
     pub(super) fn last(&self) -> Option<String> {
-        let kept = self.0.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        let kept = self
+            .0
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         kept.back().cloned()
     }
 
@@ -58,7 +62,9 @@ impl Lines {
         let Some(lines) = &self.0 else {
             return Vec::new();
         };
-        let kept = lines.lock().unwrap_or_else(|p| p.into_inner());
+        let kept = lines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         kept.iter().cloned().collect()
     }
 }
@@ -110,7 +116,9 @@ impl Redirected {
             .spawn(move || {
                 for line in BufReader::new(File::from(read)).lines() {
                     let Ok(line) = line else { break };
-                    let mut kept = keep.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut kept = keep
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                     if kept.len() == KEPT_LINES {
                         kept.pop_front();
                     }

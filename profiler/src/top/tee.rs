@@ -142,7 +142,7 @@ impl Tee {
             .finish()
             .context(failed.clone())?
             .into_inner()
-            .map_err(|e| e.into_error())
+            .map_err(std::io::IntoInnerError::into_error)
             .context(failed.clone())?;
         file.sync_all().context(failed)?;
         Ok(self.path)

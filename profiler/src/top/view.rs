@@ -186,12 +186,11 @@ fn header(frame: &Frame, state: &ViewState, paint: Paint) -> Vec<Line<'static>> 
 }
 
 fn title_line(frame: &Frame, state: &ViewState, paint: Paint) -> Line<'static> {
-    let what = match &frame.command {
-        Some(argv) => format!("command {}", argv.join(" ")),
-        None => {
-            let pids: Vec<String> = frame.targets.iter().map(u32::to_string).collect();
-            format!("pid {}", pids.join(","))
-        }
+    let what = if let Some(argv) = &frame.command {
+        format!("command {}", argv.join(" "))
+    } else {
+        let pids: Vec<String> = frame.targets.iter().map(u32::to_string).collect();
+        format!("pid {}", pids.join(","))
     };
     let mut spans = vec![
         paint.span("tprof top".into(), Paint::bold()),

@@ -177,12 +177,11 @@ pub(super) fn run(args: &Args) -> Result<()> {
         .flat_map(|one| [0, 1, 2, 4, 8].map(|n| Config::sweep(n, one)))
         .collect();
     debug_assert_eq!(configs.len(), SWEPT);
-    let advised_index = match configs.iter().position(|c| *c == advised) {
-        Some(i) => i,
-        None => {
-            configs.push(advised.clone());
-            configs.len() - 1
-        }
+    let advised_index = if let Some(i) = configs.iter().position(|c| *c == advised) {
+        i
+    } else {
+        configs.push(advised.clone());
+        configs.len() - 1
     };
     let rates = sweep(&python, &configs, args)?;
     let load_after = load_average();
@@ -327,7 +326,7 @@ pub(super) fn median(values: &[f64]) -> f64 {
     } else if n % 2 == 1 {
         v[n / 2]
     } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
+        f64::midpoint(v[n / 2 - 1], v[n / 2])
     }
 }
 
@@ -355,7 +354,7 @@ fn results(
         .enumerate()
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map_or((0, 0.0), |(i, r)| (i, *r));
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let mut md = format!(
         "Command: `sudo cargo xtask bench real --rounds {} --iterations {}`\n\
          Machine: {cpus} CPUs, Linux {}; load average {} before, {} after.\n\n",

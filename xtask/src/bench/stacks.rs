@@ -129,7 +129,7 @@ fn load_average() -> String {
 
 fn header(args: &Args) -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     format!(
         "Command: `sudo cargo xtask bench stacks --rounds {} --iterations {} --switches {}`\n\
          Machine: {cpus} CPUs, kernel {}; load average at the start: {}\n\n",

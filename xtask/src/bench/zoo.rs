@@ -273,7 +273,7 @@ pub(super) fn run(args: &Args) -> Result<()> {
         md.push_str(&details(case, &verdict, &configs, &rates));
     }
     let load_after = load_average();
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let mut out = format!(
         "Command: `sudo cargo xtask bench zoo --rounds {}`\n\
          Machine: {cpus} CPUs, Linux {}; load average {load_before} before, {load_after} after.\n\n\
@@ -394,43 +394,39 @@ fn row(case: &Case, verdict: &Verdict, configs: &[Config], rates: &[Vec<f64>]) -
         configs
             .iter()
             .position(|x| x == c)
-            .map(|i| medians[i])
-            .unwrap_or(0.0)
+            .map_or(0.0, |i| medians[i])
     };
-    let (advised, share, prediction) = match &verdict.advised {
-        Some(a) => {
-            let rate = rate_of(a);
-            let share = rate / best.max(f64::MIN_POSITIVE);
-            let prediction = verdict.predicted_ms.map_or("no prediction".into(), |p| {
-                let measured = 1e3 / rate.max(f64::MIN_POSITIVE);
-                let off = p / measured - 1.0;
-                format!(
-                    "{p:.1} / {measured:.1} ms ({:+.0}%{})",
-                    100.0 * off,
-                    if off.abs() <= 0.2 { "" } else { ", missed" }
-                )
-            });
-            (
-                format!("{} ({:.2} it/s)", a.label(), rate),
-                format!(
-                    "{:.0}%{}",
-                    100.0 * share,
-                    if share >= 0.95 { "" } else { " (missed)" }
-                ),
-                prediction,
+    let (advised, share, prediction) = if let Some(a) = &verdict.advised {
+        let rate = rate_of(a);
+        let share = rate / best.max(f64::MIN_POSITIVE);
+        let prediction = verdict.predicted_ms.map_or("no prediction".into(), |p| {
+            let measured = 1e3 / rate.max(f64::MIN_POSITIVE);
+            let off = p / measured - 1.0;
+            format!(
+                "{p:.1} / {measured:.1} ms ({:+.0}%{})",
+                100.0 * off,
+                if off.abs() <= 0.2 { "" } else { ", missed" }
             )
-        }
-        None => {
-            let healthy = rate_of(&case.healthy);
-            (
-                "no setting".to_string(),
-                format!(
-                    "— (the fix in code, as the healthy configuration: {:.0}%)",
-                    100.0 * healthy / best.max(f64::MIN_POSITIVE)
-                ),
-                "—".to_string(),
-            )
-        }
+        });
+        (
+            format!("{} ({:.2} it/s)", a.label(), rate),
+            format!(
+                "{:.0}%{}",
+                100.0 * share,
+                if share >= 0.95 { "" } else { " (missed)" }
+            ),
+            prediction,
+        )
+    } else {
+        let healthy = rate_of(&case.healthy);
+        (
+            "no setting".to_string(),
+            format!(
+                "— (the fix in code, as the healthy configuration: {:.0}%)",
+                100.0 * healthy / best.max(f64::MIN_POSITIVE)
+            ),
+            "—".to_string(),
+        )
     };
     let healthy = healthy_cell(&verdict.healthy_findings);
     format!(

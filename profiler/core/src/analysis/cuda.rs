@@ -229,20 +229,17 @@ fn h2d_copies(calls: &[CudaCall]) -> H2dCopies {
         if followed {
             h.followed_by_sync += 1;
         }
-        match copy.host {
-            Some(HostMemory::Pinned) => {
-                h.pinned += 1;
-                h.pinned_bytes += copy.bytes;
-                if followed {
-                    h.pinned_followed_by_sync += 1;
-                    pinned_sync_ns += blocked;
-                }
+        if let Some(HostMemory::Pinned) = copy.host {
+            h.pinned += 1;
+            h.pinned_bytes += copy.bytes;
+            if followed {
+                h.pinned_followed_by_sync += 1;
+                pinned_sync_ns += blocked;
             }
-            _ => {
-                h.pageable += 1;
-                h.pageable_bytes += copy.bytes;
-                pageable_ns += blocked;
-            }
+        } else {
+            h.pageable += 1;
+            h.pageable_bytes += copy.bytes;
+            pageable_ns += blocked;
         }
     }
     h.blocked_s = blocked_ns as f64 / NS;
@@ -387,7 +384,7 @@ fn findings(h: &H2dCopies, trainer_tid: Option<u32>, model: &Model) -> Vec<CudaF
     }
     let lifetime_s = trainer_tid
         .and_then(|tid| model.threads.iter().rev().find(|t| t.tid == tid))
-        .map_or(model.duration_ns(), |t| t.lifetime_ns()) as f64
+        .map_or(model.duration_ns(), crate::model::Thread::lifetime_ns) as f64
         / NS;
     let severity = |blocked_s: f64| {
         if lifetime_s > 0.0 && blocked_s / lifetime_s >= HIGH_BLOCKED_SHARE {

@@ -8,9 +8,11 @@
 //! of its time behind the job's own threads. A pipeline that keeps up gets
 //! none of them, however busy its workers look. docs/diagnosis.md
 //! explains each rule, its thresholds and its blind spots.
-// The map above names private stages: it is for readers of the source
-// (`cargo doc --document-private-items`).
-#![allow(rustdoc::private_intra_doc_links)]
+#![allow(
+    rustdoc::private_intra_doc_links,
+    reason = "the map above names private stages: it is for readers of the \
+              source (`cargo doc --document-private-items`)"
+)]
 
 use serde::Serialize;
 

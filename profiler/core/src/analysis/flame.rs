@@ -12,6 +12,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
 
 use crate::model::{Model, Thread, ThreadKey, ThreadState};
 use crate::recording::{Frame, FrameKind, StackKind, StackSample, StackTable};
@@ -253,7 +254,7 @@ impl Weigher {
                 let entry = on_cpu.entry((s.tid, s.thread_ns)).or_default();
                 entry.1 = entry.1.saturating_add(s.weight);
             }
-            for (&(tid, thread_ns), entry) in on_cpu.iter_mut() {
+            for (&(tid, thread_ns), entry) in &mut on_cpu {
                 entry.0 = thread_of(model, tid, thread_ns)
                     .map_or(0, |t| on_cpu_ns(t, filter.spans.as_deref()));
             }
@@ -360,9 +361,7 @@ pub fn process_role(model: &Model, pid: u32, thread_ns: u64) -> String {
     } else {
         model.process_of(pid, thread_ns)
     };
-    let comm = process
-        .map(|p| p.comm.clone())
-        .unwrap_or_else(|| format!("pid {pid}"));
+    let comm = process.map_or_else(|| format!("pid {pid}"), |p| p.comm.clone());
     if model.depth(pid) == 0 {
         comm
     } else {
@@ -384,8 +383,7 @@ pub fn thread_name(model: &Model, sample: &StackSample) -> String {
         .find(|t| t.tid == sample.tid && t.pid == sample.pid && t.start_ns == sample.thread_ns);
     exact
         .or_else(|| holders.next())
-        .map(|t| t.comm.clone())
-        .unwrap_or_else(|| format!("tid {}", sample.tid))
+        .map_or_else(|| format!("tid {}", sample.tid), |t| t.comm.clone())
 }
 
 /// The leaf frame naming why a thread was off CPU.
@@ -443,10 +441,11 @@ fn sanitize(part: &str) -> String {
 
 /// The folded text: one `stack count` line each.
 pub fn folded_text(lines: &[(String, u64)]) -> String {
-    lines
-        .iter()
-        .map(|(stack, count)| format!("{stack} {count}\n"))
-        .collect()
+    let mut text = String::new();
+    for (stack, count) in lines {
+        let _ = writeln!(text, "{stack} {count}");
+    }
+    text
 }
 
 #[cfg(test)]

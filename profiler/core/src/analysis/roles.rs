@@ -43,6 +43,7 @@ impl Role {
     /// A process's role from its threads': the trainer's process is the
     /// trainer's, then helper, then data worker; pool and pin-memory
     /// threads say nothing of their process.
+    #[must_use]
     pub fn max_for_process(self, thread: Role) -> Role {
         let rank = |r: Role| match r {
             Role::Trainer => 3,
@@ -402,6 +403,10 @@ fn thread_origins(model: &Model) -> HashMap<ThreadKey, ThreadOrigin> {
 /// may be preempted, is libc's frame and then the kernel's. (Counted as
 /// starting in no pool library, one such stack tied an OpenCV pool
 /// thread's single rooted stack in cv2, and the tie went to no library.)
+#[allow(
+    clippy::option_option,
+    reason = "three answers: no root reached, a root in no pool library, one in a library"
+)]
 fn start_routine_library(
     table: &crate::recording::StackTable,
     frames: &[u32],

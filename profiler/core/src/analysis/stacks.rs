@@ -48,7 +48,7 @@ pub fn quality(model: &Model) -> Option<StackQuality> {
             .and_then(|f| f.symbol.as_deref());
         match marker {
             Some(markers::TRUNCATED | markers::NO_MAPPINGS) => {
-                q.truncated = q.truncated.saturating_add(sample.weight)
+                q.truncated = q.truncated.saturating_add(sample.weight);
             }
             Some(markers::USER_STACK_LOST) => q.lost = q.lost.saturating_add(sample.weight),
             _ => rooted = rooted.saturating_add(sample.weight),

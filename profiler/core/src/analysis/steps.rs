@@ -286,7 +286,11 @@ pub fn steps(model: &Model, roles: &Roles, gpu_idle: &[(u64, u64)]) -> StepStats
     // process's before or after.
     let workers: HashSet<ProcessKey> = in_steady
         .iter()
-        .filter_map(|d| model.process_of(d.worker_pid, d.ts_ns).map(|p| p.key()))
+        .filter_map(|d| {
+            model
+                .process_of(d.worker_pid, d.ts_ns)
+                .map(crate::model::Process::key)
+        })
         .collect();
     let mut slowest: Vec<usize> = (0..steps.len()).collect();
     slowest.sort_by_key(|&i| (std::cmp::Reverse(steps[i].duration_ns()), i));

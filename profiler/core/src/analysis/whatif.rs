@@ -109,12 +109,16 @@ impl StepModel {
         }
         let n = steps as f64;
         let per_step = |ns: u64| ns as f64 / 1e6 / n;
-        let total: u64 = anatomy.steps.iter().map(|s| s.total()).sum();
+        let total: u64 = anatomy
+            .steps
+            .iter()
+            .map(super::anatomy::PhaseTimes::total)
+            .sum();
         let sum = |keep: &dyn Fn(Phase) -> bool| -> u64 {
             anatomy
                 .steps
                 .iter()
-                .flat_map(|s| s.nonzero())
+                .flat_map(super::anatomy::PhaseTimes::nonzero)
                 .filter(|&(p, _)| keep(p))
                 .map(|(_, ns)| ns)
                 .sum()

@@ -238,7 +238,7 @@ fn classify(
     stream: Option<u64>,
     pinned: &Ranges,
 ) -> Copy {
-    use memcpy_kind::*;
+    use memcpy_kind::{DEFAULT, DEVICE_TO_DEVICE, DEVICE_TO_HOST, HOST_TO_DEVICE, HOST_TO_HOST};
     let direction = match kind {
         HOST_TO_HOST => Direction::HostToHost,
         HOST_TO_DEVICE => Direction::HostToDevice,

@@ -488,7 +488,7 @@ impl Model {
             }
             Event::Exec { ts, tgid, comm, .. } => {
                 if let Some(p) = self.processes.get_mut(tgid) {
-                    p.comm = comm.clone();
+                    p.comm.clone_from(comm);
                     p.exec_ns = Some(*ts);
                 }
             }
@@ -500,7 +500,7 @@ impl Model {
                 tid, tgid, comm, ..
             } if tid == tgid => {
                 if let Some(p) = self.processes.get_mut(tgid) {
-                    p.comm = comm.clone();
+                    p.comm.clone_from(comm);
                 }
             }
             Event::Exit {
@@ -605,6 +605,7 @@ impl Model {
     /// calls and samples outside left out; the process table is kept whole
     /// (names, parents). What the timelines of `--phase`, `--steps` and
     /// `--role` draw.
+    #[must_use]
     pub fn crop(
         &self,
         start: u64,
@@ -675,7 +676,7 @@ impl Model {
                 .system
                 .iter()
                 .filter(|s| inside(s.ts_ns))
-                .cloned()
+                .copied()
                 .collect(),
             marks: self
                 .marks
@@ -716,7 +717,7 @@ fn window_end(rec: &Recording, last_event_ns: Option<u64>) -> u64 {
         return footer.end.monotonic_ns;
     }
     let last_event = last_event_ns.unwrap_or(0);
-    let last_sample = rec.system.last().map(|s| s.ts_ns).unwrap_or(0);
+    let last_sample = rec.system.last().map_or(0, |s| s.ts_ns);
     last_event.max(last_sample)
 }
 
@@ -738,8 +739,8 @@ fn initial_processes(rec: &Recording, window_start_ns: u64) -> BTreeMap<u32, Pro
             exit_ns: None,
             exec_ns: None,
         });
-        entry.comm = info.comm.clone();
-        entry.cmdline = info.cmdline.clone();
+        entry.comm.clone_from(&info.comm);
+        entry.cmdline.clone_from(&info.cmdline);
     }
     out
 }

@@ -85,7 +85,7 @@ fn delivered(end: u64, wakeups: &[u64]) -> u64 {
 /// Splits every blocked interval at the window edges inside it.
 fn split_all(intervals: &Intervals, windows: &Windows) -> Intervals {
     let mut out = Intervals::default();
-    for iv in intervals.iter() {
+    for iv in intervals {
         if iv.reason.is_none() {
             out.push(iv);
             continue;

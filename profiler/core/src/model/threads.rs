@@ -305,6 +305,15 @@ impl Iterator for Iter<'_> {
 
 impl ExactSizeIterator for Iter<'_> {}
 
+impl<'a> IntoIterator for &'a Intervals {
+    type Item = Interval;
+    type IntoIter = Iter<'a>;
+
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
 impl FromIterator<Interval> for Intervals {
     fn from_iter<I: IntoIterator<Item = Interval>>(iter: I) -> Intervals {
         let mut out = Intervals::default();
@@ -826,10 +835,10 @@ mod tests {
             ts,
             cpu,
             prev_tid: prev,
-            prev_tgid: if prev == 0 { 0 } else { 1 },
+            prev_tgid: u32::from(prev != 0),
             prev_state: state,
             next_tid: next,
-            next_tgid: if next == 0 { 0 } else { 1 },
+            next_tgid: u32::from(next != 0),
             prev_stacks: None,
         }
     }

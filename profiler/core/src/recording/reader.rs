@@ -314,7 +314,7 @@ fn record_head(
     if offset + 8 > len || reader.read_exact(&mut head).is_err() {
         return Ok(None);
     }
-    let (kind, size) = split_head(&head);
+    let (kind, size) = split_head(head);
     check_len(size, offset as usize)?;
     Ok((offset + 8 + u64::from(size) <= len).then_some((kind, size)))
 }
@@ -405,7 +405,7 @@ fn next_record(bytes: &[u8], offset: usize) -> Result<Option<(u32, &[u8])>, Read
 }
 
 /// A record head: (kind, payload length).
-fn split_head(head: &[u8; 8]) -> (u32, u32) {
+fn split_head(head: [u8; 8]) -> (u32, u32) {
     let kind = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
     let len = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
     (kind, len)

@@ -180,7 +180,7 @@ fn headline(out: &mut String, s: &Summary) {
             m.mean_runnable_threads, m.cpu_busy_pct, m.other_cpus, s.cores
         );
     }
-    if s.job_runnable > 0.25 * s.cores as f64 {
+    if s.job_runnable > 0.25 * f64::from(s.cores) {
         let _ = writeln!(
             out,
             "CPU contention: the job's threads spent {:.1} CPU-seconds per second waiting for a CPU.",
@@ -542,7 +542,7 @@ fn anatomy(out: &mut String, s: &Summary) {
             .collect();
         let idle = p
             .gpu_idle_s
-            .map(|g| format!("  {:>7.2}s", g))
+            .map(|g| format!("  {g:>7.2}s"))
             .unwrap_or_default();
         let _ = writeln!(
             out,

@@ -288,7 +288,7 @@ impl KernelPrograms {
 
     /// Whether pipe transfers are traced, or why not.
     pub fn pipes(&self) -> std::result::Result<(), &str> {
-        self.pipes.as_ref().map(|_| ()).map_err(String::as_str)
+        self.pipes.as_ref().copied().map_err(String::as_str)
     }
 
     fn uprobe(&mut self, name: &str) -> Result<&mut UProbe> {

@@ -102,7 +102,7 @@ impl Default for MapLimits {
 /// entry is taken for one whose end the kernel will never report. Devices
 /// time out a command after 30 s (SCSI's and NVMe's defaults); a request
 /// still waiting after twice that has been retried or aborted.
-pub(super) const IN_FLIGHT_EXPIRY: Duration = Duration::from_secs(60);
+pub(super) const IN_FLIGHT_EXPIRY: Duration = Duration::from_mins(1);
 
 pub struct KernelPrograms {
     // Field order is drop order: the links first (detaching is what ends
@@ -397,7 +397,7 @@ impl KernelPrograms {
     /// cudaLaunchKernel calls per process so far, summed over CPUs.
     pub fn cuda_launches(&self) -> Result<BTreeMap<u32, u64>> {
         let mut out = BTreeMap::new();
-        for item in self.cuda_launches.iter() {
+        for item in &self.cuda_launches {
             let (tgid, per_cpu) = item.context("reading the cudaLaunchKernel counts failed")?;
             out.insert(tgid, per_cpu.iter().sum());
         }
@@ -629,11 +629,7 @@ fn shard_sizes(total: u32) -> Vec<u32> {
         .collect();
     let count = used.iter().filter(|&&u| u).count().max(1) as u32;
     let share = total / count;
-    let share = if share == 0 {
-        0
-    } else {
-        1 << (31 - share.leading_zeros())
-    };
+    let share = if share == 0 { 0 } else { 1 << share.ilog2() };
     used.iter()
         .map(|&u| if u { share.max(page) } else { page })
         .collect()

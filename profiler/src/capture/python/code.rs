@@ -40,7 +40,7 @@ impl CodeInfo {
 /// `info` and `layout`; None when it cannot be read or is not the code
 /// object the kernel saw (its fingerprint differs).
 pub(crate) fn read_code(
-    mem: &ProcessMemory,
+    mem: ProcessMemory,
     info: &PyProcInfo,
     layout: &CodeLayout,
     addr: u64,
@@ -79,7 +79,7 @@ pub(crate) fn read_code(
 
 /// A `str` object's text: compact strings only (names and file names
 /// always are), in their 1-, 2- or 4-byte kind.
-fn read_str(mem: &ProcessMemory, layout: &CodeLayout, addr: u64) -> Option<String> {
+fn read_str(mem: ProcessMemory, layout: &CodeLayout, addr: u64) -> Option<String> {
     let length = mem.read_u64(addr + layout.str_length)?;
     if length > MAX_STR {
         return None;

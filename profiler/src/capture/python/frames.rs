@@ -271,7 +271,7 @@ impl PythonFrames {
             let interp = self.interpreter(pid)?;
             let layout = interp.layout().ok()?;
             read_code(
-                &ProcessMemory { pid },
+                ProcessMemory { pid },
                 &layout.info,
                 &layout.code,
                 frame.code_object(),

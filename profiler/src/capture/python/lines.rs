@@ -130,6 +130,8 @@ mod tests {
 
     #[test]
     fn location_entries() {
+        // +70 as CPython's signed varint: 70 << 1.
+        const PLUS_70: u32 = 0x8c;
         let table = [
             // 2 units, short form (code 0), same line 20.
             0x80 | 1,
@@ -146,8 +148,8 @@ mod tests {
             // 2 units, long form: +70 (two varint bytes), then end line and
             // columns.
             0x80 | (14 << 3) | 1,
-            64 | ((140) & 63) as u8,
-            (140 >> 6) as u8,
+            0x40 | (PLUS_70 & 0x3f) as u8,
+            (PLUS_70 >> 6) as u8,
             0,
             1,
             1,

@@ -27,16 +27,25 @@ impl ProcessMemory {
         };
         // SAFETY: one local iovec over `buf`, which outlives the call; the
         // remote one is only an address in the other process.
-        let n = unsafe { libc::process_vm_readv(self.pid as i32, &local, 1, &remote, 1, 0) };
+        let n = unsafe {
+            libc::process_vm_readv(
+                self.pid as i32,
+                &raw const local,
+                1,
+                &raw const remote,
+                1,
+                0,
+            )
+        };
         n == buf.len() as isize
     }
 
-    pub(crate) fn read_u32(&self, addr: u64) -> Option<u32> {
+    pub(crate) fn read_u32(self, addr: u64) -> Option<u32> {
         let mut b = [0u8; 4];
         self.read(addr, &mut b).then(|| u32::from_le_bytes(b))
     }
 
-    pub(crate) fn read_vec(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+    pub(crate) fn read_vec(self, addr: u64, len: usize) -> Option<Vec<u8>> {
         let mut v = vec![0u8; len];
         self.read(addr, &mut v).then_some(v)
     }

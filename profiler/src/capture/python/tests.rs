@@ -171,7 +171,7 @@ fn named(pid: u32, interp: &Interpreter, frames: &[PyFrame]) -> Vec<(String, Str
         .iter()
         .map(|f| {
             let code = read_code(
-                &mem,
+                mem,
                 &layout.info,
                 &layout.code,
                 f.code_object(),

@@ -39,7 +39,7 @@ pub(super) fn split_running<C: PartialEq>(
         if classes[i] == classes[current] {
             continue;
         }
-        let cut = midpoint(points[i - 1].ts, points[i].ts).clamp(from, end);
+        let cut = points[i - 1].ts.midpoint(points[i].ts).clamp(from, end);
         push(&mut out, from, cut, points[current].stack);
         from = cut;
         current = i;
@@ -52,10 +52,6 @@ fn push(out: &mut Vec<(u64, u64, u32)>, start: u64, end: u64, stack: u32) {
     if end > start {
         out.push((start, end, stack));
     }
-}
-
-fn midpoint(a: u64, b: u64) -> u64 {
-    a / 2 + b / 2 + (a % 2 + b % 2) / 2
 }
 
 /// The stacks that tell where the thread was in `[start, end]`, in time

@@ -145,7 +145,10 @@ fn running(ctx: &mut Ctx, tid: u32, pid: u32, side: Side, a: u64, b: u64, out: &
 
 /// A blocked stretch `[a, b)` of `tid` on the path, its block ending at
 /// `woken`: followed to its waker when that is a thread of the job.
-#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site; a struct would only rename them"
+)]
 fn blocked(
     ctx: &mut Ctx,
     tid: u32,
@@ -202,7 +205,10 @@ fn blocked(
 
 /// Pushes a worker-side piece, the part before its process's first batch
 /// as worker start.
-#[allow(clippy::too_many_arguments)] // the piece, its phase and where it goes
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the piece, its phase and where it goes"
+)]
 fn starting_split(
     ctx: &Ctx,
     pid: u32,

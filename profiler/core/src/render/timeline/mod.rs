@@ -355,7 +355,7 @@ pub fn merge_slices(intervals: impl IntoIterator<Item = Interval>, min_ns: u64) 
     for slice in joined {
         match out.last_mut() {
             Some(prev) if prev.end_ns == slice.start_ns && prev.kind() == slice.kind() => {
-                prev.absorb(&slice)
+                prev.absorb(&slice);
             }
             _ => out.push(slice),
         }

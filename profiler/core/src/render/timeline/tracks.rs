@@ -215,13 +215,13 @@ impl<S: TraceSink + ?Sized> Layout<'_, '_, S> {
 
     /// The process track of `pid`, declared now if it was not (a step or
     /// call of a thread whose process the model does not list).
-    fn parent(&mut self, pid: u32) -> io::Result<TrackId> {
+    fn parent(&mut self, pid: u32) -> TrackId {
         if let Some(&id) = self.process_ids.get(&pid) {
-            return Ok(id);
+            return id;
         }
         let id = self.process_id(pid);
         self.process_ids.insert(pid, id);
-        Ok(id)
+        id
     }
 
     fn thread(&mut self, thread: &Thread, slices: impl Iterator<Item = Slice>) -> io::Result<()> {
@@ -235,7 +235,7 @@ impl<S: TraceSink + ?Sized> Layout<'_, '_, S> {
             Role::Pool => 20,
         };
         let id = self.thread_id(thread);
-        let parent = self.parent(thread.pid)?;
+        let parent = self.parent(thread.pid);
         let kind = TrackKind::Thread {
             pid: thread.pid,
             tid: thread.tid,
@@ -292,7 +292,7 @@ impl<S: TraceSink + ?Sized> Layout<'_, '_, S> {
         let start = self.latest_thread(tid).map_or(0, |t| t.start_ns);
         let id = self.key.track(kind, start);
         if !declared.contains(&id) {
-            let parent = self.parent(pid)?;
+            let parent = self.parent(pid);
             self.declare(id, Some(parent), kind, name, sort, start)?;
             declared.push(id);
         }

@@ -145,8 +145,8 @@ impl<W: Write> ChromeSink<W> {
     }
 
     /// ns since the window start as µs (Chrome's trace unit), to the ns.
-    fn ts(&self, ns: u64) -> Option<f64> {
-        Some(ns.saturating_sub(self.origin) as f64 / 1e3)
+    fn ts(&self, ns: u64) -> f64 {
+        ns.saturating_sub(self.origin) as f64 / 1e3
     }
 
     fn place(&self, track: TrackId) -> io::Result<(u32, Option<u32>)> {
@@ -248,9 +248,9 @@ impl<W: Write> TraceSink for ChromeSink<W> {
         let mut e = Event::new("X", pid).name(slice.name);
         e.tid = tid;
         e.cat = Some(slice.category);
-        e.ts = self.ts(slice.start_ns);
+        e.ts = Some(self.ts(slice.start_ns));
         e.dur = Some(slice.end_ns.saturating_sub(slice.start_ns) as f64 / 1e3);
-        e.args = slice.args.clone();
+        e.args.clone_from(&slice.args);
         self.push(&e)
     }
 
@@ -266,7 +266,7 @@ impl<W: Write> TraceSink for ChromeSink<W> {
         let mut e = Event::new("C", *pid)
             .name(name.clone())
             .args(Value::Object(args));
-        e.ts = self.ts(ts_ns);
+        e.ts = Some(self.ts(ts_ns));
         self.push(&e)
     }
 
@@ -276,7 +276,7 @@ impl<W: Write> TraceSink for ChromeSink<W> {
             let mut e = Event::new(ph, pid).name("delivery");
             e.tid = tid;
             e.cat = Some("delivery");
-            e.ts = self.ts(ts_ns);
+            e.ts = Some(self.ts(ts_ns));
             e.id = Some(id);
             if ph == "f" {
                 e.bp = Some("e");

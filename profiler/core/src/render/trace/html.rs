@@ -242,12 +242,12 @@ impl<W: Write> HtmlSink<W> {
         self.node.as_ref().ok_or_else(no_node)
     }
 
-    fn thread(&mut self, track: &Track, thread: &Thread, role: Role) -> io::Result<()> {
+    fn thread(&mut self, track: &Track, thread: &Thread, role: Role) {
         let (TrackKind::Thread { pid, tid }, Some(parent)) = (track.kind, track.parent) else {
-            return Ok(());
+            return;
         };
         let Some(&p) = self.data.process_of.get(&parent) else {
-            return Ok(());
+            return;
         };
         let process = &mut self.data.processes[p];
         if folded(role) {
@@ -256,7 +256,7 @@ impl<W: Write> HtmlSink<W> {
             pool.names.push(thread.comm.clone());
             pool.lives.push((thread.start_ns, thread.end_ns));
             self.data.threads.insert(track.id, Drawn::Folded(p));
-            return Ok(());
+            return;
         }
         let lane = process.threads.len();
         process.threads.push(ThreadLane {
@@ -266,7 +266,6 @@ impl<W: Write> HtmlSink<W> {
             s: Vec::new(),
         });
         self.data.threads.insert(track.id, Drawn::Lane(p, lane));
-        Ok(())
     }
 
     /// A state slice of a thread track: on its lane, or binned.
@@ -377,13 +376,13 @@ impl<W: Write> HtmlSink<W> {
         if let Some(phases) = self.data.phases.get(&thread.tid) {
             let mut s = Vec::with_capacity(phases.len() * 4);
             for (start, end, code, text) in phases {
-                let index = match phase_texts.iter().position(|t| t == text) {
-                    Some(index) => index,
-                    None => {
+                let index = phase_texts
+                    .iter()
+                    .position(|t| t == text)
+                    .unwrap_or_else(|| {
                         phase_texts.push(text.clone());
                         phase_texts.len() - 1
-                    }
-                };
+                    });
                 s.extend([*start, end - start, *code, index as u64]);
             }
             lanes.push(Lane::Phases {
@@ -437,7 +436,7 @@ impl<W: Write> TraceSink for HtmlSink<W> {
                     pool: Pool::default(),
                 });
             }
-            (_, TrackOf::Thread { thread, role }) => self.thread(track, thread, role)?,
+            (_, TrackOf::Thread { thread, role }) => self.thread(track, thread, role),
             (TrackKind::Lane { pid, tid, lane }, _) => {
                 self.data.lanes.insert(track.id, (lane, (pid, tid)));
                 match lane {

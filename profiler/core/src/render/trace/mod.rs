@@ -219,6 +219,7 @@ impl NodeKey {
 
     /// This key made unique to the `n`th recording of a merge (the same
     /// file merged twice still gets tracks of its own).
+    #[must_use]
     pub fn salted(self, n: u32) -> NodeKey {
         let mut h = Fnv::new();
         h.words(&[self.0, 8, n.into()]);
@@ -234,7 +235,7 @@ impl NodeKey {
             TrackKind::Process { pid } => h.words(&[1, pid.into(), start_ns]),
             TrackKind::Thread { pid, tid } => h.words(&[2, pid.into(), tid.into(), start_ns]),
             TrackKind::Lane { pid, tid, lane } => {
-                h.words(&[3, pid.into(), tid.into(), lane as u64, start_ns])
+                h.words(&[3, pid.into(), tid.into(), lane as u64, start_ns]);
             }
             TrackKind::Gpu { index } => h.words(&[4, index.into()]),
             TrackKind::Disk { ordinal } => h.words(&[5, ordinal.into()]),

@@ -209,7 +209,7 @@ fn annotation(value: &Value) -> DebugAnnotation {
                 (Some(u), _) => V::UintValue(u),
                 (None, Some(i)) => V::IntValue(i),
                 _ => V::DoubleValue(n.as_f64().unwrap_or(f64::NAN)),
-            })
+            });
         }
         Value::String(s) => a.value = Some(V::StringValue(s.clone())),
         Value::Array(items) => a.array_values = items.iter().map(annotation).collect(),
@@ -221,16 +221,14 @@ fn annotation(value: &Value) -> DebugAnnotation {
                     e.name_field = Some(debug_annotation::NameField::Name(k.clone()));
                     e
                 })
-                .collect()
+                .collect();
         }
     }
     a
 }
 
-fn named(name: &str) -> Option<track_descriptor::StaticOrDynamicName> {
-    Some(track_descriptor::StaticOrDynamicName::Name(
-        name.to_string(),
-    ))
+fn named(name: &str) -> track_descriptor::StaticOrDynamicName {
+    track_descriptor::StaticOrDynamicName::Name(name.to_string())
 }
 
 impl<W: Write> TraceSink for PerfettoSink<W> {
@@ -294,7 +292,7 @@ impl<W: Write> TraceSink for PerfettoSink<W> {
             | TrackKind::Gpu { .. }
             | TrackKind::Disk { .. } => {
                 d.parent_uuid = track.parent.map(|p| p.0);
-                d.static_or_dynamic_name = named(track.name);
+                d.static_or_dynamic_name = Some(named(track.name));
             }
         }
         self.descriptor(d)
@@ -308,7 +306,7 @@ impl<W: Write> TraceSink for PerfettoSink<W> {
         self.descriptor(pb::TrackDescriptor {
             uuid: Some(counter.id.0),
             parent_uuid: Some(counter.parent.0),
-            static_or_dynamic_name: named(counter.name),
+            static_or_dynamic_name: Some(named(counter.name)),
             counter: Some(pb::CounterDescriptor {
                 unit: None,
                 unit_name: Some(unit.to_string()),

@@ -558,8 +558,11 @@ struct Ctx<'a> {
     /// Indices into `model.wakeups` per woken tid, in time order.
     wakeups: HashMap<u32, Vec<usize>>,
     labels: Labels,
-    /// Per stack: its label id, and its class for each side.
+    /// Per stack: its label id, and its framework label's.
     stack_labels: HashMap<u32, u32>,
+    framework_labels: HashMap<u32, u32>,
+    /// Per stack: its work on either side.
+    classes: classify::Classes<'a>,
     /// The trainer's blocking CUDA calls (copies, syncs), in time order.
     cuda: Vec<(u64, u64, &'static str)>,
     /// Each worker process's fork and first batch, by pid.
@@ -599,6 +602,8 @@ impl<'a> Ctx<'a> {
             wakeups,
             labels: Labels::default(),
             stack_labels: HashMap::new(),
+            framework_labels: HashMap::new(),
+            classes: classify::Classes::new(model.stacks.as_ref()),
             cuda,
             worker_ready: worker_starts.iter().map(|w| (w.pid, w.clone())).collect(),
             worker_starts,
@@ -612,11 +617,7 @@ impl<'a> Ctx<'a> {
 
     /// The trainer's work by its stack (no stack: other).
     fn trainer_work(&self, stack: Option<u32>) -> TrainerWork {
-        let work = match (self.table, stack) {
-            (Some(t), Some(s)) => classify::trainer_work(t, s),
-            _ => TrainerWork::Other,
-        };
-        match work {
+        match self.classes.trainer(stack) {
             TrainerWork::NextBatch if self.single_process => TrainerWork::Loading,
             w => w,
         }
@@ -641,11 +642,20 @@ impl<'a> Ctx<'a> {
     fn framework_label(&mut self, stack: Option<u32>) -> u32 {
         match (self.table, stack) {
             (Some(table), Some(stack)) => {
-                let name = classify::framework_label(table, stack);
-                self.labels.id(name)
+                if let Some(&id) = self.framework_labels.get(&stack) {
+                    return id;
+                }
+                let id = self.labels.id(classify::framework_label(table, stack));
+                self.framework_labels.insert(stack, id);
+                id
             }
             _ => self.label(stack),
         }
+    }
+
+    /// A worker-side thread's work by its stack.
+    fn worker_work(&self, stack: Option<u32>) -> WorkerWork {
+        self.classes.worker(stack)
     }
 
     fn named(&mut self, text: String) -> u32 {
@@ -947,7 +957,7 @@ impl<'a> Ctx<'a> {
                     _ if !load.idle_known => &mut load.idle_ns,
                     _ => {
                         let stack = context::off_cpu_at(self.timed(t.tid), iv.start_ns);
-                        match worker_work(self.table, stack) {
+                        match self.worker_work(stack) {
                             WorkerWork::Idle => &mut load.idle_ns,
                             _ => &mut load.sleep_ns,
                         }
@@ -978,7 +988,7 @@ impl<'a> Ctx<'a> {
             .iter()
             .filter(|t| t.kind.is_on_cpu() && t.start_ns >= start && t.start_ns < end)
             .filter(|t| workers.contains(&t.pid))
-            .filter(|t| classify::worker_work(table, t.stack) == WorkerWork::Sending)
+            .filter(|t| self.worker_work(Some(t.stack)) == WorkerWork::Sending)
             .count() as u64;
         samples * 1_000_000_000 / table.sample_hz
     }
@@ -1185,13 +1195,6 @@ fn top_functions(by_label: &HashMap<u32, u64>, labels: &Labels, sum: u64) -> Vec
 }
 
 /// Worker-side classification of a stack, for `path`.
-fn worker_work(table: Option<&StackTable>, stack: Option<u32>) -> WorkerWork {
-    match (table, stack) {
-        (Some(t), Some(s)) => classify::worker_work(t, s),
-        _ => WorkerWork::Making,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

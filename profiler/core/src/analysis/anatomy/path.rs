@@ -14,7 +14,7 @@
 //! from its fork to its first batch is starting, whatever it did.
 
 use super::classify::WorkerWork;
-use super::{Ctx, Phase, Segment, context, push, worker_work};
+use super::{Ctx, Phase, Segment, context, push};
 use crate::analysis::roles::Role;
 use crate::model::{BlockReason, ThreadState};
 
@@ -114,8 +114,7 @@ impl Side {
 }
 
 fn running(ctx: &mut Ctx, tid: u32, pid: u32, side: Side, a: u64, b: u64, out: &mut Vec<Segment>) {
-    let table = ctx.table;
-    let pieces = context::split_running(ctx.timed(tid), a, b, |s| worker_work(table, Some(s)));
+    let pieces = context::split_running(ctx.timed(tid), a, b, |s| ctx.worker_work(Some(s)));
     let pieces = if pieces.is_empty() {
         vec![(a, b, None)]
     } else {
@@ -128,7 +127,7 @@ fn running(ctx: &mut Ctx, tid: u32, pid: u32, side: Side, a: u64, b: u64, out: &
         let phase = match side {
             Side::Pin => Phase::PinMemory,
             Side::Trainer => Phase::Other,
-            Side::Worker => match worker_work(table, stack) {
+            Side::Worker => match ctx.worker_work(stack) {
                 WorkerWork::Sending => Phase::Sending,
                 WorkerWork::Idle => Phase::WorkerIdle,
                 WorkerWork::Making => Phase::WorkerBusy,
@@ -181,7 +180,7 @@ fn blocked(
         Side::Trainer => Phase::Other,
         Side::Worker if reason == Some(BlockReason::Io) => Phase::WorkerIo,
         Side::Worker if by_trainer => Phase::WorkerIdle,
-        Side::Worker => match worker_work(ctx.table, stack) {
+        Side::Worker => match ctx.worker_work(stack) {
             WorkerWork::Idle => Phase::WorkerIdle,
             _ => Phase::WorkerSleep,
         },

@@ -5,9 +5,15 @@
 //!
 //! A frame is due once every event of its interval has arrived: when the
 //! feed's watermark (the last drain's start) passes the interval's end.
-//! Then the window's model of the last `--window` (the report's
-//! `Assembly`) is built and summarized (`analysis::summarize`), and the
-//! frame read off both. A frame that took longer than an interval does
+//! Then the model of the recent stretch ([`RECENT`], or three intervals)
+//! is built (the report's `Assembly`) and summarized without the anatomy
+//! and diagnosis (`analysis::summarize_live`): the thread table, the steps,
+//! the disks and the GPUs of the interval. The whole window's model of the
+//! last `--window` and its full analysis (`analysis::summarize`: the
+//! leading finding, the roles) are made again when half a window has
+//! passed since the last ([`WindowView`]): the finding of a 10 s window
+//! moves little in a second, and that analysis was most of a frame's CPU.
+//! A frame that took longer than an interval does
 //! not queue the ones it held up: the next frame is the latest interval
 //! the watermark has passed, so the view stays current on a busy machine
 //! and the gap shows in the intervals' times.
@@ -24,8 +30,9 @@
 //! about 0.08 s a frame: a refresh every second or two. (Measured again
 //! on 2026-12-05, release build, two workers, 10 s window: a median of
 //! 55 ms a frame, 42 ms once the anatomy read each stack's class once
-//! rather than per sample; half of it is rebuilding the window's model,
-//! the other half the analysis, so the 5% budget still binds.) A busier job
+//! rather than per sample, half of it rebuilding the window's model; with
+//! the window analysed every 5 s and the recent stretch every second, see
+//! docs/benchmarks.md.) A busier job
 //! refreshes less often rather than take a core from the job it watches,
 //! and each frame is analysed at nice 10 ([`ANALYSIS_NICE`]), not at
 //! capture's -10, so that it runs on the CPU the job leaves idle first.
@@ -42,7 +49,7 @@ use anyhow::{Context as _, Result};
 use profiler::capture::live::Feed;
 use tprof_core::analysis;
 
-use super::frame::{self, Frame, Span};
+use super::frame::{self, Frame, Span, WindowView};
 use super::tee::Tee;
 use super::window::Window;
 
@@ -71,6 +78,12 @@ const POLL: Duration = Duration::from_millis(50);
 /// The share of one CPU the analysis may take on average.
 pub(super) const ANALYSIS_SHARE: f64 = 0.05;
 
+/// The stretch before an interval's end whose model gives the interval's
+/// figures (three intervals when they are longer): long enough that the
+/// step detector sees the steps that end in the interval whole, and the
+/// thread states as it opens.
+const RECENT: Duration = Duration::from_secs(3);
+
 /// The analysis thread's settings.
 pub(super) struct Settings {
     pub interval: Duration,
@@ -89,8 +102,10 @@ struct Analyst {
     /// No frame before this: the last one's CPU time is being paid off.
     not_before: Option<Instant>,
     /// The starts of the steps frames have counted, so each is counted
-    /// once (within the window; older ones are forgotten).
+    /// once (within the recent stretch; older ones are forgotten).
     counted_steps: BTreeSet<u64>,
+    /// The whole window's last analysis.
+    window_view: Option<WindowView>,
     seq: u64,
     updates: Sender<Update>,
     requests: Receiver<Request>,
@@ -111,6 +126,7 @@ pub(super) fn spawn(
         next_end: None,
         not_before: None,
         counted_steps: BTreeSet::new(),
+        window_view: None,
         seq: 0,
         updates,
         requests,
@@ -234,18 +250,36 @@ impl Analyst {
     fn frame(&mut self, interval: Span) -> Frame {
         let _nice = Lowered::to(ANALYSIS_NICE);
         let began = thread_cpu_s();
+        let end = interval.end_ns;
         let window_ns = self.settings.window.as_nanos() as u64;
+        let view = match self.window_view.take() {
+            Some(view) if !self.window_due(&view, end) => view,
+            _ => {
+                let model = self.window.model(end.saturating_sub(window_ns), end);
+                let summary = analysis::summarize(&model);
+                WindowView::of(&model, summary)
+            }
+        };
+        let recent_ns = (3 * self.settings.interval).max(RECENT).as_nanos() as u64;
         let model = self
             .window
-            .model(interval.end_ns.saturating_sub(window_ns), interval.end_ns);
-        let summary = analysis::summarize(&model);
+            .model_since(end.saturating_sub(recent_ns.min(window_ns)), end);
+        let summary = analysis::summarize_live(&model);
         let counted = &mut self.counted_steps;
         counted.retain(|&start| start >= model.window_start_ns);
-        let mut frame = frame::frame(&model, &summary, interval, self.seq, counted);
+        let mut frame = frame::frame(&model, &summary, &view, interval, self.seq, counted);
+        self.window_view = Some(view);
         frame.command.clone_from(&self.window.meta().header.command);
         frame.recording = self.tee.as_ref().map(|t| t.path().display().to_string());
         frame.analysis_cpu_s = thread_cpu_s() - began;
         frame
+    }
+
+    /// Whether the window is due another whole analysis at `end_ns`: half
+    /// a window (at least an interval) after the last one.
+    fn window_due(&self, view: &WindowView, end_ns: u64) -> bool {
+        let every = (self.settings.window / 2).max(self.settings.interval);
+        end_ns >= view.span.end_ns + every.as_nanos() as u64
     }
 
     /// Tells the view; a view that is gone wants nothing more.

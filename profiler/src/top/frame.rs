@@ -2,22 +2,28 @@
 //! screen, the batch text and the JSON lines are all drawn from it, so
 //! they cannot disagree.
 //!
-//! It is read off the window's model and its `Summary` (the same analysis
-//! as `tprof report`): over the whole window the leading finding, the
-//! roles and the step detection, which need a stretch of several steps;
-//! over the last interval what `top -H` and `iostat -x 1` show, each
-//! thread's time split by state (`Thread::breakdown` of the window's model,
-//! so a thread that was already blocked when the interval began is known
-//! to be), the steps that ended in it, the disks (`analysis::device_stats`
-//! over the interval's requests), and the GPUs' samples.
+//! It is read off two models, with the same analysis as `tprof report`:
+//! the whole window's (`analysis::summarize`, as a [`WindowView`]), for the
+//! leading finding and the roles, which need a stretch of several steps;
+//! and the recent stretch's (the last few intervals,
+//! `analysis::summarize_live`), for what `top -H` and `iostat -x 1` show
+//! of the last interval: each thread's time split by state
+//! (`Thread::breakdown`, so a thread that was already blocked when the
+//! interval began is known to be), the steps that ended in it, the disks
+//! (`analysis::device_stats` over the interval's requests), and the GPUs'
+//! samples. The window's analysis is the costly half and runs less often
+//! (`analyst.rs` says when); the recent stretch's runs every interval.
 
 use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 use tprof_core::analysis::{
-    self, DeviceStats, IoStat, Summary, diagnosis::Finding, flame::frame_label, roles::Role,
+    self, DeviceStats, IoStat, Summary,
+    diagnosis::Finding,
+    flame::frame_label,
+    roles::{Role, Roles},
 };
-use tprof_core::model::{Breakdown, Model, Thread};
+use tprof_core::model::{Breakdown, Model, Thread, ThreadKey};
 use tprof_core::recording::{FrameKind, GpuMetric, StackTable};
 
 /// The JSON lines' contract version (docs/json.md, "tprof top --json").
@@ -33,7 +39,8 @@ pub(super) struct Frame {
     pub seq: u64,
     /// The stretch the per-thread, step and disk figures are of.
     pub interval: Span,
-    /// The stretch the finding, the roles and the steps were found in.
+    /// The stretch the finding and the roles were found in: the window as
+    /// of its last analysis.
     pub window: Span,
     /// The processes watched (`-p`, or the command's).
     pub targets: Vec<u32>,
@@ -203,22 +210,67 @@ pub(super) struct Reader {
     pub read_bytes: u64,
 }
 
-/// Reads the frame of `interval` off the window's model and its summary;
-/// `counted` holds the starts of the steps earlier frames counted, and
-/// gets this one's.
+/// What the last analysis of the whole window found.
+#[derive(Debug, Clone)]
+pub(super) struct WindowView {
+    pub span: Span,
+    /// Its leading finding, without `see` (it names the recording's path,
+    /// and there is none).
+    pub finding: Option<Finding>,
+    pub roles: Roles,
+}
+
+impl WindowView {
+    pub(super) fn of(model: &Model, summary: Summary) -> WindowView {
+        WindowView {
+            span: Span::new(model.window_start_ns, model.window_end_ns),
+            finding: summary.findings.into_iter().next().map(|mut f| {
+                f.see = None;
+                f
+            }),
+            roles: summary.roles,
+        }
+    }
+
+    /// A thread's role: the window's, whose analysis saw more of each
+    /// thread; for a thread it had not seen (new since), the recent
+    /// stretch's.
+    fn role_of(&self, recent: &Roles, t: &Thread) -> Role {
+        let key = |start_ns| ThreadKey {
+            tid: t.tid,
+            start_ns,
+        };
+        let known = self
+            .roles
+            .by_thread
+            .range(key(0)..=key(u64::MAX))
+            .next()
+            .is_some();
+        if known {
+            self.roles.of_thread(t)
+        } else {
+            recent.of_thread(t)
+        }
+    }
+}
+
+/// Reads the frame of `interval` off the recent stretch's model and its
+/// live summary, and the window's last analysis; `counted` holds the
+/// starts of the steps earlier frames counted, and gets this one's.
 pub(super) fn frame(
     model: &Model,
     summary: &Summary,
+    window: &WindowView,
     interval: Span,
     seq: u64,
     counted: &mut BTreeSet<u64>,
 ) -> Frame {
-    let threads = thread_rows(model, summary, interval);
+    let threads = thread_rows(model, summary, window, interval);
     Frame {
         top_json_version: TOP_JSON_VERSION,
         seq,
         interval,
-        window: Span::new(model.window_start_ns, model.window_end_ns),
+        window: window.span,
         targets: model.targets.clone(),
         command: None,
         cores: Cores {
@@ -231,11 +283,7 @@ pub(super) fn frame(
         gpus: gpus(model, interval),
         gpu_status: summary.gpu_status.clone(),
         lost_events: summary.lost_events,
-        finding: summary.findings.first().cloned().map(|mut f| {
-            // It names the recording's path, and there is none.
-            f.see = None;
-            f
-        }),
+        finding: window.finding.clone(),
         roles: role_groups(&threads),
         threads,
         devices: devices(model, interval),
@@ -258,7 +306,12 @@ fn overlaps(thread: &Thread, span: Span) -> bool {
 
 /// Every thread alive in the interval, busiest (on a CPU or waiting for
 /// one) first.
-fn thread_rows(model: &Model, summary: &Summary, span: Span) -> Vec<ThreadRow> {
+fn thread_rows(
+    model: &Model,
+    summary: &Summary,
+    window: &WindowView,
+    span: Span,
+) -> Vec<ThreadRow> {
     let len = span.end_ns - span.start_ns;
     let mut rows: Vec<ThreadRow> = model
         .threads
@@ -279,7 +332,7 @@ fn thread_rows(model: &Model, summary: &Summary, span: Span) -> Vec<ThreadRow> {
                 process: model
                     .process_of(t.pid, t.start_ns)
                     .map_or_else(String::new, |p| p.comm.clone()),
-                role: summary.roles.of_thread(t),
+                role: window.role_of(&summary.roles, t),
                 share,
                 function,
                 waiting_in,
@@ -509,6 +562,29 @@ mod tests {
         }
     }
 
+    /// A thread the window's last analysis saw keeps the window's role;
+    /// one it had not seen takes the recent stretch's.
+    #[test]
+    fn roles_from_the_window_else_the_recent_stretch() {
+        let roles = |pairs: &[(u32, Role)]| Roles {
+            by_thread: pairs
+                .iter()
+                .map(|&(tid, r)| (ThreadKey { tid, start_ns: 0 }, r))
+                .collect(),
+            ..Roles::default()
+        };
+        let window = WindowView {
+            span: Span::new(0, S),
+            finding: None,
+            roles: roles(&[(1, Role::Trainer), (2, Role::Pool)]),
+        };
+        let recent = roles(&[(1, Role::Other), (2, Role::Other), (3, Role::DataWorker)]);
+        let t = |tid| thread(tid, &[(0, S, ThreadState::Running)]);
+        assert_eq!(window.role_of(&recent, &t(1)), Role::Trainer);
+        assert_eq!(window.role_of(&recent, &t(2)), Role::Pool);
+        assert_eq!(window.role_of(&recent, &t(3)), Role::DataWorker);
+    }
+
     /// The shares are of the interval, from the window's intervals: a
     /// thread blocked since before the interval is blocked all along it.
     #[test]
@@ -524,10 +600,12 @@ mod tests {
             ],
             ..Model::default()
         };
-        let summary = analysis::summarize(&model);
+        let summary = analysis::summarize_live(&model);
+        let window = WindowView::of(&model, analysis::summarize(&model));
         let f = frame(
             &model,
             &summary,
+            &window,
             Span::new(2 * S, 4 * S),
             1,
             &mut BTreeSet::new(),

@@ -138,17 +138,30 @@ impl Window {
     /// before `start_ns`, which must not go back.
     pub(super) fn model(&mut self, start_ns: u64, end_ns: u64) -> Model {
         self.forget_before(start_ns);
-        let start = self.anchor(self.start_ns);
-        let end = self.anchor(end_ns.max(self.start_ns));
+        self.model_since(self.start_ns, end_ns)
+    }
+
+    /// The model of `[start_ns, end_ns]` (from the window's start at the
+    /// earliest), forgetting nothing: the threads as of `start_ns` are the
+    /// window's opening table with the events before it applied.
+    pub(super) fn model_since(&mut self, start_ns: u64, end_ns: u64) -> Model {
+        let start_ns = start_ns.max(self.start_ns);
+        let first = self.events.partition_point(|e| e.ts() < start_ns);
+        let mut threads = self.threads.clone();
+        for event in self.events.range(..first) {
+            threads.apply(event);
+        }
+        let start = self.anchor(start_ns);
+        let end = self.anchor(end_ns.max(start_ns));
         self.meta.header.start = start;
-        self.meta.threads = self.threads.infos();
+        self.meta.threads = threads.infos();
         self.meta.footer = Some(Footer {
             end,
             stop_reason: LIVE.to_string(),
             command_exit: None,
             clock_sync: None,
         });
-        let in_window = self.events.iter().take_while(|e| e.ts() <= end_ns);
+        let in_window = self.events.range(first..).take_while(|e| e.ts() <= end_ns);
         let last = in_window.clone().last().map(Event::ts);
         let mut assembly = Assembly::new(&self.meta, last);
         let mut events = 0;

@@ -198,6 +198,32 @@ pub struct Summary {
 }
 
 pub fn summarize(model: &Model) -> Summary {
+    let mut summary = summarize_live(model);
+    let gpu_idle = gpu_idle_ns(model, &summary.gpus);
+    summary.anatomy = anatomy::anatomy(model, &summary.roles, &summary.steps, &gpu_idle);
+    summary.pipeline = pipeline::pipeline(
+        model,
+        &summary.roles,
+        &summary.steps,
+        summary.cores_effective,
+    );
+    summary.step_model = whatif::StepModel::of(
+        &summary.anatomy,
+        &summary.pipeline,
+        summary.cores_effective,
+        &model.system,
+        model.cores,
+    );
+    summary.findings = diagnosis::diagnose(&summary);
+    summary
+}
+
+/// The summary without what explains the steps: no anatomy, pipeline,
+/// step model or findings (left empty). What `tprof top` reads of each
+/// interval, every interval, while the whole analysis ([`summarize`], which
+/// is this and the rest) runs on the window less often: the anatomy and
+/// the diagnosis are half of a frame's CPU.
+pub fn summarize_live(model: &Model) -> Summary {
     let io_bytes = io_bytes_by_thread(model);
     let mut threads: Vec<ThreadStats> = model
         .threads
@@ -229,8 +255,7 @@ pub fn summarize(model: &Model) -> Summary {
         .map_or((f64::from(model.cores), "machine"), |l| l.effective());
     let gpu_idle = gpu_idle_ns(model, &gpus);
     let steps = steps::steps(model, &roles, &gpu_idle);
-    let anatomy = anatomy::anatomy(model, &roles, &steps, &gpu_idle);
-    let mut summary = Summary {
+    Summary {
         window_start_ns: model.window_start_ns,
         duration_s,
         cores: model.cores,
@@ -255,9 +280,9 @@ pub fn summarize(model: &Model) -> Summary {
         threads,
         devices: device_stats(model),
         futexes: futex_stats(model),
-        pipeline: pipeline::pipeline(model, &roles, &steps, cores_effective),
+        pipeline: pipeline::Pipeline::default(),
         steps,
-        anatomy,
+        anatomy: anatomy::Anatomy::default(),
         step_model: None,
         roles,
         gpus,
@@ -265,16 +290,7 @@ pub fn summarize(model: &Model) -> Summary {
         cuda: cuda::stats(model),
         stacks: stacks::quality(model),
         python: python::stats(model),
-    };
-    summary.step_model = whatif::StepModel::of(
-        &summary.anatomy,
-        &summary.pipeline,
-        summary.cores_effective,
-        &model.system,
-        model.cores,
-    );
-    summary.findings = diagnosis::diagnose(&summary);
-    summary
+    }
 }
 
 impl Summary {

@@ -236,8 +236,8 @@ fn keep_total_in_range(lines: &mut [(String, u64)]) {
 pub struct Weigher {
     kind: FlameKind,
     period_ns: u64,
-    /// (tid, thread start) → (on-CPU ns in the selection, samples).
-    on_cpu: HashMap<(u32, u64), (u64, u64)>,
+    /// (pid, tid, thread start) → (on-CPU ns in the selection, samples).
+    on_cpu: HashMap<(u32, u32, u64), (u64, u64)>,
 }
 
 impl Weigher {
@@ -248,14 +248,14 @@ impl Weigher {
         filter: &Filter,
         kind: FlameKind,
     ) -> Weigher {
-        let mut on_cpu: HashMap<(u32, u64), (u64, u64)> = HashMap::new();
+        let mut on_cpu: HashMap<(u32, u32, u64), (u64, u64)> = HashMap::new();
         if kind == FlameKind::Wall {
             for s in samples.iter().filter(|s| s.kind.is_on_cpu()) {
-                let entry = on_cpu.entry((s.tid, s.thread_ns)).or_default();
+                let entry = on_cpu.entry((s.pid, s.tid, s.thread_ns)).or_default();
                 entry.1 = entry.1.saturating_add(s.weight);
             }
-            for (&(tid, thread_ns), entry) in &mut on_cpu {
-                entry.0 = thread_of(model, tid, thread_ns)
+            for (&(pid, tid, thread_ns), entry) in &mut on_cpu {
+                entry.0 = thread_of(model, pid, tid, thread_ns)
                     .map_or(0, |t| on_cpu_ns(t, filter.spans.as_deref()));
             }
         }
@@ -279,7 +279,7 @@ impl Weigher {
 
     fn wall_on_cpu(&self, sample: &StackSample) -> u64 {
         let by_period = || sample.weight.saturating_mul(self.period_ns);
-        match self.on_cpu.get(&(sample.tid, sample.thread_ns)) {
+        match self.on_cpu.get(&(sample.pid, sample.tid, sample.thread_ns)) {
             Some(&(ns, count)) if ns > 0 && count > 0 => {
                 (u128::from(sample.weight) * u128::from(ns) / u128::from(count))
                     .try_into()
@@ -290,18 +290,27 @@ impl Weigher {
     }
 }
 
-/// The model's thread a sample belongs to: the one that began at its
-/// start, else (formats 2 and 3, which kept no start) the latest holder.
-fn thread_of(model: &Model, tid: u32, thread_ns: u64) -> Option<&Thread> {
+/// The model's thread a sample belongs to: the holder of its tid that
+/// began at its start, else (formats 2 and 3, which kept no start) the
+/// latest holder.
+fn thread_of(model: &Model, pid: u32, tid: u32, thread_ns: u64) -> Option<&Thread> {
     let exact = model
         .threads
         .iter()
-        .find(|t| t.tid == tid && t.start_ns == thread_ns);
+        .find(|t| t.tid == tid && t.pid == pid && t.start_ns == thread_ns);
     exact.or_else(|| {
         (thread_ns == 0)
-            .then(|| model.threads.iter().rev().find(|t| t.tid == tid))
+            .then(|| latest_holder(model, pid, tid))
             .flatten()
     })
+}
+
+fn latest_holder(model: &Model, pid: u32, tid: u32) -> Option<&Thread> {
+    model
+        .threads
+        .iter()
+        .rev()
+        .find(|t| t.tid == tid && t.pid == pid)
 }
 
 /// A thread's time on a CPU inside the spans (all of it with none).
@@ -372,17 +381,8 @@ pub fn process_role(model: &Model, pid: u32, thread_ns: u64) -> String {
 /// The name of the sample's thread: the holder of its tid that began at
 /// its start (formats 2 and 3, which kept no start: the latest holder).
 pub fn thread_name(model: &Model, sample: &StackSample) -> String {
-    let mut holders = model
-        .threads
-        .iter()
-        .rev()
-        .filter(|t| t.tid == sample.tid && t.pid == sample.pid);
-    let exact = model
-        .threads
-        .iter()
-        .find(|t| t.tid == sample.tid && t.pid == sample.pid && t.start_ns == sample.thread_ns);
-    exact
-        .or_else(|| holders.next())
+    thread_of(model, sample.pid, sample.tid, sample.thread_ns)
+        .or_else(|| latest_holder(model, sample.pid, sample.tid))
         .map_or_else(|| format!("tid {}", sample.tid), |t| t.comm.clone())
 }
 

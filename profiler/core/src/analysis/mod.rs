@@ -198,8 +198,7 @@ pub struct Summary {
 }
 
 pub fn summarize(model: &Model) -> Summary {
-    let mut summary = summarize_live(model);
-    let gpu_idle = gpu_idle_ns(model, &summary.gpus);
+    let (mut summary, gpu_idle) = live(model);
     summary.anatomy = anatomy::anatomy(model, &summary.roles, &summary.steps, &gpu_idle);
     summary.pipeline = pipeline::pipeline(
         model,
@@ -224,6 +223,12 @@ pub fn summarize(model: &Model) -> Summary {
 /// is this and the rest) runs on the window less often: the anatomy and
 /// the diagnosis are half of a frame's CPU.
 pub fn summarize_live(model: &Model) -> Summary {
+    live(model).0
+}
+
+/// The live summary, and the GPUs' idle stretches the steps were read
+/// with (the anatomy reads them too).
+fn live(model: &Model) -> (Summary, Vec<(u64, u64)>) {
     let io_bytes = io_bytes_by_thread(model);
     let mut threads: Vec<ThreadStats> = model
         .threads
@@ -255,7 +260,7 @@ pub fn summarize_live(model: &Model) -> Summary {
         .map_or((f64::from(model.cores), "machine"), |l| l.effective());
     let gpu_idle = gpu_idle_ns(model, &gpus);
     let steps = steps::steps(model, &roles, &gpu_idle);
-    Summary {
+    let summary = Summary {
         window_start_ns: model.window_start_ns,
         duration_s,
         cores: model.cores,
@@ -290,7 +295,8 @@ pub fn summarize_live(model: &Model) -> Summary {
         cuda: cuda::stats(model),
         stacks: stacks::quality(model),
         python: python::stats(model),
-    }
+    };
+    (summary, gpu_idle)
 }
 
 impl Summary {

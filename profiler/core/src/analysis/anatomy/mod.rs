@@ -1194,7 +1194,6 @@ fn top_functions(by_label: &HashMap<u32, u64>, labels: &Labels, sum: u64) -> Vec
     top
 }
 
-/// Worker-side classification of a stack, for `path`.
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -232,20 +232,25 @@ impl WindowView {
         }
     }
 
-    /// A thread's role: the window's, whose analysis saw more of each
-    /// thread; for a thread it had not seen (new since), the recent
-    /// stretch's.
-    fn role_of(&self, recent: &Roles, t: &Thread) -> Role {
+    /// A thread of the recent stretch's model (which began at
+    /// `recent_start`) by its role: the window's, whose analysis saw more of
+    /// each thread; for a thread born since that analysis (a reused tid
+    /// too) or one it never saw, the recent stretch's. A thread alive when
+    /// the recent stretch began starts there in its model, so the window
+    /// knows it by the holder of its tid at that time.
+    fn role_of(&self, recent: &Roles, recent_start: u64, t: &Thread) -> Role {
+        let born_since = t.start_ns > recent_start && t.start_ns >= self.span.end_ns;
         let key = |start_ns| ThreadKey {
             tid: t.tid,
             start_ns,
         };
-        let known = self
-            .roles
-            .by_thread
-            .range(key(0)..=key(u64::MAX))
-            .next()
-            .is_some();
+        let known = !born_since
+            && self
+                .roles
+                .by_thread
+                .range(key(0)..=key(t.start_ns))
+                .next()
+                .is_some();
         if known {
             self.roles.of_thread(t)
         } else {
@@ -332,7 +337,7 @@ fn thread_rows(
                 process: model
                     .process_of(t.pid, t.start_ns)
                     .map_or_else(String::new, |p| p.comm.clone()),
-                role: window.role_of(&summary.roles, t),
+                role: window.role_of(&summary.roles, model.window_start_ns, t),
                 share,
                 function,
                 waiting_in,
@@ -580,9 +585,23 @@ mod tests {
         };
         let recent = roles(&[(1, Role::Other), (2, Role::Other), (3, Role::DataWorker)]);
         let t = |tid| thread(tid, &[(0, S, ThreadState::Running)]);
-        assert_eq!(window.role_of(&recent, &t(1)), Role::Trainer);
-        assert_eq!(window.role_of(&recent, &t(2)), Role::Pool);
-        assert_eq!(window.role_of(&recent, &t(3)), Role::DataWorker);
+        assert_eq!(window.role_of(&recent, 0, &t(1)), Role::Trainer);
+        assert_eq!(window.role_of(&recent, 0, &t(2)), Role::Pool);
+        assert_eq!(window.role_of(&recent, 0, &t(3)), Role::DataWorker);
+        // Tid 2 reused by a thread born after the window's analysis ended
+        // (at S): the recent stretch's role, not the old holder's.
+        let mut recent = recent;
+        let reborn = ThreadKey {
+            tid: 2,
+            start_ns: 2 * S,
+        };
+        recent.by_thread.insert(reborn, Role::DataWorker);
+        let t2 = thread(2, &[(2 * S, 3 * S, ThreadState::Running)]);
+        assert_eq!(window.role_of(&recent, 0, &t2), Role::DataWorker);
+        // The old holder, alive when a later recent stretch began (its
+        // model starts it there): still the window's.
+        let old = thread(2, &[(2 * S, 3 * S, ThreadState::Running)]);
+        assert_eq!(window.role_of(&recent, 2 * S, &old), Role::Pool);
     }
 
     /// The shares are of the interval, from the window's intervals: a

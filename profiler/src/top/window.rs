@@ -39,6 +39,10 @@ pub(super) struct Window {
     events: VecDeque<Event>,
     /// The threads as the window opens.
     threads: ThreadTable,
+    /// The threads as of a later time (the last recent stretch's start):
+    /// moved forward with it, so a frame applies only the events its
+    /// stretch moved past, not all of the window's before it.
+    later: Option<(u64, ThreadTable)>,
     /// Events older than this are gone.
     start_ns: u64,
     /// Every event stamped before this has arrived.
@@ -55,6 +59,7 @@ impl Window {
             },
             events: VecDeque::new(),
             threads: ThreadTable::default(),
+            later: None,
             start_ns: 0,
             watermark_ns: 0,
             have_header: false,
@@ -138,23 +143,46 @@ impl Window {
     /// before `start_ns`, which must not go back.
     pub(super) fn model(&mut self, start_ns: u64, end_ns: u64) -> Model {
         self.forget_before(start_ns);
-        self.model_since(self.start_ns, end_ns)
+        let threads = self.threads.infos();
+        self.assemble(self.start_ns, threads, end_ns)
     }
 
     /// The model of `[start_ns, end_ns]` (from the window's start at the
-    /// earliest), forgetting nothing: the threads as of `start_ns` are the
-    /// window's opening table with the events before it applied.
+    /// earliest), forgetting nothing. `start_ns` should not go back from
+    /// one call to the next (it may; it then costs what the first did).
     pub(super) fn model_since(&mut self, start_ns: u64, end_ns: u64) -> Model {
         let start_ns = start_ns.max(self.start_ns);
-        let first = self.events.partition_point(|e| e.ts() < start_ns);
-        let mut threads = self.threads.clone();
-        for event in self.events.range(..first) {
-            threads.apply(event);
+        let threads = self.threads_at(start_ns);
+        self.assemble(start_ns, threads, end_ns)
+    }
+
+    /// The threads as of `ns` (at or after the window's start): the later
+    /// table moved forward to it, or the opening table when the window has
+    /// moved past the later one or `ns` is before it. Every event before
+    /// `ns` has arrived (frames wait for the watermark), so none is missed.
+    fn threads_at(&mut self, ns: u64) -> Vec<ThreadInfo> {
+        let (from, mut table) = match self.later.take() {
+            Some((at, table)) if at >= self.start_ns && at <= ns => (at, table),
+            _ => (self.start_ns, self.threads.clone()),
+        };
+        let a = self.events.partition_point(|e| e.ts() < from);
+        let b = self.events.partition_point(|e| e.ts() < ns);
+        for event in self.events.range(a..b) {
+            table.apply(event);
         }
+        let infos = table.infos();
+        self.later = Some((ns, table));
+        infos
+    }
+
+    /// The model of `[start_ns, end_ns]` from `threads`, the threads as of
+    /// `start_ns`.
+    fn assemble(&mut self, start_ns: u64, threads: Vec<ThreadInfo>, end_ns: u64) -> Model {
+        let first = self.events.partition_point(|e| e.ts() < start_ns);
         let start = self.anchor(start_ns);
         let end = self.anchor(end_ns.max(start_ns));
         self.meta.header.start = start;
-        self.meta.threads = threads.infos();
+        self.meta.threads = threads;
         self.meta.footer = Some(Footer {
             end,
             stop_reason: LIVE.to_string(),
@@ -313,6 +341,40 @@ mod tests {
         };
         assert_eq!((on_cpu(10), on_cpu(11)), (0, 4 * S - later));
         assert_eq!(model.processes.len(), 1);
+    }
+
+    /// A recent stretch's model carries the threads' states from before
+    /// it, the same whether the later table moved forward from an earlier
+    /// stretch or was built from the window's opening.
+    #[test]
+    fn recent_stretches_keep_the_states_before_them() {
+        let on_cpu = |m: &Model, tid: u32, a: u64| {
+            let t = m.threads.iter().find(|t| t.tid == tid).unwrap();
+            t.breakdown(a, 4 * S).on_cpu
+        };
+        let mut moved = window();
+        moved.events(&switch(2 * S, 1), 4 * S).unwrap();
+        let mut fresh = window();
+        fresh.events(&switch(2 * S, 1), 4 * S).unwrap();
+        // Before the switch: 10 runs until 2 s.
+        let early = S + S / 2;
+        let m = moved.model_since(early, 4 * S);
+        assert_eq!(m.window_start_ns, early);
+        assert_eq!(on_cpu(&m, 10, early), S / 2);
+        // After it, moved forward past the switch, and from scratch.
+        let late = 3 * S;
+        let (a, b) = (
+            moved.model_since(late, 4 * S),
+            fresh.model_since(late, 4 * S),
+        );
+        for m in [&a, &b] {
+            assert_eq!((on_cpu(m, 10, late), on_cpu(m, 11, late)), (0, S));
+        }
+        // Going back costs a rebuild, not the answer.
+        let m = moved.model_since(early, 4 * S);
+        assert_eq!(on_cpu(&m, 10, early), S / 2);
+        // Nothing was forgotten.
+        assert_eq!(moved.events.len(), 1);
     }
 
     /// Batches that overlap in time are merged into one ordered window,

@@ -5,7 +5,9 @@
 //! adds up against the job's own timestamps. Each step's phases sum to
 //! the step; the moment the trainer had its batch is within 5% of the
 //! steps' time of the job's own (summed over the steps, after each
-//! iteration's `next()` returned); and the phases of getting the batch
+//! iteration's `next()` returned, less the trainer's waits for the GIL or
+//! a CPU in between: the job's Python needs both to read its clock, while
+//! tprof places the batch where `__next__` exited); and the phases of getting the batch
 //! (loading, worker start, the waits, receiving) fit the job's own span of
 //! getting it, within 5%, with the trainer's waits for a CPU or the GIL
 //! making up the rest. Whether the fixes are right by measurement, and
@@ -15,7 +17,7 @@
 use std::io::Write as _;
 
 use serde_json::Value;
-use tprof_tests::{JobConfig, RealJob, RealRun, Threads, require_root};
+use tprof_tests::{JobConfig, RealJob, RealRun, Threads, require_root, show, tprof};
 
 fn job() -> Option<RealJob> {
     require_root();
@@ -118,7 +120,8 @@ fn check_anatomy(run: &RealRun) {
         .chain(&summary.iterations)
         .collect();
     let (mut steps, mut job_steps, mut batch, mut job_batch) = (0.0, 0.0, 0.0, 0.0);
-    let (mut getting, mut waiting_cpu) = (0.0, 0.0);
+    let (mut getting, mut waiting_cpu, mut late) = (0.0, 0.0, 0.0);
+    let waits = trainer_waits(run);
     let mut matched = 0;
     for item in items {
         let phases = item["phases"].as_object().unwrap();
@@ -147,15 +150,20 @@ fn check_anatomy(run: &RealRun) {
         let phase = |name: &str| phases.get(name).and_then(Value::as_f64).unwrap_or(0.0);
         steps += duration;
         job_steps += (it.end_ns - it.start_ns) as f64 / 1e9;
-        batch += (at(item["batch_s"].as_f64().unwrap()) - step_start) / 1e9;
-        job_batch += (it.batch_ns - it.start_ns) as f64 / 1e9;
+        let tprof_batch = at(item["batch_s"].as_f64().unwrap());
+        // The trainer's waits between the batch and the job's clock read.
+        let waited = overlap(&waits, tprof_batch, it.batch_ns as f64);
+        late += waited / 1e9;
+        batch += (tprof_batch - step_start) / 1e9;
+        job_batch += (it.batch_ns as f64 - waited - it.start_ns as f64) / 1e9;
         getting += GETTING.iter().map(|p| phase(p)).sum::<f64>();
         waiting_cpu += phase("cpu_wait") + phase("gil");
     }
     let _ = writeln!(
         std::io::stderr(),
         "anatomy: {matched} of {} steps matched; steps {steps:.3} s (job {job_steps:.3}); batch in \
-         hand after {batch:.3} s (job {job_batch:.3}); getting phases {getting:.3} s, cpu/GIL waits \
+         hand after {batch:.3} s (job {job_batch:.3}, less {late:.3} s of GIL/CPU waits before its clock \
+         read); getting phases {getting:.3} s, cpu/GIL waits \
          {waiting_cpu:.3} s",
         items.len()
     );
@@ -177,6 +185,40 @@ fn check_anatomy(run: &RealRun) {
          {job_batch:.3} s of getting its batches:\n{}",
         run.text
     );
+}
+
+/// The trainer's waits for the GIL or a CPU, `(start, end)` in monotonic
+/// ns, from the phase track of the recording's timeline.
+fn trainer_waits(run: &RealRun) -> Vec<(f64, f64)> {
+    let path = run.dir.path().join("phases.json");
+    let out = tprof()
+        .arg("timeline")
+        .arg(&run.recording)
+        .args(["--min-slice", "1ns", "-o"])
+        .arg(&path)
+        .output()
+        .expect("run tprof timeline");
+    assert!(out.status.success(), "{}", show(&out));
+    let trace: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let start = run.report.start_monotonic_ns as f64;
+    trace["traceEvents"]
+        .as_array()
+        .expect("trace events")
+        .iter()
+        .filter(|e| e["cat"] == "phase" && (e["name"] == "gil" || e["name"] == "cpu_wait"))
+        .map(|e| {
+            let ts = start + e["ts"].as_f64().unwrap() * 1e3;
+            (ts, ts + e["dur"].as_f64().unwrap() * 1e3)
+        })
+        .collect()
+}
+
+/// How much of `[a, b)` the intervals cover (none when `b <= a`).
+fn overlap(intervals: &[(f64, f64)], a: f64, b: f64) -> f64 {
+    intervals
+        .iter()
+        .map(|&(s, e)| (e.min(b) - s.max(a)).max(0.0))
+        .sum()
 }
 
 fn record(config: JobConfig) -> Option<RealRun> {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use profiler_ebpf::{PyProcInfo, python::fingerprint};
 
-use super::layout::{CodeLayout, LineTable};
-use super::lines::line_of;
+use super::layout::CodeLayout;
+use super::lines::LineMap;
 use super::memory::ProcessMemory;
 use profiler_ebpf::python::ReadMem;
 
@@ -24,15 +24,13 @@ const MAX_LINETABLE: u64 = 64 << 10;
 pub(crate) struct CodeInfo {
     pub name: Arc<str>,
     pub file: Arc<str>,
-    pub firstlineno: u32,
-    pub linetable: Vec<u8>,
-    pub lines: LineTable,
+    pub lines: LineMap,
 }
 
 impl CodeInfo {
     /// The line of instruction `lasti`, 0 when unknown.
     pub(crate) fn line(&self, lasti: i32) -> u32 {
-        line_of(self.lines, &self.linetable, self.firstlineno, lasti).unwrap_or(0)
+        self.lines.line(lasti).unwrap_or(0)
     }
 }
 
@@ -71,9 +69,7 @@ pub(crate) fn read_code(
     Some(CodeInfo {
         name: name.into(),
         file: file.into(),
-        firstlineno,
-        linetable,
-        lines: layout.lines,
+        lines: LineMap::new(layout.lines, &linetable, firstlineno),
     })
 }
 

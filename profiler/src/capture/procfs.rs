@@ -6,7 +6,7 @@
 //! /sys/class/block device names, executable mappings, and the online CPUs
 //! (`sysconf(_SC_NPROCESSORS_ONLN)`, not tprof's own affinity).
 
-use std::{collections::HashMap, fs, path::Path};
+use std::{collections::HashMap, fs, path::Path, sync::Arc};
 
 use tprof_core::recording::SystemSample;
 
@@ -182,8 +182,8 @@ pub struct Mapping {
     /// File offset of `start`.
     pub offset: u64,
     /// The file, `[vdso]`-style pseudo name, or "" for anonymous memory
-    /// (JIT code).
-    pub path: String,
+    /// (JIT code). Shared: every sampled frame in the mapping names it.
+    pub path: Arc<str>,
 }
 
 /// The executable mappings of a process, or None when it is gone.
@@ -216,7 +216,7 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
         start: u64::from_str_radix(start, 16).ok()?,
         end: u64::from_str_radix(end, 16).ok()?,
         offset,
-        path,
+        path: path.into(),
     })
 }
 
@@ -289,8 +289,8 @@ mod tests {
                 path: "/usr/bin/my prog".into()
             }
         );
-        assert_eq!(maps[1].path, "");
-        assert_eq!(maps[2].path, "[vdso]");
+        assert_eq!(&*maps[1].path, "");
+        assert_eq!(&*maps[2].path, "[vdso]");
     }
 
     #[test]

@@ -136,7 +136,7 @@ impl AddressSpaces {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) enum Site {
     /// A file-backed address: (path, file offset).
-    File(String, u64),
+    File(Arc<str>, u64),
     /// JIT code: (pid whose perf map to read, address).
     Anon(u32, u64),
     /// A pseudo mapping such as `[vdso]`: (name, offset).
@@ -163,11 +163,14 @@ pub(super) fn user_site(spaces: &AddressSpaces, pid: u32, addr: u64) -> Site {
         Some((owner, m)) if m.path.is_empty() || m.path.starts_with("[anon") => {
             Site::Anon(owner, addr)
         }
-        Some((_, m)) if m.path.starts_with('[') => Site::Pseudo(m.path.clone(), addr - m.start),
-        Some((_, m)) => Site::File(
-            m.path.trim_end_matches(" (deleted)").to_string(),
-            addr - m.start + m.offset,
-        ),
+        Some((_, m)) if m.path.starts_with('[') => Site::Pseudo(m.path.to_string(), addr - m.start),
+        Some((_, m)) => {
+            let path = match m.path.strip_suffix(" (deleted)") {
+                Some(file) => file.into(),
+                None => Arc::clone(&m.path),
+            };
+            Site::File(path, addr - m.start + m.offset)
+        }
         None => Site::Unmapped(addr),
     }
 }
@@ -298,7 +301,7 @@ impl Namer {
 /// names the same function as that offset into tprof's own.
 fn vdso_symbol(symbolizer: &Symbolizer, offset: u64) -> Option<String> {
     let own = procfs::exec_maps(std::process::id())?;
-    let vdso = own.iter().find(|m| m.path == "[vdso]")?;
+    let vdso = own.iter().find(|m| &*m.path == "[vdso]")?;
     let source = Source::Process(Process::new(Pid::Slf));
     match symbolizer.symbolize_single(&source, Input::AbsAddr(vdso.start + offset)) {
         Ok(Symbolized::Sym(sym)) => Some(sym.name.into_owned()),

@@ -319,7 +319,7 @@ impl ElfFiles {
         let file = self.get(&mapping.path, Some((pid, mapping)))?;
         let base = file.bias(mapping)?;
         Some(Module::new(
-            mapping.path.clone(),
+            mapping.path.to_string(),
             mapping.start..mapping.end,
             base,
             file.section_info(),
@@ -431,7 +431,7 @@ impl ElfFile {
     /// kernel maps the same one.
     fn own_vdso() -> Option<ElfFile> {
         let maps = procfs::exec_maps(std::process::id())?;
-        let vdso = maps.iter().find(|m| m.path == "[vdso]")?;
+        let vdso = maps.iter().find(|m| &*m.path == "[vdso]")?;
         let mut image = vec![0; (vdso.end - vdso.start) as usize];
         File::open("/proc/self/mem")
             .ok()?

@@ -89,7 +89,7 @@ impl Finder {
             };
             return Some(Interpreter {
                 pid,
-                path: m.path.clone(),
+                path: m.path.to_string(),
                 runtime: bias + build.runtime_vaddr,
                 build,
                 found_ns: crate::capture::clock::monotonic_ns(),

@@ -79,6 +79,14 @@ fn leads_with<'a>(run: &'a RealRun, id: &str) -> &'a Value {
     finding(run, id)
 }
 
+fn has_change(f: &Value, setting: &str) -> bool {
+    f["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["setting"] == setting)
+}
+
 fn change<'a>(f: &'a Value, setting: &str) -> &'a Value {
     f["changes"]
         .as_array()
@@ -247,6 +255,30 @@ fn loading_on_the_training_thread() {
     let c = change(f, "num_workers");
     assert_eq!(c["from"], 0);
     assert!(c["to"].as_u64() >= Some(1), "{f:#}");
+    // OMP_NUM_THREADS=1 already: no pool to cap.
+    assert!(!has_change(f, "OMP_NUM_THREADS"), "{f:#}");
+    check_prediction(&run, f);
+}
+
+/// num_workers=0 decoding JPEGs with torch's default OpenMP pool in the
+/// trainer: in workers the decoding would compete with that pool for the
+/// cores (on two, num_workers=2 alone measured 13.3 → 13.8 it/s, with
+/// OMP_NUM_THREADS=1 as well 13.6 → 20.1), so the advice caps the pool
+/// to the cores the workers leave.
+#[test]
+fn loading_on_the_training_thread_caps_the_trainers_pool() {
+    let Some(run) = record(JobConfig::new(0, Threads::Default).iterations(24)) else {
+        return;
+    };
+    let f = leads_with(&run, "loading_in_trainer");
+    let workers = change(f, "num_workers")["to"].as_u64().unwrap();
+    let cores = run.json["cores_effective"].as_f64().unwrap();
+    let omp = change(f, "OMP_NUM_THREADS")["to"].as_u64().unwrap();
+    assert!(
+        omp >= 1 && (omp as f64) <= (cores - 1.0).max(1.0),
+        "{omp} pool threads beside {workers} workers on {cores} cores: {f:#}"
+    );
+    assert_eq!(change(f, "MKL_NUM_THREADS")["to"], omp);
     check_prediction(&run, f);
 }
 

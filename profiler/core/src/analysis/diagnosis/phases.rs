@@ -106,6 +106,33 @@ fn loading_in_trainer(f: &Facts) -> Option<Finding> {
         prediction_text(&m, predicted),
     ];
     evidence.extend(gpu_text(p));
+    let mut fix = format!(
+        "Set num_workers={n} and persistent_workers=True: the DataLoader then loads in worker \
+         processes while the trainer trains, instead of between steps, and the workers start once \
+         rather than at every epoch."
+    );
+    // The prediction is for workers that start once: without
+    // persistent_workers they start again at every epoch.
+    let mut changes = vec![
+        Change::count("num_workers", Some(0), n),
+        Change::flag("persistent_workers", true),
+    ];
+    if let Some(threads) = trainer_pool_cap(f, &m, p.mean_ms, predicted) {
+        evidence.push(format!(
+            "the trainer's OpenMP/MKL pool runs {} threads; the workers will keep {:.2} of the {:.1} \
+             cores busy, which leaves the pool {threads}",
+            f.trainer_pool_threads() + 1,
+            p.mean_ms / predicted,
+            m.cores
+        ));
+        fix.push_str(&format!(
+            " Set OMP_NUM_THREADS={threads} and MKL_NUM_THREADS={threads} too, before the libraries \
+             load: with the loading in workers the trainer's pool would spin against them for the \
+             cores."
+        ));
+        changes.push(Change::count("OMP_NUM_THREADS", None, threads));
+        changes.push(Change::count("MKL_NUM_THREADS", None, threads));
+    }
     Some(Finding {
         id: FindingId::LoadingInTrainer,
         title: format!(
@@ -116,17 +143,8 @@ fn loading_in_trainer(f: &Facts) -> Option<Finding> {
         severity: severity(p.share),
         explains_frac: p.share,
         evidence,
-        fix: format!(
-            "Set num_workers={n} and persistent_workers=True: the DataLoader then loads in worker \
-             processes while the trainer trains, instead of between steps, and the workers start \
-             once rather than at every epoch."
-        ),
-        // The prediction is for workers that start once: without
-        // persistent_workers they start again at every epoch.
-        changes: vec![
-            Change::count("num_workers", Some(0), n),
-            Change::flag("persistent_workers", true),
-        ],
+        fix,
+        changes,
         expect: format!(
             "The trainer's loading phase is gone from its steps; a step takes about {predicted:.0} ms."
         ),
@@ -135,6 +153,20 @@ fn loading_in_trainer(f: &Facts) -> Option<Finding> {
         predicted_step_ms: Some(predicted),
         see: Some("tprof flamegraph REC --phase steady --role trainer".into()),
     })
+}
+
+/// The OpenMP/MKL threads the trainer's pool may keep once its loading
+/// (`loading_ms` a step) runs in workers at a step of `predicted_ms`: the
+/// cores the workers leave, at least one; None when the pool is no larger.
+/// With the loading on the training thread the pool never competed with
+/// it; in workers it does, and its spinning takes the cores the step model
+/// counts on (the suite's job on 2 cores: num_workers=2 alone took it from
+/// 13.3 to 13.8 it/s, with OMP_NUM_THREADS=1 as well from 13.6 to 20.1;
+/// medians of three untraced rounds).
+fn trainer_pool_cap(f: &Facts, m: &StepModel, loading_ms: f64, predicted_ms: f64) -> Option<usize> {
+    let busy = loading_ms / predicted_ms.max(f64::MIN_POSITIVE);
+    let threads = ((m.cores - busy).floor() as usize).max(1);
+    (f.trainer_pool_threads() + 1 > threads).then_some(threads)
 }
 
 /// Workers started again and again in the steady state: every epoch's new

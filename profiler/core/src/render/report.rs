@@ -325,7 +325,7 @@ fn verdict(out: &mut String, s: &Summary) {
     }
     let _ = writeln!(
         out,
-        "\nVerdict (most of the trainer's time explained first)"
+        "\nVerdict (the fix predicted to save the most first, then what explains most of the trainer's time)"
     );
     for (i, f) in s.findings.iter().enumerate() {
         let _ = writeln!(

@@ -319,9 +319,16 @@ fn advise(cpu: &PhaseCpu, cores: f64) -> Option<Advice> {
         trainer_serial_share: s,
         workers_needed,
         num_workers: (workers_needed.ceil() as usize).max(1),
-        pool_threads: ((cores - worker_cores).floor() as usize).max(1),
+        pool_threads: pool_threads_left(cores, worker_cores),
         trainer_bound: s > capacity,
     })
+}
+
+/// The OpenMP/MKL threads the trainer's pools may keep on `cores` usable
+/// cores of which the workers keep `worker_cores` busy: what is left, at
+/// least one.
+pub(crate) fn pool_threads_left(cores: f64, worker_cores: f64) -> usize {
+    ((cores - worker_cores).floor() as usize).max(1)
 }
 
 /// Worker processes alive at a time for most of the phase, and how many

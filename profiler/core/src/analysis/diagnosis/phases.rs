@@ -5,6 +5,7 @@
 
 use super::{Change, Facts, Finding, FindingId, STARVED, Severity, severity};
 use crate::analysis::anatomy::{Phase, PhaseStats};
+use crate::analysis::pipeline::pool_threads_left;
 use crate::analysis::whatif::StepModel;
 
 /// A phase must take at least this share of the steps to be a finding.
@@ -117,13 +118,12 @@ fn loading_in_trainer(f: &Facts) -> Option<Finding> {
         Change::count("num_workers", Some(0), n),
         Change::flag("persistent_workers", true),
     ];
-    if let Some(threads) = trainer_pool_cap(f, &m, p.mean_ms, predicted) {
+    if let Some(cap) = trainer_pool_cap(f, &m, p.mean_ms, predicted) {
+        let threads = cap.threads;
         evidence.push(format!(
             "the trainer's OpenMP/MKL pool runs {} threads; the workers will keep {:.2} of the {:.1} \
              cores busy, which leaves the pool {threads}",
-            f.trainer_pool_threads() + 1,
-            p.mean_ms / predicted,
-            m.cores
+            cap.pool, cap.busy, m.cores
         ));
         fix.push_str(&format!(
             " Set OMP_NUM_THREADS={threads} and MKL_NUM_THREADS={threads} too, before the libraries \
@@ -163,10 +163,29 @@ fn loading_in_trainer(f: &Facts) -> Option<Finding> {
 /// counts on (the suite's job on 2 cores: num_workers=2 alone took it from
 /// 13.3 to 13.8 it/s, with OMP_NUM_THREADS=1 as well from 13.6 to 20.1;
 /// medians of three untraced rounds).
-fn trainer_pool_cap(f: &Facts, m: &StepModel, loading_ms: f64, predicted_ms: f64) -> Option<usize> {
+fn trainer_pool_cap(
+    f: &Facts,
+    m: &StepModel,
+    loading_ms: f64,
+    predicted_ms: f64,
+) -> Option<PoolCap> {
     let busy = loading_ms / predicted_ms.max(f64::MIN_POSITIVE);
-    let threads = ((m.cores - busy).floor() as usize).max(1);
-    (f.trainer_pool_threads() + 1 > threads).then_some(threads)
+    let threads = pool_threads_left(m.cores, busy);
+    // The pool's threads and the thread that calls into it.
+    let pool = f.trainer_pool_threads() + 1;
+    (pool > threads).then_some(PoolCap {
+        pool,
+        busy,
+        threads,
+    })
+}
+
+/// The trainer's pool as it runs (`pool` threads), the cores the workers
+/// will keep busy, and the threads the pool may keep.
+struct PoolCap {
+    pool: usize,
+    busy: f64,
+    threads: usize,
 }
 
 /// Workers started again and again in the steady state: every epoch's new

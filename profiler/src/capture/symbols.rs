@@ -140,7 +140,7 @@ pub(super) enum Site {
     /// JIT code: (pid whose perf map to read, address).
     Anon(u32, u64),
     /// A pseudo mapping such as `[vdso]`: (name, offset).
-    Pseudo(String, u64),
+    Pseudo(Arc<str>, u64),
     Kernel(u64),
     /// An address in no mapping tprof saw.
     Unmapped(u64),
@@ -163,7 +163,9 @@ pub(super) fn user_site(spaces: &AddressSpaces, pid: u32, addr: u64) -> Site {
         Some((owner, m)) if m.path.is_empty() || m.path.starts_with("[anon") => {
             Site::Anon(owner, addr)
         }
-        Some((_, m)) if m.path.starts_with('[') => Site::Pseudo(m.path.to_string(), addr - m.start),
+        Some((_, m)) if m.path.starts_with('[') => {
+            Site::Pseudo(Arc::clone(&m.path), addr - m.start)
+        }
         Some((_, m)) => {
             let path = match m.path.strip_suffix(" (deleted)") {
                 Some(file) => file.into(),
@@ -207,9 +209,9 @@ impl Namer {
                 Site::Anon(pid, addr) => frames[index] = self.jit_frame(spaces, *pid, *addr),
                 Site::Pseudo(name, offset) => {
                     frames[index] = Frame {
-                        module: name.clone(),
+                        module: name.to_string(),
                         offset: *offset,
-                        symbol: (name == "[vdso]")
+                        symbol: (&**name == "[vdso]")
                             .then(|| vdso_symbol(&self.symbolizer, *offset))
                             .flatten(),
                         kind: FrameKind::Native,

@@ -187,8 +187,8 @@ pub(crate) struct TopArgs {
     /// of time (e.g. 1s, 500ms, 2s).
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub interval: Duration,
-    /// How far back the leading finding, the roles and the steps' detection
-    /// look (e.g. 10s, 30s).
+    /// How far back the leading finding and the roles look; they are
+    /// found again once a window has passed (e.g. 10s, 30s).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub window: Duration,
     /// Print one plain-text frame per interval instead of the full-screen

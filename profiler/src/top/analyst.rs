@@ -5,13 +5,17 @@
 //!
 //! A frame is due once every event of its interval has arrived: when the
 //! feed's watermark (the last drain's start) passes the interval's end.
-//! Then the model of the recent stretch ([`RECENT`], or three intervals)
-//! is built (the report's `Assembly`) and summarized without the anatomy
-//! and diagnosis (`analysis::summarize_live`): the thread table, the steps,
-//! the disks and the GPUs of the interval. The whole window's model of the
-//! last `--window` and its full analysis (`analysis::summarize`: the
-//! leading finding, the roles) are made again when half a window has
-//! passed since the last ([`WindowView`]): the finding of a 10 s window
+//! Then the model of the recent stretch is built (the report's
+//! `Assembly`) and summarized without the anatomy and diagnosis
+//! (`analysis::summarize_live`): the thread table, the steps, the disks
+//! and the GPUs of the interval. The stretch is the interval and twice the
+//! longest step the window's last analysis found before it ([`recent_ns`]):
+//! enough that each step ending in the interval is seen whole, and no more,
+//! since every event in it is applied again each frame. The whole window's
+//! model of the last `--window` and its full analysis
+//! (`analysis::summarize`: the leading finding, the roles) are made again
+//! once a window has passed since the last, and while the window fills
+//! each time it has doubled ([`WindowView`]): the finding of a 10 s window
 //! moves little in a second, and that analysis was most of a frame's CPU.
 //! A frame that took longer than an interval does
 //! not queue the ones it held up: the next frame is the latest interval
@@ -79,10 +83,14 @@ const POLL: Duration = Duration::from_millis(50);
 pub(super) const ANALYSIS_SHARE: f64 = 0.05;
 
 /// The stretch before an interval's end whose model gives the interval's
-/// figures (three intervals when they are longer): long enough that the
-/// step detector sees the steps that end in the interval whole, and the
-/// thread states as it opens.
+/// figures until the window's analysis has found steps (three intervals
+/// when they are longer): long enough that the step detector sees the
+/// steps that end in the interval whole.
 const RECENT: Duration = Duration::from_secs(3);
+
+/// The least reach before the interval, however short the steps: steps
+/// vary, and a stretch that begins mid-step loses that step.
+const STEP_MARGIN: Duration = Duration::from_millis(250);
 
 /// The analysis thread's settings.
 pub(super) struct Settings {
@@ -260,7 +268,7 @@ impl Analyst {
                 WindowView::of(&model, summary)
             }
         };
-        let recent_ns = (3 * self.settings.interval).max(RECENT).as_nanos() as u64;
+        let recent_ns = recent_ns(self.settings.interval, &view);
         let model = self
             .window
             .model_since(end.saturating_sub(recent_ns.min(window_ns)), end);
@@ -275,10 +283,12 @@ impl Analyst {
         frame
     }
 
-    /// Whether the window is due another whole analysis at `end_ns`: half
-    /// a window (at least an interval) after the last one.
+    /// Whether the window is due another whole analysis at `end_ns`: a
+    /// window after the last one, or, while the window fills, when it has
+    /// doubled since (at least an interval after).
     fn window_due(&self, view: &WindowView, end_ns: u64) -> bool {
-        let every = (self.settings.window / 2).max(self.settings.interval);
+        let span = Duration::from_secs_f64(view.span.seconds);
+        let every = span.clamp(self.settings.interval, self.settings.window);
         end_ns >= view.span.end_ns + every.as_nanos() as u64
     }
 
@@ -286,6 +296,22 @@ impl Analyst {
     fn say(&self, update: Update) {
         let _ = self.updates.send(update);
     }
+}
+
+/// How far before an interval's end its model reaches: the interval and
+/// twice the longest step the window's last analysis found (at least
+/// [`STEP_MARGIN`]), so that a step ending in the interval is seen whole
+/// even if it is longer than any before it by half; [`RECENT`] or three
+/// intervals while no analysis has found steps. The longest, not the
+/// median: one slow step (an epoch's workers starting) ending in the
+/// interval is what a frame must not lose.
+fn recent_ns(interval: Duration, view: &WindowView) -> u64 {
+    let fallback = (3 * interval).max(RECENT);
+    let reach = match view.longest_step_ns {
+        Some(longest) => (2 * Duration::from_nanos(longest)).max(STEP_MARGIN) + interval,
+        None => fallback,
+    };
+    reach.min(fallback).as_nanos() as u64
 }
 
 /// The nice value a frame is analysed at: above the job's, so that on a
@@ -335,4 +361,33 @@ fn thread_cpu_s() -> f64 {
     // SAFETY: ts is a valid timespec for clock_gettime to fill.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::top::frame::Span;
+
+    fn view(longest_step_ns: Option<u64>) -> WindowView {
+        WindowView {
+            span: Span::new(0, 10_000_000_000),
+            finding: None,
+            roles: analysis::roles::Roles::default(),
+            longest_step_ns,
+        }
+    }
+
+    /// The stretch reaches twice the longest step before the interval,
+    /// a margin at least, and never further than before steps were known.
+    #[test]
+    fn the_recent_stretch_follows_the_steps() {
+        let second = Duration::from_secs(1);
+        let ms = |n: u64| n * 1_000_000;
+        assert_eq!(recent_ns(second, &view(None)), ms(3_000));
+        assert_eq!(recent_ns(second, &view(Some(ms(70)))), ms(1_250));
+        assert_eq!(recent_ns(second, &view(Some(ms(400)))), ms(1_800));
+        assert_eq!(recent_ns(second, &view(Some(ms(5_000)))), ms(3_000));
+        let long = Duration::from_secs(2);
+        assert_eq!(recent_ns(long, &view(Some(ms(5_000)))), ms(6_000));
+    }
 }

@@ -218,12 +218,22 @@ pub(super) struct WindowView {
     /// and there is none).
     pub finding: Option<Finding>,
     pub roles: Roles,
+    /// The longest step it found: how far back a frame's model must reach
+    /// to see whole the steps that end in its interval.
+    pub longest_step_ns: Option<u64>,
 }
 
 impl WindowView {
     pub(super) fn of(model: &Model, summary: Summary) -> WindowView {
+        let longest_step_ns = summary
+            .steps
+            .steps
+            .iter()
+            .map(analysis::steps::Step::duration_ns)
+            .max();
         WindowView {
             span: Span::new(model.window_start_ns, model.window_end_ns),
+            longest_step_ns,
             finding: summary.findings.into_iter().next().map(|mut f| {
                 f.see = None;
                 f
@@ -582,6 +592,7 @@ mod tests {
             span: Span::new(0, S),
             finding: None,
             roles: roles(&[(1, Role::Trainer), (2, Role::Pool)]),
+            longest_step_ns: None,
         };
         let recent = roles(&[(1, Role::Other), (2, Role::Other), (3, Role::DataWorker)]);
         let t = |tid| thread(tid, &[(0, S, ThreadState::Running)]);

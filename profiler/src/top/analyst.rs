@@ -9,9 +9,10 @@
 //! `Assembly`) and summarized without the anatomy and diagnosis
 //! (`analysis::summarize_live`): the thread table, the steps, the disks
 //! and the GPUs of the interval. The stretch is the interval and twice the
-//! longest step the window's last analysis found before it ([`recent_ns`]):
-//! enough that each step ending in the interval is seen whole, and no more,
-//! since every event in it is applied again each frame. The whole window's
+//! longest step the window's last analysis found before it ([`recent_ns`];
+//! a quarter second when a whole window held none): enough that each step
+//! ending in the interval is seen whole, and no more, since every event in
+//! it is applied again each frame. The whole window's
 //! model of the last `--window` and its full analysis
 //! (`analysis::summarize`: the leading finding, the roles) are made again
 //! once a window has passed since the last, and while the window fills
@@ -268,7 +269,7 @@ impl Analyst {
                 WindowView::of(&model, summary)
             }
         };
-        let recent_ns = recent_ns(self.settings.interval, &view);
+        let recent_ns = recent_ns(self.settings.interval, self.settings.window, &view);
         let model = self
             .window
             .model_since(end.saturating_sub(recent_ns.min(window_ns)), end);
@@ -301,14 +302,17 @@ impl Analyst {
 /// How far before an interval's end its model reaches: the interval and
 /// twice the longest step the window's last analysis found (at least
 /// [`STEP_MARGIN`]), so that a step ending in the interval is seen whole
-/// even if it is longer than any before it by half; [`RECENT`] or three
-/// intervals while no analysis has found steps. The longest, not the
-/// median: one slow step (an epoch's workers starting) ending in the
-/// interval is what a frame must not lose.
-fn recent_ns(interval: Duration, view: &WindowView) -> u64 {
+/// even if it is longer than any before it by half; the interval and the
+/// margin when a whole window held no step (a job that is not training, or
+/// not yet); [`RECENT`] or three intervals while the window is younger.
+/// The longest, not the median: one slow step (an epoch's workers
+/// starting) ending in the interval is what a frame must not lose.
+fn recent_ns(interval: Duration, window: Duration, view: &WindowView) -> u64 {
     let fallback = (3 * interval).max(RECENT);
+    let whole = view.span.end_ns - view.span.start_ns >= window.as_nanos() as u64;
     let reach = match view.longest_step_ns {
         Some(longest) => (2 * Duration::from_nanos(longest)).max(STEP_MARGIN) + interval,
+        None if whole => STEP_MARGIN + interval,
         None => fallback,
     };
     reach.min(fallback).as_nanos() as u64
@@ -368,9 +372,9 @@ mod tests {
     use super::*;
     use crate::top::frame::Span;
 
-    fn view(longest_step_ns: Option<u64>) -> WindowView {
+    fn view(seconds: u64, longest_step_ns: Option<u64>) -> WindowView {
         WindowView {
-            span: Span::new(0, 10_000_000_000),
+            span: Span::new(0, seconds * 1_000_000_000),
             finding: None,
             roles: analysis::roles::Roles::default(),
             longest_step_ns,
@@ -378,16 +382,22 @@ mod tests {
     }
 
     /// The stretch reaches twice the longest step before the interval,
-    /// a margin at least, and never further than before steps were known.
+    /// a margin at least, and never further than before steps were known;
+    /// a whole window without steps needs only the margin.
     #[test]
     fn the_recent_stretch_follows_the_steps() {
-        let second = Duration::from_secs(1);
+        let (second, window) = (Duration::from_secs(1), Duration::from_secs(10));
         let ms = |n: u64| n * 1_000_000;
-        assert_eq!(recent_ns(second, &view(None)), ms(3_000));
-        assert_eq!(recent_ns(second, &view(Some(ms(70)))), ms(1_250));
-        assert_eq!(recent_ns(second, &view(Some(ms(400)))), ms(1_800));
-        assert_eq!(recent_ns(second, &view(Some(ms(5_000)))), ms(3_000));
+        let reach = |seconds, longest| recent_ns(second, window, &view(seconds, longest));
+        assert_eq!(reach(4, None), ms(3_000));
+        assert_eq!(reach(10, None), ms(1_250));
+        assert_eq!(reach(10, Some(ms(70))), ms(1_250));
+        assert_eq!(reach(4, Some(ms(400))), ms(1_800));
+        assert_eq!(reach(10, Some(ms(5_000))), ms(3_000));
         let long = Duration::from_secs(2);
-        assert_eq!(recent_ns(long, &view(Some(ms(5_000)))), ms(6_000));
+        assert_eq!(
+            recent_ns(long, window, &view(10, Some(ms(5_000)))),
+            ms(6_000)
+        );
     }
 }

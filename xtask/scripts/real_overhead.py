@@ -17,7 +17,9 @@ A configuration is NAME=ARGS (extra `tprof record` arguments, split on
 spaces) or NAME=ARGS@ENV=VALUE,ENV=VALUE; the untraced run is always
 there. ARGS that begin with `top` run `tprof top --batch` (a plain-text
 frame a second, to /dev/null) with the rest as its arguments instead of
-`tprof record`, e.g. `--config top=top`. Run from the repository root after `cargo build --release -p
+`tprof record`, e.g. `--config top=top`; ARGS that begin with `perf` run
+`perf record -F 99 --call-graph dwarf` with the rest as more of its
+arguments (its CPU is counted as tprof's is), e.g. `--config perf=perf`. Run from the repository root after `cargo build --release -p
 profiler` and `python train_job.py --data-dir
 /dev/shm/tprof-train-job-images --generate-only`.
 """
@@ -82,6 +84,9 @@ def run(a, extra, env_extra):
     rec = os.path.join(tempfile.mkdtemp(prefix="real-overhead-"), "job.tprof")
     if extra[:1] == ["top"]:
         cmd = [a.tprof, "top", "--batch", *extra[1:], "--", *job_args(a)]
+    elif extra[:1] == ["perf"]:
+        cmd = ["perf", "record", "-q", "-F", "99", "--call-graph", "dwarf", "-o", rec,
+               *extra[1:], "--", *job_args(a)]
     else:
         cmd = [a.tprof, "record", "--no-report", "--no-flamegraphs", "--no-timeline", "-o", rec,
                *extra, "--", *job_args(a)]
@@ -102,7 +107,7 @@ def run(a, extra, env_extra):
     p.wait()
     t.join()
     if p.returncode != 0:
-        raise RuntimeError(f"tprof failed: {err}")
+        raise RuntimeError(f"{cmd[0]} failed: {err}")
     s = summary(truth)
     os.unlink(truth)
     if os.path.exists(rec):
@@ -144,13 +149,13 @@ def main():
             rate, cpu, prof = run(a, extra, env)
             row[name] = (rate, cpu)
             print(f"round {r} {name:<12} {rate:6.2f} it/s"
-                  + (f"  tprof {cpu:5.1f} ms/s" if cpu is not None else "")
+                  + (f"  tool {cpu:5.1f} ms/s" if cpu is not None else "")
                   + (f"\n    {prof}" if prof else ""), flush=True)
         for name in row:
             rate, cpu = row[name]
             results[name].append((rate, rate / row["untraced"][0], cpu))
     print(f"load average at end: {os.getloadavg()}")
-    print("\n| configuration | median it/s | median ratio to the round's untraced | tprof ms/s over the timed iterations (median) |")
+    print("\n| configuration | median it/s | median ratio to the round's untraced | the tool's CPU, ms/s over the timed iterations (median) |")
     print("|---|---|---|---|")
     for name, _, _ in configs:
         rs = results[name]

@@ -14,6 +14,10 @@
 //!   switches two cores can make). Rounds alternate the configurations;
 //!   each ratio is the median over rounds of the throughput against the same
 //!   round's untraced run.
+//! - The real PyTorch job (`bench/real_overhead.rs`): the suite's
+//!   DataLoader job in the two configurations issue 29 names, untraced,
+//!   under `tprof record`, `tprof top` and `perf record --call-graph
+//!   dwarf`, with each tool's own CPU (`--real-rounds`; 0 leaves it out).
 //! - tprof's cost by switch rate: the paced, pinned job tuned to rates
 //!   from 50,000 to 400,000 switches/s, untraced and under tprof.
 //! - tprof's own CPU time and peak RSS while recording (rusage of the tprof
@@ -35,6 +39,7 @@ use crate::cmd::{self, cargo, command, run as run_cmd};
 use crate::setup;
 
 mod real;
+mod real_overhead;
 mod stacks;
 mod zoo;
 
@@ -59,6 +64,11 @@ pub(crate) struct Args {
     /// capacity.
     #[arg(long)]
     paced_only: bool,
+    /// Rounds of the real PyTorch job's overhead (two configurations,
+    /// untraced, `tprof record`, `tprof top` and `perf record --call-graph
+    /// dwarf`; about 3 minutes a round); 0 leaves it out.
+    #[arg(long, default_value_t = 3)]
+    real_rounds: usize,
     /// Another tprof binary (an earlier build) to run as one more
     /// configuration of the overhead tables, alternating with this one:
     /// the two compared on the same machine in the same hour.
@@ -215,7 +225,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     if !cmd::is_root() {
         bail!("cargo xtask bench needs root (the tracers load eBPF programs): run it with sudo");
     }
-    setup::run()?;
+    let installed = setup::run()?;
     run_cmd(cargo().args(["build", "--release", "-p", "profiler"]))?;
     let paths = Paths {
         against: args.against.clone(),
@@ -244,6 +254,10 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     };
     let paced = calibrate(&paths, paced, args.switches)?;
     overhead(&paths, paced, args.rounds, &mut md)?;
+    if args.real_rounds > 0 {
+        let python = &installed.job_python;
+        real_overhead::overhead(python, &paths.tprof, args.real_rounds, &mut md)?;
+    }
     if !args.paced_only {
         overhead(&paths, full_tilt, args.rounds, &mut md)?;
         rate_sweep(&paths, paced, args.rounds, &mut md)?;
@@ -292,11 +306,12 @@ fn header(args: &Args) -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     format!(
-        "Command: `sudo cargo xtask bench --rounds {} --pairs {} --switches {}{}`\n\
+        "Command: `sudo cargo xtask bench --rounds {} --pairs {} --switches {} --real-rounds {}{}`\n\
          Machine: {cpus} CPUs, kernel {}; load average at the start: {}\n\n",
         args.rounds,
         args.pairs,
         args.switches,
+        args.real_rounds,
         match (args.paced_only, &args.against) {
             (false, None) => String::new(),
             (true, None) => " --paced-only".to_string(),

@@ -16,8 +16,12 @@
 //! model of the last `--window` and its full analysis
 //! (`analysis::summarize`: the leading finding, the roles) are made again
 //! once a window has passed since the last, and while the window fills
-//! each time it has doubled ([`WindowView`]): the finding of a 10 s window
-//! moves little in a second, and that analysis was most of a frame's CPU.
+//! each time it has doubled ([`Analyst::analyse_window`]): the finding of
+//! a 10 s window moves little in a second, and that analysis was most of a
+//! frame's CPU. On a job so busy that analysing a whole window would take
+//! more than [`WINDOW_SHARE`] of a CPU, only as many of its last events as
+//! that affords are, at the last analysis's cost per event (the frame's
+//! `window` says which stretch).
 //! A frame that took longer than an interval does
 //! not queue the ones it held up: the next frame is the latest interval
 //! the watermark has passed, so the view stays current on a busy machine
@@ -89,6 +93,13 @@ pub(super) const ANALYSIS_SHARE: f64 = 0.05;
 /// steps that end in the interval whole.
 const RECENT: Duration = Duration::from_secs(3);
 
+/// The share of one CPU a window's whole analysis may take, analysed once
+/// a window: half of [`ANALYSIS_SHARE`], the frames' own figures the rest.
+/// On the real job a window's analysis is a few hundredths of a second and
+/// far from it; at 300,000 events a second (the paced bench) it bounds the
+/// analysis to the last second or so of the window.
+const WINDOW_SHARE: f64 = ANALYSIS_SHARE / 2.0;
+
 /// The least reach before the interval, however short the steps: steps
 /// vary, and a stretch that begins mid-step loses that step.
 const STEP_MARGIN: Duration = Duration::from_millis(250);
@@ -115,6 +126,11 @@ struct Analyst {
     counted_steps: BTreeSet<u64>,
     /// The whole window's last analysis.
     window_view: Option<WindowView>,
+    /// When the window is due its next whole analysis.
+    window_due_ns: u64,
+    /// The CPU seconds the last whole analysis took per event, which
+    /// bounds the next one's events ([`WINDOW_SHARE`]).
+    window_cost_per_event: Option<f64>,
     seq: u64,
     updates: Sender<Update>,
     requests: Receiver<Request>,
@@ -136,6 +152,8 @@ pub(super) fn spawn(
         not_before: None,
         counted_steps: BTreeSet::new(),
         window_view: None,
+        window_due_ns: 0,
+        window_cost_per_event: None,
         seq: 0,
         updates,
         requests,
@@ -262,12 +280,8 @@ impl Analyst {
         let end = interval.end_ns;
         let window_ns = self.settings.window.as_nanos() as u64;
         let view = match self.window_view.take() {
-            Some(view) if !self.window_due(&view, end) => view,
-            _ => {
-                let model = self.window.model(end.saturating_sub(window_ns), end);
-                let summary = analysis::summarize(&model);
-                WindowView::of(&model, summary)
-            }
+            Some(view) if end < self.window_due_ns => view,
+            _ => self.analyse_window(end),
         };
         let recent_ns = recent_ns(self.settings.interval, self.settings.window, &view);
         let model = self
@@ -284,13 +298,32 @@ impl Analyst {
         frame
     }
 
-    /// Whether the window is due another whole analysis at `end_ns`: a
-    /// window after the last one, or, while the window fills, when it has
-    /// doubled since (at least an interval after).
-    fn window_due(&self, view: &WindowView, end_ns: u64) -> bool {
-        let span = Duration::from_secs_f64(view.span.seconds);
-        let every = span.clamp(self.settings.interval, self.settings.window);
-        end_ns >= view.span.end_ns + every.as_nanos() as u64
+    /// The whole analysis of the window that ends at `end_ns`: of the last
+    /// `--window`, or of as many of its last events as [`WINDOW_SHARE`]
+    /// affords at the last analysis's cost per event, on a job so busy
+    /// that a whole window would cost more. The next is due a window later
+    /// (while the window fills, when it has doubled; at least an interval).
+    fn analyse_window(&mut self, end_ns: u64) -> WindowView {
+        let window = self.settings.window;
+        let start_ns = end_ns.saturating_sub(window.as_nanos() as u64);
+        self.window.forget_before(start_ns);
+        let affordable = self
+            .window_cost_per_event
+            .map(|cost| (WINDOW_SHARE * window.as_secs_f64() / cost) as usize);
+        let from_ns = affordable.map_or(start_ns, |count| {
+            self.window.start_of_last(count, end_ns).max(start_ns)
+        });
+        let began = thread_cpu_s();
+        let model = self.window.model_since(from_ns, end_ns);
+        let summary = analysis::summarize(&model);
+        let spent = thread_cpu_s() - began;
+        if model.events > 0 {
+            self.window_cost_per_event = Some(spent.max(0.0) / model.events as f64);
+        }
+        let filled = Duration::from_nanos(end_ns - self.window.start_ns());
+        let every = filled.clamp(self.settings.interval, window);
+        self.window_due_ns = end_ns + every.as_nanos() as u64;
+        WindowView::of(&model, summary)
     }
 
     /// Tells the view; a view that is gone wants nothing more.

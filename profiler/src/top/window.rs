@@ -139,12 +139,21 @@ impl Window {
         self.events.extend(tail);
     }
 
-    /// The model of `[start_ns, end_ns]`; the window forgets what came
-    /// before `start_ns`, which must not go back.
-    pub(super) fn model(&mut self, start_ns: u64, end_ns: u64) -> Model {
-        self.forget_before(start_ns);
-        let threads = self.threads.infos();
-        self.assemble(self.start_ns, threads, end_ns)
+    /// Where the window starts now.
+    pub(super) fn start_ns(&self) -> u64 {
+        self.start_ns
+    }
+
+    /// The stamp of the `count`th event before `end_ns` (the window's
+    /// start if it holds fewer): where a model of the last `count` events
+    /// begins.
+    pub(super) fn start_of_last(&self, count: usize, end_ns: u64) -> u64 {
+        let end = self.events.partition_point(|e| e.ts() <= end_ns);
+        match end.checked_sub(count) {
+            Some(at) if count > 0 => self.events[at].ts(),
+            Some(_) => end_ns,
+            None => self.start_ns,
+        }
     }
 
     /// The model of `[start_ns, end_ns]` (from the window's start at the
@@ -161,6 +170,11 @@ impl Window {
     /// moved past the later one or `ns` is before it. Every event before
     /// `ns` has arrived (frames wait for the watermark), so none is missed.
     fn threads_at(&mut self, ns: u64) -> Vec<ThreadInfo> {
+        if ns <= self.start_ns {
+            // The opening table, leaving the later one where it is for
+            // the next recent stretch.
+            return self.threads.infos();
+        }
         let (from, mut table) = match self.later.take() {
             Some((at, table)) if at >= self.start_ns && at <= ns => (at, table),
             _ => (self.start_ns, self.threads.clone()),
@@ -224,10 +238,10 @@ impl Window {
         }
     }
 
-    /// Drops what came before `start_ns`: events (each applied to the
-    /// thread table first), samples, and the snapshots of processes that
-    /// exited then.
-    fn forget_before(&mut self, start_ns: u64) {
+    /// Drops what came before `start_ns`, which must not go back: events
+    /// (each applied to the thread table first), samples, and the
+    /// snapshots of processes that exited then.
+    pub(super) fn forget_before(&mut self, start_ns: u64) {
         let start_ns = start_ns.max(self.start_ns);
         while self.events.front().is_some_and(|e| e.ts() < start_ns) {
             let event = self.events.pop_front().expect("just seen");
@@ -326,13 +340,14 @@ mod tests {
         w.events(&switch(2 * S, 1), 2 * S + 1).unwrap();
         assert_eq!(w.watermark_ns(), 2 * S + 1);
         // The whole stretch: 10 ran until 2 s, then slept.
-        let model = w.model(S, 4 * S);
+        let model = w.model_since(S, 4 * S);
         let t10 = model.threads.iter().find(|t| t.tid == 10).unwrap();
         assert_eq!(t10.breakdown(S, 2 * S).on_cpu, S);
         assert_eq!(t10.breakdown(2 * S, 4 * S).on_cpu, 0);
         // From 2.5 s the switch is gone, but not what it did.
         let later = 2 * S + S / 2;
-        let model = w.model(later, 4 * S);
+        w.forget_before(later);
+        let model = w.model_since(later, 4 * S);
         assert_eq!(model.window_start_ns, later);
         assert!(w.events.is_empty());
         let on_cpu = |tid: u32| {
@@ -403,6 +418,22 @@ mod tests {
                 14 * S
             ]
         );
+    }
+
+    /// A model of the last N events begins at the Nth before the end; with
+    /// fewer in the window, at its start.
+    #[test]
+    fn the_last_events_begin_where_they_do() {
+        let mut w = window();
+        let bytes: Vec<u8> = [2 * S, 3 * S, 4 * S]
+            .iter()
+            .flat_map(|&ts| switch(ts, 0))
+            .collect();
+        w.events(&bytes, 4 * S).unwrap();
+        assert_eq!(w.start_of_last(2, 4 * S), 3 * S);
+        assert_eq!(w.start_of_last(1, 3 * S), 3 * S);
+        assert_eq!(w.start_of_last(5, 4 * S), S);
+        assert_eq!(w.start_of_last(0, 4 * S), 4 * S);
     }
 
     #[test]

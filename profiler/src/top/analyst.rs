@@ -131,6 +131,9 @@ struct Analyst {
     /// The CPU seconds the last whole analysis took per event, which
     /// bounds the next one's events ([`WINDOW_SHARE`]).
     window_cost_per_event: Option<f64>,
+    /// Whether capture has run a whole window by the last analysis (which
+    /// may have modelled less of it).
+    window_full: bool,
     seq: u64,
     updates: Sender<Update>,
     requests: Receiver<Request>,
@@ -154,6 +157,7 @@ pub(super) fn spawn(
         window_view: None,
         window_due_ns: 0,
         window_cost_per_event: None,
+        window_full: false,
         seq: 0,
         updates,
         requests,
@@ -283,7 +287,7 @@ impl Analyst {
             Some(view) if end < self.window_due_ns => view,
             _ => self.analyse_window(end),
         };
-        let recent_ns = recent_ns(self.settings.interval, self.settings.window, &view);
+        let recent_ns = recent_ns(self.settings.interval, self.window_full, &view);
         let model = self
             .window
             .model_since(end.saturating_sub(recent_ns.min(window_ns)), end);
@@ -301,8 +305,11 @@ impl Analyst {
     /// The whole analysis of the window that ends at `end_ns`: of the last
     /// `--window`, or of as many of its last events as [`WINDOW_SHARE`]
     /// affords at the last analysis's cost per event, on a job so busy
-    /// that a whole window would cost more. The next is due a window later
-    /// (while the window fills, when it has doubled; at least an interval).
+    /// that a whole window would cost more (an interval at least, so that
+    /// the cost per event is never measured on so few that the analysis's
+    /// fixed costs shrink the next one further). The next is due a window
+    /// later (while the window fills, when it has doubled; at least an
+    /// interval).
     fn analyse_window(&mut self, end_ns: u64) -> WindowView {
         let window = self.settings.window;
         let start_ns = end_ns.saturating_sub(window.as_nanos() as u64);
@@ -310,8 +317,9 @@ impl Analyst {
         let affordable = self
             .window_cost_per_event
             .map(|cost| (WINDOW_SHARE * window.as_secs_f64() / cost) as usize);
+        let latest_ns = end_ns.saturating_sub(self.settings.interval.as_nanos() as u64);
         let from_ns = affordable.map_or(start_ns, |count| {
-            self.window.start_of_last(count, end_ns).max(start_ns)
+            (self.window.start_of_last(count, end_ns)).clamp(start_ns, latest_ns.max(start_ns))
         });
         let began = thread_cpu_s();
         let model = self.window.model_since(from_ns, end_ns);
@@ -321,6 +329,7 @@ impl Analyst {
             self.window_cost_per_event = Some(spent.max(0.0) / model.events as f64);
         }
         let filled = Duration::from_nanos(end_ns - self.window.start_ns());
+        self.window_full = filled >= window;
         let every = filled.clamp(self.settings.interval, window);
         self.window_due_ns = end_ns + every.as_nanos() as u64;
         WindowView::of(&model, summary)
@@ -337,15 +346,16 @@ impl Analyst {
 /// [`STEP_MARGIN`]), so that a step ending in the interval is seen whole
 /// even if it is longer than any before it by half; the interval and the
 /// margin when a whole window held no step (a job that is not training, or
-/// not yet); [`RECENT`] or three intervals while the window is younger.
+/// not yet; `window_full`: capture has run a window, however much of it a
+/// busy job's analysis modelled); [`RECENT`] or three intervals while the
+/// window is younger.
 /// The longest, not the median: one slow step (an epoch's workers
 /// starting) ending in the interval is what a frame must not lose.
-fn recent_ns(interval: Duration, window: Duration, view: &WindowView) -> u64 {
+fn recent_ns(interval: Duration, window_full: bool, view: &WindowView) -> u64 {
     let fallback = (3 * interval).max(RECENT);
-    let whole = view.span.end_ns - view.span.start_ns >= window.as_nanos() as u64;
     let reach = match view.longest_step_ns {
         Some(longest) => (2 * Duration::from_nanos(longest)).max(STEP_MARGIN) + interval,
-        None if whole => STEP_MARGIN + interval,
+        None if window_full => STEP_MARGIN + interval,
         None => fallback,
     };
     reach.min(fallback).as_nanos() as u64
@@ -405,9 +415,9 @@ mod tests {
     use super::*;
     use crate::top::frame::Span;
 
-    fn view(seconds: u64, longest_step_ns: Option<u64>) -> WindowView {
+    fn view(longest_step_ns: Option<u64>) -> WindowView {
         WindowView {
-            span: Span::new(0, seconds * 1_000_000_000),
+            span: Span::new(0, 1_000_000_000),
             finding: None,
             roles: analysis::roles::Roles::default(),
             longest_step_ns,
@@ -419,18 +429,15 @@ mod tests {
     /// a whole window without steps needs only the margin.
     #[test]
     fn the_recent_stretch_follows_the_steps() {
-        let (second, window) = (Duration::from_secs(1), Duration::from_secs(10));
+        let second = Duration::from_secs(1);
         let ms = |n: u64| n * 1_000_000;
-        let reach = |seconds, longest| recent_ns(second, window, &view(seconds, longest));
-        assert_eq!(reach(4, None), ms(3_000));
-        assert_eq!(reach(10, None), ms(1_250));
-        assert_eq!(reach(10, Some(ms(70))), ms(1_250));
-        assert_eq!(reach(4, Some(ms(400))), ms(1_800));
-        assert_eq!(reach(10, Some(ms(5_000))), ms(3_000));
+        let reach = |full, longest| recent_ns(second, full, &view(longest));
+        assert_eq!(reach(false, None), ms(3_000));
+        assert_eq!(reach(true, None), ms(1_250));
+        assert_eq!(reach(true, Some(ms(70))), ms(1_250));
+        assert_eq!(reach(false, Some(ms(400))), ms(1_800));
+        assert_eq!(reach(true, Some(ms(5_000))), ms(3_000));
         let long = Duration::from_secs(2);
-        assert_eq!(
-            recent_ns(long, window, &view(10, Some(ms(5_000)))),
-            ms(6_000)
-        );
+        assert_eq!(recent_ns(long, true, &view(Some(ms(5_000)))), ms(6_000));
     }
 }

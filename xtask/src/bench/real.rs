@@ -149,6 +149,18 @@ pub(super) fn data_dir() -> PathBuf {
     PathBuf::from("/dev/shm/tprof-train-job-images")
 }
 
+/// Generates the job's JPEGs into [`data_dir`] (the job skips what is
+/// there already).
+pub(super) fn generate_images(python: &Path) -> Result<()> {
+    run_cmd(
+        command(python.to_str().context("utf-8 path")?)
+            .arg("tests/workloads/train_job.py")
+            .arg("--data-dir")
+            .arg(data_dir())
+            .arg("--generate-only"),
+    )
+}
+
 pub(super) fn run(args: &Args) -> Result<()> {
     if !cmd::is_root() {
         bail!("cargo xtask bench real needs root (tprof loads eBPF programs): run it with sudo");
@@ -157,13 +169,7 @@ pub(super) fn run(args: &Args) -> Result<()> {
     run_cmd(cargo().args(["build", "--release", "-p", "profiler"]))?;
     let dir = cmd::root().join("target/bench");
     std::fs::create_dir_all(&dir)?;
-    run_cmd(
-        command(python.to_str().context("utf-8 path")?)
-            .arg("tests/workloads/train_job.py")
-            .arg("--data-dir")
-            .arg(data_dir())
-            .arg("--generate-only"),
-    )?;
+    generate_images(&python)?;
     let load_before = load_average();
 
     let recorded = Config::sweep(8, false);

@@ -14,8 +14,8 @@ use std::process::Stdio;
 
 use anyhow::{Context as _, Result, bail};
 
-use super::real::data_dir;
-use crate::cmd::{command, describe, run as run_cmd};
+use super::real::generate_images;
+use crate::cmd::{command, describe};
 
 /// One configuration of the job.
 struct Job {
@@ -57,13 +57,7 @@ const CONFIGS: [&str; 3] = ["record=", "top=top", "perf=perf"];
 
 /// Runs every configuration for `rounds` rounds and adds its table to `md`.
 pub(super) fn overhead(python: &Path, tprof: &Path, rounds: usize, md: &mut String) -> Result<()> {
-    run_cmd(
-        command(python.to_str().context("utf-8 path")?)
-            .arg("tests/workloads/train_job.py")
-            .arg("--data-dir")
-            .arg(data_dir())
-            .arg("--generate-only"),
-    )?;
+    generate_images(python)?;
     md.push_str(
         "## The real PyTorch job\n\n\
          The suite's DataLoader job untraced, under `tprof record`, under \

@@ -34,7 +34,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::Args as ClapArgs;
 use serde_json::Value;
 
-use super::real::{Config, data_dir};
+use super::real::{Config, generate_images};
 use super::{Job, Paths, median, prepare, read_counts, tprof_record};
 use crate::bench_python::{parse_folded, program_stats, with_bpf_stats};
 use crate::cmd::{self, cargo, command, run as run_cmd};
@@ -101,13 +101,7 @@ pub(super) fn run(args: &Args) -> Result<()> {
     let python = setup::run()?.job_python;
     run_cmd(cargo().args(["build", "--release", "-p", "profiler"]))?;
     let paths = prepare()?;
-    run_cmd(
-        command(python.to_str().context("utf-8 path")?)
-            .arg("tests/workloads/train_job.py")
-            .arg("--data-dir")
-            .arg(data_dir())
-            .arg("--generate-only"),
-    )?;
+    generate_images(&python)?;
     let mut md = header(args);
     with_bpf_stats(|| {
         paced_cost(&paths, args, &mut md)?;

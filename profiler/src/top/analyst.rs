@@ -131,9 +131,6 @@ struct Analyst {
     /// The CPU seconds the last whole analysis took per event, which
     /// bounds the next one's events ([`WINDOW_SHARE`]).
     window_cost_per_event: Option<f64>,
-    /// Whether capture has run a whole window by the last analysis (which
-    /// may have modelled less of it).
-    window_full: bool,
     seq: u64,
     updates: Sender<Update>,
     requests: Receiver<Request>,
@@ -157,7 +154,6 @@ pub(super) fn spawn(
         window_view: None,
         window_due_ns: 0,
         window_cost_per_event: None,
-        window_full: false,
         seq: 0,
         updates,
         requests,
@@ -287,7 +283,12 @@ impl Analyst {
             Some(view) if end < self.window_due_ns => view,
             _ => self.analyse_window(end),
         };
-        let recent_ns = recent_ns(self.settings.interval, self.window_full, &view);
+        let ran_ns = self
+            .window
+            .started_ns()
+            .map_or(0, |s| end.saturating_sub(s));
+        let window_full = ran_ns >= window_ns;
+        let recent_ns = recent_ns(self.settings.interval, window_full, &view);
         let model = self
             .window
             .model_since(end.saturating_sub(recent_ns.min(window_ns)), end);
@@ -328,9 +329,11 @@ impl Analyst {
         if model.events > 0 {
             self.window_cost_per_event = Some(spent.max(0.0) / model.events as f64);
         }
-        let filled = Duration::from_nanos(end_ns - self.window.start_ns());
-        self.window_full = filled >= window;
-        let every = filled.clamp(self.settings.interval, window);
+        let ran_ns = self
+            .window
+            .started_ns()
+            .map_or(0, |s| end_ns.saturating_sub(s));
+        let every = Duration::from_nanos(ran_ns).clamp(self.settings.interval, window);
         self.window_due_ns = end_ns + every.as_nanos() as u64;
         WindowView::of(&model, summary)
     }

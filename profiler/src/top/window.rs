@@ -139,11 +139,6 @@ impl Window {
         self.events.extend(tail);
     }
 
-    /// Where the window starts now.
-    pub(super) fn start_ns(&self) -> u64 {
-        self.start_ns
-    }
-
     /// The stamp of the `count`th event before `end_ns` (the window's
     /// start if it holds fewer): where a model of the last `count` events
     /// begins.

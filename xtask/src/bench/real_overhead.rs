@@ -89,14 +89,15 @@ pub(super) fn overhead(python: &Path, tprof: &Path, rounds: usize, md: &mut Stri
             job.label(),
             describe(&script)
         ));
-        for line in lines
-            .iter()
-            .filter(|l| l.starts_with('|') || l.starts_with("load average"))
-        {
-            md.push_str(line);
+        // The load averages as a paragraph, then the table after a blank
+        // line (a table does not interrupt a paragraph in every renderer).
+        for prefix in ["load average", "|"] {
+            for line in lines.iter().filter(|l| l.starts_with(prefix)) {
+                md.push_str(line);
+                md.push_str(if prefix == "|" { "\n" } else { "  \n" });
+            }
             md.push('\n');
         }
-        md.push('\n');
     }
     Ok(())
 }

@@ -105,8 +105,8 @@ pub(super) struct Tracker {
     /// looked at: a rise means some change went unsaid.
     maps_lost: u64,
     /// Processes a drain saw forked (and not exec'd since), with their
-    /// parents.
-    forked: Vec<(u32, u32)>,
+    /// parents and when they were forked.
+    forked: Vec<(u32, u32, u64)>,
 }
 
 impl Tracker {
@@ -330,24 +330,32 @@ impl Tracker {
         match parent {
             Some(parent) => {
                 out.set_parent(pid, parent)?;
-                self.forked.push((pid, parent));
+                self.forked.push((pid, parent, ts));
             }
             // A new image: its maps are its own.
-            None => self.forked.retain(|&(p, _)| p != pid),
+            None => self.forked.retain(|&(p, _, _)| p != pid),
         }
         // A new image, or a new process (maybe under a reused pid).
         self.python.forget(pid, ts);
         Ok(())
     }
 
-    /// The parent `pid` was forked from in this drain, when its maps are
-    /// its parent's still: no exec since, the kernel says when it maps
-    /// more, and the parent's interpreter (if any) is known, not still
-    /// looked for.
-    fn forked_copy(&self, pid: u32) -> Option<u32> {
-        let &(_, parent) = self.forked.iter().find(|&&(p, _)| p == pid)?;
+    /// The parent `pid` was forked from in this drain, and when, when its
+    /// maps are its parent's still: no exec since, the kernel says when it
+    /// maps more, and the parent's interpreter (if any) is known, not
+    /// still looked for: neither on the watch nor appeared in this very
+    /// drain (a forkserver forks, execs and forks its worker within a few
+    /// ms, and the worker's fork is often drained with the exec, before the
+    /// forkserver's new image has been looked at).
+    fn forked_copy(&self, pid: u32) -> Option<(u32, u64)> {
+        let &(_, parent, ts) = self.forked.iter().find(|&&(p, _, _)| p == pid)?;
         let watched = self.python_watch.iter().any(|&(p, _)| p == parent);
-        (self.map_events && self.known.contains(&parent) && !watched).then_some(parent)
+        let pending = self
+            .read
+            .iter()
+            .any(|&(p, _, appeared)| p == parent && appeared);
+        let looked_at = !watched && !pending;
+        (self.map_events && self.known.contains(&parent) && looked_at).then_some((parent, ts))
     }
 
     /// Processes a drain saw appear or exec (`appeared`) or map executable
@@ -371,12 +379,12 @@ impl Tracker {
             if !self.map_events {
                 self.young.push((pid, Instant::now()));
             }
-            if let Some(parent) = self.forked_copy(pid) {
+            if let Some((parent, forked_ns)) = self.forked_copy(pid) {
                 // A fork maps what its parent mapped: named through the
                 // parent's maps until it maps more, its interpreter the
                 // parent's. Its libraries are the parent's, probed already.
                 Self::process_record(out, pid, Origin::Forked)?;
-                let inherited = self.python.inherit(pid, parent);
+                let inherited = self.python.inherit(pid, parent, forked_ns);
                 self.found_python(programs, out, inherited)?;
                 continue;
             }

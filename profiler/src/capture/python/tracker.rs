@@ -46,14 +46,21 @@ impl PythonTracker {
 
     /// A fork's interpreter: its parent's, at the same addresses (a fork
     /// copies the address space). None when the parent's is not known (or
-    /// the child's is already).
-    pub(crate) fn inherit(&mut self, child: u32, parent: u32) -> Option<Arc<Interpreter>> {
+    /// the child's is already). It holds from the fork at `forked_ns`, not
+    /// from now: an exec after the fork, drained after this, replaces it
+    /// (a forkserver's fork-then-exec often falls across two drains).
+    pub(crate) fn inherit(
+        &mut self,
+        child: u32,
+        parent: u32,
+        forked_ns: u64,
+    ) -> Option<Arc<Interpreter>> {
         if self.known.contains_key(&child) {
             return None;
         }
         let interp = Arc::new(Interpreter {
             pid: child,
-            found_ns: crate::capture::clock::monotonic_ns(),
+            found_ns: forked_ns,
             ..Interpreter::clone(self.known.get(&parent)?)
         });
         self.known.insert(child, Arc::clone(&interp));
@@ -93,5 +100,49 @@ impl PythonTracker {
         if self.noted.insert(kind) {
             eprintln!("tprof: note: {why}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::python::elf::Build;
+    use crate::capture::python::layout::{self, Version};
+
+    fn interpreter(pid: u32, found_ns: u64) -> Arc<Interpreter> {
+        Arc::new(Interpreter {
+            pid,
+            path: "/usr/bin/python3.11".into(),
+            build: Arc::new(Build {
+                layout: layout::layout(Version::new(3, 11), None),
+                runtime_vaddr: 0,
+                eval_ranges: Vec::new(),
+                segments: Vec::new(),
+                fixed_address: false,
+            }),
+            runtime: 0x7f00_0000,
+            found_ns,
+        })
+    }
+
+    /// A forkserver forks, and execs before the drain that saw its fork
+    /// is done with it: the exec, drained next, is later than the fork
+    /// though earlier than the inheriting, and replaces the parent's
+    /// interpreter, whose addresses the new image does not share.
+    #[test]
+    fn an_exec_after_the_fork_replaces_the_inherited_interpreter() {
+        let mut tracker = PythonTracker::default();
+        tracker.known.insert(10, interpreter(10, 100));
+        let inherited = tracker.inherit(11, 10, 1_000).expect("the parent's");
+        assert_eq!((inherited.pid, inherited.found_ns), (11, 1_000));
+        tracker.forget(11, 1_500);
+        assert!(
+            !tracker.knows(11),
+            "the exec'd image kept its parent's interpreter"
+        );
+        // An exec before the fork (the parent's own) is not the child's.
+        let again = tracker.inherit(12, 10, 2_000).expect("the parent's");
+        tracker.forget(12, 1_900);
+        assert!(tracker.knows(again.pid));
     }
 }

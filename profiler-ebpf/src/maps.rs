@@ -161,7 +161,7 @@ pub struct ThreadState {
     /// long the thread ran ([`ArrivalEvent`](crate::ArrivalEvent)).
     pub on_cpu: u32,
 }
-const _: () = assert!(size_of::<ThreadState>() == 256);
+const _: () = assert!(size_of::<ThreadState>() == 312);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
 // derived bytemuck::Pod checks it): every bit pattern is a valid value.
 #[cfg(feature = "user")]
@@ -182,6 +182,7 @@ impl ThreadState {
                 walked_ns: 0,
                 user_stack_id: 0,
                 kernel_stack_id: 0,
+                py_position: 0,
             }; STACK_KINDS],
             fingerprints: [0; STACK_SLOTS],
             slot_seqs: [0; STACK_SLOTS],
@@ -191,7 +192,6 @@ impl ThreadState {
                 tstate: 0,
                 missed_ns: 0,
                 missed_mark: 0,
-                position: 0,
             },
             tgid,
             on_cpu: 0,

@@ -232,11 +232,8 @@ pub struct PyThreadCache {
     pub missed_ns: u64,
     /// The list's [`list_mark`] at that miss.
     pub missed_mark: u64,
-    /// Its [`position`] at its last walk: a switch-out reuses an earlier
-    /// walk's stacks only if the thread's Python code has not moved since.
-    pub position: u64,
 }
-const _: () = assert!(size_of::<PyThreadCache>() == 32);
+const _: () = assert!(size_of::<PyThreadCache>() == 24);
 
 /// Reads the walked process's memory: `bpf_probe_read_user` in the kernel,
 /// `process_vm_readv` in capture's tests.

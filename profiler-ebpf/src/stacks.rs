@@ -51,7 +51,7 @@ pub const fn offcpu_reason(prev_state: u64) -> Option<u32> {
 }
 
 /// Kernel-only: a thread's last walked off-CPU stacks, reused by switch-outs
-/// that follow within [`STACK_REUSE_NS`]. 16 bytes.
+/// that follow within [`STACK_REUSE_NS`]. 24 bytes.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,8 +59,16 @@ pub struct LastStacks {
     pub walked_ns: u64,
     pub user_stack_id: i32,
     pub kernel_stack_id: i32,
+    /// The thread's Python [`position`](crate::python::position) at this
+    /// walk: its Python frames are reused only while the thread is still
+    /// there. Kept with the walk, not once per thread: a later walk for
+    /// another reason, or an on-CPU sample, is taken elsewhere, and a
+    /// thread preempted in `queue.get()`, then blocking there, matched the
+    /// position of that preemption and lent the block the frames of an
+    /// earlier wait in `Thread.start()` for its whole 600 ms.
+    pub py_position: u64,
 }
-const _: () = assert!(size_of::<LastStacks>() == 16);
+const _: () = assert!(size_of::<LastStacks>() == 24);
 
 /// Slots of [`ThreadState::last_stacks`](crate::ThreadState::last_stacks): one
 /// per [`stack_kind`] value, indexed by it (a power of two, so a masked index

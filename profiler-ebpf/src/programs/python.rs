@@ -49,6 +49,8 @@ struct PyScratch {
     walk: WalkState,
     find: FindState,
     frame: [u64; FRAME_WORDS],
+    /// The walked thread's [`position`], 0 when it was not walked.
+    position: u64,
 }
 
 #[map]
@@ -81,20 +83,22 @@ fn scratch() -> Option<&'static mut PyScratch> {
 }
 
 /// If the current thread's process runs CPython, walks its Python frames
-/// and emits them stamped `now`. False when they could not be emitted (the
-/// ring buffer was full): the caller then drops the native stack it would
-/// have paired them with, so no stack goes out with Python frames missing
-/// or taken from another walk.
+/// and emits them stamped `now`. Returns the thread's [`position`] at the
+/// walk (0 when it runs no Python), for [`moved`] to compare later; None
+/// when the frames could not be emitted (the ring buffer was full): the
+/// caller then drops the native stack it would have paired them with, so
+/// no stack goes out with Python frames missing or taken from another
+/// walk.
 #[inline(always)]
-pub(crate) fn record(cache: &mut PyThreadCache, tid: u32, tgid: u32, now: u64) -> bool {
+pub(crate) fn record(cache: &mut PyThreadCache, tid: u32, tgid: u32, now: u64) -> Option<u64> {
     if !python_enabled() {
-        return true;
+        return Some(0);
     }
     let Some(info) = (unsafe { PY_PROCS.get(&tgid) }) else {
-        return true;
+        return Some(0);
     };
     let Some(s) = scratch() else {
-        return true;
+        return Some(0);
     };
     s.info = *info;
     let flags = walk_thread(s, cache, tid, now);
@@ -115,10 +119,10 @@ pub(crate) fn record(cache: &mut PyThreadCache, tid: u32, tgid: u32, now: u64) -
     // SAFETY: the record's first `len` bytes (len() is at most its size).
     let bytes = unsafe { core::slice::from_raw_parts((&raw const s.rec).cast::<u8>(), len) };
     match events_shard().output::<[u8]>(bytes, BPF_RB_NO_WAKEUP) {
-        Ok(()) => true,
+        Ok(()) => Some(s.position),
         Err(_) => {
             count_lost(u32::from(kind::PY_STACK));
-            false
+            None
         }
     }
 }
@@ -130,6 +134,7 @@ pub(crate) fn record(cache: &mut PyThreadCache, tid: u32, tgid: u32, now: u64) -
 #[inline(always)]
 fn walk_thread(s: &mut PyScratch, cache: &mut PyThreadCache, tid: u32, now: u64) -> u16 {
     s.rec.head.frames = 0;
+    s.position = 0;
     let key = if s.info.flags & info_flags::MATCH_FSBASE != 0 {
         fsbase()
     } else {
@@ -174,7 +179,7 @@ fn walk_thread(s: &mut PyScratch, cache: &mut PyThreadCache, tid: u32, now: u64)
     let Some(s) = scratch() else {
         return PY_NO_THREAD;
     };
-    cache.position = position(&mem, &s.info, tstate, &mut s.frame);
+    s.position = position(&mem, &s.info, tstate, &mut s.frame);
     s.walk = WalkState::start(&mem, &s.info, tstate);
     run(MAX_PY_STEPS, walk_callback);
     let Some(s) = scratch() else {
@@ -232,9 +237,10 @@ extern "C" fn walk_callback(_index: u64, _ctx: *mut c_void) -> i64 {
     }
 }
 
-/// Whether the current thread's Python code may have moved since its last
-/// walk, which then may not be reused. A thread whose Python thread state
-/// is known moved when its [`position`] did. One without: when it was
+/// Whether the current thread's Python code may have moved since the walk
+/// that found it at `walked` (a [`position`]), which then may not be
+/// reused. A thread whose Python thread state is known moved when its
+/// position did. One without: when it was
 /// never looked up (its last walk may predate userspace finding the
 /// interpreter) or its process's thread list gained a thread since it
 /// missed ([`list_mark`]); else it is no Python thread (a pool thread) and
@@ -244,7 +250,7 @@ extern "C" fn walk_callback(_index: u64, _ctx: *mut c_void) -> i64 {
 /// the C stack in 3.11+) kept that early walk's empty Python frames for its
 /// whole wait.
 #[inline(always)]
-pub(crate) fn moved(cache: &PyThreadCache, tgid: u32) -> bool {
+pub(crate) fn moved(cache: &PyThreadCache, tgid: u32, walked: u64) -> bool {
     if !python_enabled() {
         return false;
     }
@@ -264,7 +270,7 @@ pub(crate) fn moved(cache: &PyThreadCache, tgid: u32) -> bool {
     let Some(s) = scratch() else {
         return false;
     };
-    position(&UserMemory, info, cache.tstate, &mut s.frame) != cache.position
+    position(&UserMemory, info, cache.tstate, &mut s.frame) != walked
 }
 
 /// The current thread's fsbase (its `pthread_self()` on x86-64), 0 when

@@ -81,7 +81,7 @@ pub(crate) fn tprof_sample(ctx: PerfEventContext) -> u32 {
     };
     // Python frames lost: the native stack goes with them, so no stack
     // goes out with its Python part missing.
-    if !python::record(&mut state.py, tid, tgid, now) {
+    if python::record(&mut state.py, tid, tgid, now).is_none() {
         user_stack = -1;
     }
     emit(SampleEvent {
@@ -184,8 +184,9 @@ pub(crate) fn switch_out<C: StackIdContext>(
 /// per event.
 #[inline(always)]
 fn reusable(state: &ThreadState, slot: usize, now: u64) -> bool {
-    now.saturating_sub(state.last_stacks[slot].walked_ns) < STACK_REUSE_NS
-        && !python::moved(&state.py, state.tgid)
+    let last = &state.last_stacks[slot];
+    now.saturating_sub(last.walked_ns) < STACK_REUSE_NS
+        && !python::moved(&state.py, state.tgid, last.py_position)
 }
 
 /// Frame-pointer mode: the stacks a switch-out leaves from, walked (with
@@ -235,7 +236,7 @@ fn offcpu_copied<C: StackIdContext>(
     profile_end(switch_part::USER_STACK);
     let same_site = user_stack_id >= 0 && user_stack_id == last.user_stack_id;
     let young = now.saturating_sub(last.walked_ns) < STACK_REUSE_NS;
-    let moved = (same_site || young) && python::moved(&state.py, state.tgid);
+    let moved = (same_site || young) && python::moved(&state.py, state.tgid, last.py_position);
     let kernel_reused = if same_site {
         young || reason != stack_kind::RUNNABLE
     } else {
@@ -281,15 +282,15 @@ fn remember_walk(
     profile_begin(switch_part::PYTHON_WALK);
     let sent = python::record(&mut state.py, tid, state.tgid, now);
     profile_end(switch_part::PYTHON_WALK);
-    let (walked_ns, user_stack_id) = if sent {
-        (walked_ns, user_stack_id)
-    } else {
-        (0, -1)
+    let (walked_ns, user_stack_id, py_position) = match sent {
+        Some(position) => (walked_ns, user_stack_id, position),
+        None => (0, -1, 0),
     };
     state.last_stacks[slot] = LastStacks {
         walked_ns,
         user_stack_id,
         kernel_stack_id,
+        py_position,
     };
     (user_stack_id, kernel_stack_id)
 }

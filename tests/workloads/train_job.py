@@ -108,13 +108,16 @@ def parse_args():
         choices=["jpeg", "python", "bursty", "large", "disk"],
         default="jpeg",
         help="jpeg: decode with OpenCV; python: parse records in pure Python (holds the GIL); "
-        "bursty: every 8th batch waits for remote storage (in order, no shuffle); "
+        "bursty: every --burst-every'th batch waits for remote storage (in order, no shuffle); "
         "large: images sent at full resolution as --dtype, resized by the trainer; "
         "disk: small random O_DIRECT reads of --disk-file",
     )
     p.add_argument("--item-work", type=int, default=6000, help="python: tokens parsed per item")
     p.add_argument("--burst-ms", type=float, default=240.0,
                    help="bursty: how long a costly batch waits for its items (fetched from remote storage)")
+    p.add_argument("--burst-every", type=int, default=8,
+                   help="bursty: one batch in this many is costly; an even one with 2 workers gives "
+                   "every costly batch to the same worker")
     p.add_argument("--collate", choices=["default", "numpy"], default="default",
                    help="numpy: a collate_fn that returns numpy arrays, which go through the pipe pickled "
                    "(default_collate's tensors go through shared memory)")
@@ -228,6 +231,7 @@ class JpegDataset(torch.utils.data.Dataset):
         self.batch_size = args.batch_size
         self.item_work = args.item_work
         self.burst_ms = args.burst_ms
+        self.burst_every = args.burst_every
         self.disk_file = args.disk_file
         self.disk_reads = args.disk_reads
         self.disk = None  # (fd, buffer), opened in each process on first use
@@ -247,9 +251,9 @@ class JpegDataset(torch.utils.data.Dataset):
             img = self.read_record(index)
         else:
             if self.kind == "bursty":
-                # Items from a local cache, cheap, but every 8th batch's
+                # Items from a local cache, cheap, but every Nth batch's
                 # from remote storage.
-                if (index // self.batch_size) % 8 == 7:
+                if (index // self.batch_size) % self.burst_every == self.burst_every - 1:
                     fetch_remote(self.burst_ms / self.batch_size)
                 return to_tensor(cached_item(index, self.size), self.dtype), index % 10
             img = cv2.imread(self.paths[index], cv2.IMREAD_COLOR)
@@ -319,7 +323,7 @@ def cached_item(index, size):
 
 def fetch_remote(ms):
     """An item not in the local cache, fetched from remote storage first:
-    the bursty dataset's every 8th batch is made of them. It waits rather
+    the bursty dataset's every --burst-every'th batch is made of them. It waits rather
     than computes, so a deeper prefetch hides it without more CPU."""
     time.sleep(ms / 1000.0)
 

@@ -34,6 +34,7 @@ const INPUT_FINDINGS: &[&str] = &[
     "disk_bound",
     "decode_bound",
     "prefetch_starved",
+    "latency_bound",
     "costly_batches",
     "cpu_saturated",
     "input_wait",
@@ -403,6 +404,37 @@ fn bursty_batches_starve_the_prefetch() {
     let f = leads_with(&run, "prefetch_starved");
     assert!(
         change(f, "prefetch_factor")["to"].as_u64() > Some(2),
+        "{f:#}"
+    );
+    check_prediction(&run, f);
+}
+
+/// Every item waits 1.5 ms for remote storage: two workers fall behind
+/// while they wait, with cores to spare; more workers, which wait side by
+/// side.
+#[test]
+fn remote_storage_wants_more_workers() {
+    let Some(run) = record(
+        JobConfig::new(2, Threads::One)
+            .persistent_workers(true)
+            .args(&[
+                "--dataset",
+                "remote",
+                "--fetch-ms",
+                "1.5",
+                "--image-size",
+                "96",
+                "--epoch-batches",
+                "96",
+            ])
+            .iterations(30),
+    ) else {
+        return;
+    };
+    let f = leads_with(&run, "latency_bound");
+    assert!(change(f, "num_workers")["to"].as_u64() > Some(2), "{f:#}");
+    assert!(
+        f["title"].as_str().unwrap().contains("fetch_remote"),
         "{f:#}"
     );
     check_prediction(&run, f);

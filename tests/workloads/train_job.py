@@ -105,16 +105,19 @@ def parse_args():
     # option below makes one of them, alone or together.
     p.add_argument(
         "--dataset",
-        choices=["jpeg", "python", "bursty", "large", "disk"],
+        choices=["jpeg", "python", "bursty", "remote", "large", "disk"],
         default="jpeg",
         help="jpeg: decode with OpenCV; python: parse records in pure Python (holds the GIL); "
         "bursty: every --burst-every'th batch waits for remote storage (in order, no shuffle); "
+        "remote: every item waits --fetch-ms for remote storage; "
         "large: images sent at full resolution as --dtype, resized by the trainer; "
         "disk: small random O_DIRECT reads of --disk-file",
     )
     p.add_argument("--item-work", type=int, default=6000, help="python: tokens parsed per item")
     p.add_argument("--burst-ms", type=float, default=240.0,
                    help="bursty: how long a costly batch waits for its items (fetched from remote storage)")
+    p.add_argument("--fetch-ms", type=float, default=1.5,
+                   help="remote: how long each item waits for remote storage")
     p.add_argument("--burst-every", type=int, default=8,
                    help="bursty: one batch in this many is costly; an even one with 2 workers gives "
                    "every costly batch to the same worker")
@@ -221,7 +224,7 @@ class JpegDataset(torch.utils.data.Dataset):
         self.length = len(self.paths)
         if args.epoch_batches is not None:
             self.length = args.epoch_batches * args.batch_size
-            if args.dataset != "bursty":
+            if args.dataset not in ("bursty", "remote"):
                 # The others read files: no more items than images.
                 self.length = min(self.length, len(self.paths))
         self.kind = args.dataset
@@ -232,6 +235,7 @@ class JpegDataset(torch.utils.data.Dataset):
         self.item_work = args.item_work
         self.burst_ms = args.burst_ms
         self.burst_every = args.burst_every
+        self.fetch_ms = args.fetch_ms
         self.disk_file = args.disk_file
         self.disk_reads = args.disk_reads
         self.disk = None  # (fd, buffer), opened in each process on first use
@@ -255,6 +259,11 @@ class JpegDataset(torch.utils.data.Dataset):
                 # from remote storage.
                 if (index // self.batch_size) % self.burst_every == self.burst_every - 1:
                     fetch_remote(self.burst_ms / self.batch_size)
+                return to_tensor(cached_item(index, self.size), self.dtype), index % 10
+            if self.kind == "remote":
+                # Every item from remote storage (an object store, a
+                # network filesystem): each waits, none computes much.
+                fetch_remote(self.fetch_ms)
                 return to_tensor(cached_item(index, self.size), self.dtype), index % 10
             img = cv2.imread(self.paths[index], cv2.IMREAD_COLOR)
             if self.kind == "large":
@@ -323,8 +332,10 @@ def cached_item(index, size):
 
 def fetch_remote(ms):
     """An item not in the local cache, fetched from remote storage first:
-    the bursty dataset's every --burst-every'th batch is made of them. It waits rather
-    than computes, so a deeper prefetch hides it without more CPU."""
+    the bursty dataset's every --burst-every'th batch is made of them, and
+    every item of the remote dataset. It waits rather than computes, so a
+    deeper prefetch (bursts) or more workers (every item) hide it without
+    more CPU."""
     time.sleep(ms / 1000.0)
 
 

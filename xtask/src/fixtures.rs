@@ -242,6 +242,32 @@ const FIXTURES: &[Fixture] = &[
                     trainer waits for batches while the job's CPU work fills the cores, \
                     cpu_saturated and no setting advised",
     },
+    Fixture {
+        name: "zoo_remote",
+        workload: TRAIN_JOB,
+        args: &[
+            Text("--num-workers"),
+            Text("2"),
+            Text("--persistent-workers"),
+            Text("--dataset"),
+            Text("remote"),
+            Text("--fetch-ms"),
+            Text("1.5"),
+            Text("--image-size"),
+            Text("96"),
+            Text("--epoch-batches"),
+            Text("96"),
+            Text("--iterations"),
+            Text("20"),
+        ],
+        env: &[
+            ("OMP_NUM_THREADS", Text("1")),
+            ("MKL_NUM_THREADS", Text("1")),
+        ],
+        exercises: "the real job's two workers fetching every item from remote storage: \
+                    workers asleep while making batches with cores to spare, latency_bound \
+                    and more workers",
+    },
 ];
 
 pub(crate) fn run(args: &Args) -> Result<()> {

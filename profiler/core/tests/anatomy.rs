@@ -284,3 +284,35 @@ fn cuts_and_the_python_view() {
     // The same through the folding function the outputs use.
     assert!(!flame::fold(&model, FlameKind::Cpu, &flame::Filter::default()).is_empty());
 }
+
+/// Every item fetched from remote storage by two workers: the trainer's
+/// waits are the workers asleep in fetch_remote while making batches, the
+/// cores have room, and more workers (which wait side by side) are the
+/// setting, with a shorter step predicted.
+#[test]
+fn workers_waiting_on_remote_storage_want_more_of_them() {
+    let (_, s) = load("zoo_remote");
+    check_adds_up(&s);
+    let sleep = s
+        .anatomy
+        .phase(Phase::WorkerSleep)
+        .expect("workers sleeping");
+    assert!(sleep.top[0].0.starts_with("fetch_remote"), "{sleep:?}");
+    let f = leading_input(&s);
+    assert_eq!(f.id, "latency_bound", "{:#?}", s.findings);
+    assert!(f.title.contains("fetch_remote"), "{}", f.title);
+    let change = &f.changes[0];
+    assert_eq!(change.setting, "num_workers");
+    assert_eq!(change.from, Some(SettingValue::Count(2)));
+    assert!(
+        matches!(change.to, SettingValue::Count(n) if n > 2),
+        "{change:?}"
+    );
+    let (now, after) = (f.step_ms.unwrap(), f.predicted_step_ms.unwrap());
+    assert!(after < now, "{now} → {after}");
+    assert!(
+        !s.findings.iter().any(|f| f.id == "prefetch_starved"),
+        "{:#?}",
+        s.findings
+    );
+}

@@ -5,7 +5,8 @@
 //! (tests/workloads/train_job.py) in a bad configuration (loading on the
 //! training thread, workers restarted every epoch, a slow `worker_init_fn`,
 //! too many workers with oversubscribed pools, a disk, decode-bound
-//! workers, a bursty dataset, batches costly to pass, a thread holding the
+//! workers, a bursty dataset, every item fetched from remote storage,
+//! batches costly to pass, a thread holding the
 //! GIL, and a compute-bound job that needs nothing), with
 //! a sweep of the settings that matter to it and a healthy configuration.
 //! For each: tprof records the bad configuration (release build, default
@@ -94,6 +95,16 @@ fn cases() -> Vec<Case> {
         "bursty",
         "--burst-ms",
         "180",
+        "--image-size",
+        "96",
+        "--epoch-batches",
+        "96",
+    ];
+    const REMOTE: &[&str] = &[
+        "--dataset",
+        "remote",
+        "--fetch-ms",
+        "1.5",
         "--image-size",
         "96",
         "--epoch-batches",
@@ -190,6 +201,15 @@ fn cases() -> Vec<Case> {
                 .into(),
             healthy: with(kept(2, BURSTY), |c| c.prefetch_factor = Some(8)),
             iterations: 48,
+        },
+        Case {
+            name: "remote",
+            what: "every item waits 1.5 ms for remote storage, num_workers=2",
+            expect: &["latency_bound"],
+            bad: kept(2, REMOTE),
+            sweep: workers(REMOTE, &[2, 4, 6, 8]),
+            healthy: kept(8, REMOTE),
+            iterations: 40,
         },
         Case {
             name: "costly_batches",

@@ -29,6 +29,7 @@ pub(super) fn findings(f: &Facts) -> Vec<Finding> {
         loading_in_trainer(f),
         worker_start(f),
         prefetch_starved(f),
+        latency_bound(f),
         costly_batches(f),
         gil_contention(f),
         compute_bound(f),
@@ -379,6 +380,81 @@ fn prefetch_starved(f: &Facts) -> Option<Finding> {
         step_ms: Some(m.step_ms),
         predicted_step_ms: Some(predicted),
         see: Some("tprof timeline REC --phase steady".into()),
+    })
+}
+
+/// Workers that fall behind while they wait on something that is neither
+/// a CPU nor the disk (an object store, a network filesystem, a service):
+/// a waiting worker costs next to no CPU, so more of them overlap more of
+/// the waits, until the trainer's own step or the cores bind. Workers
+/// that keep up on average but wait in bursts are `prefetch_starved`'s;
+/// workers on a CPU or in block IO are `decode_bound`'s and
+/// `disk_bound`'s.
+fn latency_bound(f: &Facts) -> Option<Finding> {
+    let m = f.model?;
+    let p = f.anatomy.phase(Phase::WorkerSleep)?;
+    let leads = batch_waits(f).first().map(|w| w.phase) == Some(Phase::WorkerSleep);
+    if m.workers == 0 || p.share < MIN_SHARE || !leads {
+        return None;
+    }
+    let w = &f.anatomy.workers;
+    let making = w.making_ns().max(1) as f64;
+    let waiting = w.sleep_ns as f64 / making;
+    let rest = m.serial_ms.max(m.cpu_bound_ms());
+    let batch = m.batch_for(m.workers);
+    let supply = batch / m.workers as f64;
+    // Most of a batch's making spent waiting, workers short of the pace
+    // the rest of the step allows, and cores to spare.
+    if waiting < 0.5 || supply <= rest || m.cores_full(steady_step_ms(f, &m)) {
+        return None;
+    }
+    let (to, predicted) = m.enough_workers();
+    if to <= m.workers || predicted >= m.step_ms {
+        return None;
+    }
+    let mut evidence = vec![
+        phase_share_text(f, p),
+        format!(
+            "a worker makes a batch in {:.1} ms, {:.0}% of it blocked neither on a CPU nor on the \
+             disk; {} workers deliver one every {supply:.1} ms, where the trainer's own step \
+             ({:.1} ms) and the cores ({:.1} ms a step for the job's CPU work) allow one every \
+             {rest:.1} ms",
+            batch,
+            100.0 * waiting,
+            m.workers,
+            m.serial_ms,
+            m.cpu_bound_ms()
+        ),
+        prediction_text(&m, predicted),
+    ];
+    evidence.extend(gpu_text(p));
+    let what = p
+        .top
+        .first()
+        .map_or("the workers' waits", |(l, _)| l.as_str());
+    Some(Finding {
+        id: FindingId::LatencyBound,
+        title: format!(
+            "Workers wait while making batches ({what}) and fall behind: {:.0}% of each step waits on them",
+            100.0 * p.share
+        ),
+        severity: severity(p.share),
+        explains_frac: p.share,
+        evidence,
+        fix: format!(
+            "Raise num_workers to {to} (from {}): a waiting worker costs next to no CPU, so more \
+             of them overlap more of the waits. Or make {what} wait less (a local cache, larger \
+             or concurrent requests).",
+            m.workers
+        ),
+        changes: vec![Change::count("num_workers", Some(m.workers), to)],
+        expect: format!(
+            "The trainer's waits for batches shrink; a step takes about {predicted:.0} ms."
+        ),
+        phase: Some(Phase::WorkerSleep),
+        step_ms: Some(m.step_ms),
+        predicted_step_ms: Some(predicted),
+        see: Some("tprof flamegraph REC --kind wall --phase steady --role data_worker".into()),
     })
 }
 

@@ -600,11 +600,31 @@ fn thread_oversubscription_table() {
                 }),
                 Some(0.5 * (LEADING + NEAR)),
             ),
+            // The base job wants 4.0 CPUs on 2 cores: starved, it is named
+            // by its demand when the blame falls short.
             case(
-                "futex + runnable blame just under LEADING",
+                "blame just under LEADING, the job wanting 2 CPUs per core",
                 base().with(|s| {
                     s.steps.blame.futex = LEADING / 2.0 - NEAR;
                     s.steps.blame.runnable = LEADING / 2.0;
+                }),
+                Some(0.5 * (LEADING - NEAR)),
+            ),
+            case(
+                "blame just under LEADING, the job wanting OVERSUBSCRIBED CPUs per core",
+                base().with(|s| {
+                    s.steps.blame.futex = LEADING / 2.0 - NEAR;
+                    s.steps.blame.runnable = LEADING / 2.0;
+                    s.job_runnable = 2.0 * OVERSUBSCRIBED - 1.0;
+                }),
+                Some(0.5 * (LEADING - NEAR)),
+            ),
+            case(
+                "blame just under LEADING, the job wanting just under OVERSUBSCRIBED",
+                base().with(|s| {
+                    s.steps.blame.futex = LEADING / 2.0 - NEAR;
+                    s.steps.blame.runnable = LEADING / 2.0;
+                    s.job_runnable = 2.0 * OVERSUBSCRIBED - 1.0 - NEAR;
                 }),
                 None,
             ),

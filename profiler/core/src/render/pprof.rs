@@ -141,30 +141,33 @@ pub fn profile(
             location_id.extend(shown.iter().rev().map(|&f| b.location(f)));
         }
         let thread = flame::thread_name(model, sample);
-        let key = crate::model::ThreadKey {
+        let who = Whose {
+            pid: sample.pid,
             tid: sample.tid,
-            start_ns: sample.thread_ns,
+            thread_ns: sample.thread_ns,
+            thread: &thread,
         };
-        let role = role_label(if sample.thread_ns == 0 {
-            roles.of(sample.tid)
-        } else {
-            roles.of_key(key)
-        });
-        let process = flame::process_role(model, sample.pid, sample.thread_ns);
-        let mut label = vec![
-            b.num_label("pid", sample.pid.into()),
-            b.num_label("tid", sample.tid.into()),
-            b.str_label("thread", &thread),
-            b.str_label("process", &process),
-            b.str_label("role", role),
-            b.str_label("node", &node),
-        ];
-        if let Some(rank) = rank {
-            label.push(b.num_label("rank", rank.into()));
-        }
+        let label = b.labels(model, roles, &who, &node, rank);
         b.profile.sample.push(pb::Sample {
             location_id,
             value,
+            label,
+        });
+    }
+    // A wall profile sums to each thread's time in the selection, its
+    // on-CPU time that no sample caught included, as the folded stacks do.
+    for (t, ns) in weigher.unsampled(model, filter) {
+        let who = Whose {
+            pid: t.pid,
+            tid: t.tid,
+            thread_ns: t.start_ns,
+            thread: &t.comm,
+        };
+        let label = b.labels(model, roles, &who, &node, rank);
+        let location_id = vec![b.marker(flame::UNSAMPLED)];
+        b.profile.sample.push(pb::Sample {
+            location_id,
+            value: vec![i64::try_from(ns).unwrap_or(i64::MAX)],
             label,
         });
     }
@@ -176,6 +179,15 @@ pub fn profile(
     let comment = b.string(title);
     b.profile.comment = vec![comment];
     Some(b.profile)
+}
+
+/// The thread a sample is of.
+struct Whose<'a> {
+    pid: u32,
+    tid: u32,
+    /// Its start (0 in formats 2 and 3, which kept none).
+    thread_ns: u64,
+    thread: &'a str,
 }
 
 /// The tables of a profile being built: strings, functions, locations and
@@ -240,6 +252,39 @@ impl<'a> Builder<'a> {
             num: value,
             ..Default::default()
         }
+    }
+
+    /// Whose a sample is: pid, tid, thread, process, role, node, rank.
+    fn labels(
+        &mut self,
+        model: &Model,
+        roles: &Roles,
+        who: &Whose,
+        node: &str,
+        rank: Option<u32>,
+    ) -> Vec<pb::Label> {
+        let key = crate::model::ThreadKey {
+            tid: who.tid,
+            start_ns: who.thread_ns,
+        };
+        let role = role_label(if who.thread_ns == 0 {
+            roles.of(who.tid)
+        } else {
+            roles.of_key(key)
+        });
+        let process = flame::process_role(model, who.pid, who.thread_ns);
+        let mut label = vec![
+            self.num_label("pid", who.pid.into()),
+            self.num_label("tid", who.tid.into()),
+            self.str_label("thread", who.thread),
+            self.str_label("process", &process),
+            self.str_label("role", role),
+            self.str_label("node", node),
+        ];
+        if let Some(rank) = rank {
+            label.push(self.num_label("rank", rank.into()));
+        }
+        label
     }
 
     fn function(&mut self, name: &str, module: &str) -> u64 {

@@ -207,12 +207,12 @@ pub fn fold(model: &Model, kind: FlameKind, filter: &Filter) -> Vec<(String, u64
         *sum = sum.saturating_add(weight);
     }
     for (t, ns) in weigher.unsampled(model, filter) {
-        let line = [process_role(model, t.pid, t.start_ns), t.comm.clone()]
-            .iter()
-            .map(|p| sanitize(p))
-            .chain([UNSAMPLED.to_string()])
-            .collect::<Vec<_>>()
-            .join(";");
+        let parts = [
+            process_role(model, t.pid, t.start_ns),
+            t.comm.clone(),
+            UNSAMPLED.to_string(),
+        ];
+        let line = join_line(&parts);
         let sum = sums.entry(line).or_default();
         *sum = sum.saturating_add(ns);
     }
@@ -385,6 +385,11 @@ fn stack_line(
     if let Some(reason) = reason_label(sample.kind) {
         parts.push(reason.to_string());
     }
+    join_line(&parts)
+}
+
+/// A folded line's frames, each made safe for the format, root first.
+fn join_line(parts: &[String]) -> String {
     parts
         .iter()
         .map(|p| sanitize(p))

@@ -285,15 +285,7 @@ fn prefetch_starved(f: &Facts) -> Option<Finding> {
     }
     let total: u64 = steps.iter().map(|s| s.total()).sum();
     let started_ns: u64 = started.iter().map(|s| s.total()).sum();
-    let mut waits: Vec<u64> = steps
-        .iter()
-        .map(|s| {
-            s.nonzero()
-                .filter(|(p, _)| p.is_batch_wait())
-                .map(|(_, ns)| ns)
-                .sum()
-        })
-        .collect();
+    let mut waits = steady_batch_waits(f);
     let waited: u64 = waits.iter().sum();
     let wait_share = waited as f64 / total.max(1) as f64;
     // Ranked against the other findings by its share of all the steps'

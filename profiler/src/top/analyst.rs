@@ -283,11 +283,7 @@ impl Analyst {
             Some(view) if end < self.window_due_ns => view,
             _ => self.analyse_window(end),
         };
-        let ran_ns = self
-            .window
-            .started_ns()
-            .map_or(0, |s| end.saturating_sub(s));
-        let window_full = ran_ns >= window_ns;
+        let window_full = self.ran_ns(end) >= window_ns;
         let recent_ns = recent_ns(self.settings.interval, window_full, &view);
         let model = self
             .window
@@ -301,6 +297,13 @@ impl Analyst {
         frame.recording = self.tee.as_ref().map(|t| t.path().display().to_string());
         frame.analysis_cpu_s = thread_cpu_s() - began;
         frame
+    }
+
+    /// How long capture has run by `end_ns` (0 before its first event).
+    fn ran_ns(&self, end_ns: u64) -> u64 {
+        self.window
+            .started_ns()
+            .map_or(0, |s| end_ns.saturating_sub(s))
     }
 
     /// The whole analysis of the window that ends at `end_ns`: of the last
@@ -329,11 +332,7 @@ impl Analyst {
         if model.events > 0 {
             self.window_cost_per_event = Some(spent.max(0.0) / model.events as f64);
         }
-        let ran_ns = self
-            .window
-            .started_ns()
-            .map_or(0, |s| end_ns.saturating_sub(s));
-        let every = Duration::from_nanos(ran_ns).clamp(self.settings.interval, window);
+        let every = Duration::from_nanos(self.ran_ns(end_ns)).clamp(self.settings.interval, window);
         self.window_due_ns = end_ns + every.as_nanos() as u64;
         WindowView::of(&model, summary)
     }

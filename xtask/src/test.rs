@@ -9,6 +9,15 @@
 //! the fuzzer for `--fuzz-seconds` (60 by default; 0 skips it; a crash
 //! fails the run), then the integration tests one at a time with
 //! `TPROF_BIN` and `TPROF_JOB_PYTHON` set.
+//!
+//! The integration tests write recordings, data files under target/ and a
+//! 256 MiB file under /var/tmp for real disk reads; on a machine whose
+//! disk is shared and nearly full, each such test used to fail with its
+//! own `dd failed` or a cut recording. The free space is checked before
+//! them (a clear error below `NEEDED_FREE`) and printed again after a
+//! failure, so a full disk reads as one.
+
+use std::path::Path;
 
 use anyhow::{Result, bail};
 
@@ -71,10 +80,94 @@ fn tests(job_python: &std::path::Path, fuzz_seconds: u64) -> Result<()> {
     if fuzz_seconds > 0 {
         fuzz::fuzz(fuzz_seconds, fuzz::RSS_LIMIT_MB)?;
     }
-    run_cmd(
+    let target = cmd::root().join("target");
+    check_free_space(&target)?;
+    let result = run_cmd(
         cargo()
             .args(["test", "-p", "tprof-tests", "--", "--test-threads=1"])
             .env("TPROF_BIN", &tprof)
             .env("TPROF_JOB_PYTHON", job_python),
-    )
+    );
+    if result.is_err() {
+        for dir in [target.as_path(), Path::new(SCRATCH)] {
+            if let Some(free) = free_bytes(dir) {
+                eprintln!(
+                    "after the failure: {} free under {}",
+                    mib(free),
+                    dir.display()
+                );
+            }
+        }
+    }
+    result
+}
+
+/// What the integration tests write at once at most: the 256 MiB file of
+/// the disk-bound zoo test (kept between runs), a 96 MiB data file and the
+/// recordings being written and read beside them, with room to spare.
+const NEEDED_FREE: u64 = 1 << 30;
+
+/// Where the zoo's disk-bound test keeps its file (tests/workloads/train_job.py
+/// `--disk-file`): off tmpfs, so its reads reach a disk.
+const SCRATCH: &str = "/var/tmp";
+
+/// Fails with the figures when target/ or /var/tmp has less than
+/// `NEEDED_FREE`, and says how much there is either way.
+fn check_free_space(target: &Path) -> Result<()> {
+    for dir in [target, Path::new(SCRATCH)] {
+        let Some(free) = free_bytes(dir) else {
+            continue;
+        };
+        println!("disk: {} free under {}", mib(free), dir.display());
+        if free < NEEDED_FREE {
+            bail!(
+                "only {} free under {} and the integration tests write up to {} at once: \
+                 free some space on that disk (target/ of other clones, old recordings) and rerun",
+                mib(free),
+                dir.display(),
+                mib(NEEDED_FREE)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Bytes an unprivileged writer may still use on the file system holding
+/// `dir` (statvfs's f_bavail), or None when it cannot be read.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated string and `stat` a live struct
+    // for statvfs to fill; neither is kept past the call.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &raw mut stat) };
+    (rc == 0).then(|| stat.f_bavail * stat.f_frsize)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{} MiB", bytes >> 20)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_space_is_read_and_a_missing_directory_is_none() {
+        let here = free_bytes(Path::new(env!("CARGO_MANIFEST_DIR"))).expect("statvfs of xtask/");
+        let df = cmd::probe(std::process::Command::new("df").args([
+            "-B1",
+            "--output=avail",
+            env!("CARGO_MANIFEST_DIR"),
+        ]))
+        .expect("df");
+        let df: u64 = df.lines().nth(1).unwrap().trim().parse().unwrap();
+        // Other writers may move it between the two reads.
+        assert!(
+            here.abs_diff(df) < 256 << 20,
+            "statvfs {here} against df {df}"
+        );
+        assert_eq!(free_bytes(Path::new("/no/such/dir")), None);
+    }
 }

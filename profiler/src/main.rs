@@ -40,6 +40,16 @@ mod merge;
 mod top;
 
 fn main() -> ExitCode {
+    // The helper that finishes detaching after tprof exits
+    // (capture::release), started by tprof itself, not by users: kept out
+    // of the command line's subcommands and help.
+    let args: Vec<_> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(capture::RELEASE_SUBCOMMAND) {
+        let fds: Vec<i32> = args[2..].iter().filter_map(|a| a.parse().ok()).collect();
+        capture::release(&fds);
+        return ExitCode::SUCCESS;
+    }
+    capture::serve_release();
     let cli = cli::Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,7 +3,10 @@
 //! then the recording so far still reads, as cut short). While tprof records, the tests note the programs
 //! it holds (all named `tprof_*`), and check afterwards that none of them
 //! is still loaded. Going by program id rather than by name keeps the tests
-//! right while another tprof runs on the machine.
+//! right while another tprof runs on the machine. The kernel's last part
+//! of detaching runs in tprof's release helper, after tprof has exited
+//! (`the_kernels_release_is_left_to_a_helper`): the programs are gone a
+//! moment later.
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
@@ -29,6 +32,74 @@ fn no_programs_left_after_exit() {
     );
     assert_unloaded(&ours);
     assert_readable(&recording);
+}
+
+/// tprof leaves the kernel's part of detaching (a grace period per link,
+/// seconds on a busy machine) to its release helper and exits without
+/// waiting for it. Held here for 5 s by `TPROF_RELEASE_HOLD_MS`, the helper
+/// (`tprof __release-links`, in a process group of its own) still holds
+/// the links when tprof has exited, then lets them go, and ends.
+#[test]
+fn the_kernels_release_is_left_to_a_helper() {
+    require_root();
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let recording = dir.path().join("recording.tprof");
+    let sleeper = build_workload("sleeper");
+    let quiet = ["--no-report", "--no-flamegraphs", "--no-timeline"];
+    let mut command = record_command(&recording, &quiet, &[sleeper.to_str().unwrap(), "1"]);
+    command.env("TPROF_RELEASE_HOLD_MS", "5000");
+    let mut tprof = Running::spawn(&mut command);
+    tprof.wait_for_stderr("recording", Duration::from_secs(30));
+    let ours = programs_of(&tprof);
+    let finished = tprof.wait(Duration::from_secs(30));
+    assert!(finished.status.success(), "{finished:#?}");
+    let helpers = release_helpers();
+    let held: Vec<u32> = helpers
+        .iter()
+        .flat_map(|&pid| bpf_program_ids_held_by(pid))
+        .filter(|id| ours.contains(id))
+        .collect();
+    assert!(
+        !held.is_empty(),
+        "tprof exited and no release helper holds its programs (helpers {helpers:?}): {finished:#?}"
+    );
+    for &helper in &helpers {
+        assert_eq!(
+            tprof_tests::pgid(helper),
+            Some(helper),
+            "the helper leads its own group"
+        );
+    }
+    assert_unloaded(&ours);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while helpers
+        .iter()
+        .any(|&pid| Path::new(&format!("/proc/{pid}")).exists())
+        && Instant::now() < deadline
+    {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let left: Vec<i32> = release_helpers()
+        .into_iter()
+        .filter(|p| helpers.contains(p))
+        .collect();
+    assert!(left.is_empty(), "release helpers still running: {left:?}");
+    assert_readable(&recording);
+}
+
+/// Running `tprof __release-links` processes (which init reaps).
+fn release_helpers() -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).nth(1) == Some(b"__release-links"))
+        })
+        .collect()
 }
 
 #[test]

@@ -83,7 +83,7 @@ use live::{Feed, LiveSink};
 pub use options::{
     CaptureOptions, CaptureOutcome, Destination, RecordOptions, RecordOutcome, StopReason,
 };
-pub use programs::MapLimits;
+pub use programs::{MapLimits, RELEASE_SUBCOMMAND, release, serve_release};
 use session::Session;
 use signals::Signals;
 pub use signals::{StopReceiver, StopRequests};

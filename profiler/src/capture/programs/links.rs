@@ -15,9 +15,13 @@
 //! Destroying the perf events behind the links cannot be hurried: the
 //! kernel does it one event at a time (`perf_trace_destroy` holds
 //! `event_mutex` across another grace period), which is why the threads
-//! are joined only once the recording is written.
+//! are joined only once the recording is written; or, where tprof can
+//! start its helper, not at all: [`super::release`] hands the links to a
+//! process that does the kernel's part after tprof has exited.
 
 use std::thread::JoinHandle;
+
+use super::release;
 
 /// Every attachment the programs made; detached on [`Links::detach_all`]
 /// or when dropped, which also waits for the kernel to finish.
@@ -34,9 +38,14 @@ impl Links {
         self.held.push(Box::new(link));
     }
 
-    /// Detaches every link kept so far, each on a thread of its own, and
-    /// returns without waiting for them.
+    /// Detaches every link kept so far, without waiting for the kernel:
+    /// handed to the release helper when it starts (dropping them here is
+    /// then immediate), else each on a thread of its own.
     pub(super) fn detach_all(&mut self) {
+        if !self.held.is_empty() && release::hand_off() {
+            self.held.clear();
+            return;
+        }
         for link in self.held.drain(..) {
             // When no thread can be had, the refused closure is dropped
             // at once, and the link with it: detached here instead.

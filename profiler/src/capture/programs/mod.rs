@@ -6,7 +6,8 @@
 //! the last fd).
 //!
 //! [`attach`] says which program attaches where, [`stacks`] reads the
-//! stack map, [`info`] what aya does not expose about a program.
+//! stack map, [`info`] what aya does not expose about a program,
+//! [`release`] hands the kernel's part of detaching to a helper process.
 //!
 //! Loading, in named steps: `sched_offsets` picks the raw or classic
 //! scheduler programs (raw where the kernel's BTF gives the `task_struct`
@@ -26,10 +27,12 @@ mod in_flight;
 mod info;
 mod links;
 mod object;
+mod release;
 mod stacks;
 
 pub(super) use attach::CudaProbes;
 pub(super) use in_flight::Expired;
 pub(super) use object::KernelPrograms;
 pub use object::MapLimits;
+pub use release::{SUBCOMMAND as RELEASE_SUBCOMMAND, release, serve_release};
 pub(super) use stacks::StackSource;

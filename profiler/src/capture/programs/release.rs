@@ -15,12 +15,16 @@
 //! reference to a link. So [`hand_off`] starts `tprof __release-links FD…`
 //! (this binary, in a process group of its own, stdio on /dev/null) with
 //! every link and perf event tprof holds inherited, after which tprof's own
-//! closes only drop references and are immediate. The helper closes each
-//! on a thread of its own (the program detaches, and waits that overlap
-//! share a grace period, as when tprof did it) and exits when the kernel
-//! is done. The job is released as soon as before; tprof no longer waits
-//! for the kernel. Nothing is handed off when the helper cannot start:
-//! the caller then detaches in-process and waits, as before.
+//! closes only drop references and are immediate. The helper closes every
+//! other descriptor it inherited (a pipe some caller reads to its end),
+//! then each link on a thread of its own (the program detaches, and waits
+//! that overlap share a grace period, as when tprof did it), and exits
+//! when the kernel is done. The job is released as soon as before; tprof
+//! no longer waits for the kernel (on the paced job, 30–39 ms from the
+//! recording's end to exit, against 0.7 s, and 10 s in 2 runs of 10,
+//! before: docs/benchmarks.md). Nothing is handed off when the helper
+//! cannot start: the caller then detaches in-process and waits, as
+//! before.
 
 use std::{
     fs,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tprof_tests::{
     Running, assert_programs_unloaded, bpf_program_ids_held_by, bpf_programs, build_workload,
-    group_members, record_command, report_json, require_root,
+    group_members, record_command, release_helpers, report_json, require_root,
 };
 
 #[test]
@@ -85,21 +85,6 @@ fn the_kernels_release_is_left_to_a_helper() {
         .collect();
     assert!(left.is_empty(), "release helpers still running: {left:?}");
     assert_readable(&recording);
-}
-
-/// Running `tprof __release-links` processes (which init reaps).
-fn release_helpers() -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.split(|&b| b == 0).nth(1) == Some(b"__release-links"))
-        })
-        .collect()
 }
 
 #[test]

@@ -4,12 +4,14 @@
 
 use std::path::PathBuf;
 
+use crate::tprof::wait_for_release_helpers;
 use crate::workload::{build_shared_lib, workspace_root};
 
 /// Builds tests/fake_cudart/fake_cudart.c (once) as
 /// target/fake_cudart/libcudart-fake.so: a name tprof takes for a CUDA
 /// runtime, as it would libcudart.so.12.
 pub fn fake_cudart() -> PathBuf {
+    wait_for_release_helpers();
     let source = workspace_root().join("tests/fake_cudart/fake_cudart.c");
     build_shared_lib(&source, "fake_cudart", "libcudart-fake", &[])
 }
@@ -17,6 +19,7 @@ pub fn fake_cudart() -> PathBuf {
 /// The real libcudart.so.12 of the nvidia-cuda-runtime-cu12 wheel, as
 /// `cargo xtask setup` installs it (xtask/src/setup.rs).
 pub fn real_cudart() -> PathBuf {
+    wait_for_release_helpers();
     let path =
         workspace_root().join("target/cuda-runtime/site/nvidia/cuda_runtime/lib/libcudart.so.12");
     assert!(

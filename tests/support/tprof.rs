@@ -15,8 +15,14 @@ use crate::workload::{build_workload, read_truth_file, workspace_root};
 /// Far beyond any test workload's run time; only a hung tprof reaches it.
 const RECORD_TIMEOUT: Duration = Duration::from_mins(2);
 
-/// `$TPROF_BIN` (set by `cargo xtask test`), else target/debug/tprof.
+/// `$TPROF_BIN` (set by `cargo xtask test`), else target/debug/tprof;
+/// returned once the release helpers of earlier runs have exited: each
+/// holds its tprof's links (uprobes included: a probed function keeps its
+/// breakpoint) until the kernel has detached them, and a test's ground
+/// truth must be its own tprof's doing (`cuda_copies` waits for the
+/// breakpoints its tprof sets).
 pub fn tprof_bin() -> PathBuf {
+    wait_for_release_helpers();
     let path = std::env::var_os("TPROF_BIN").map_or_else(
         || workspace_root().join("target/debug/tprof"),
         PathBuf::from,
@@ -40,6 +46,44 @@ pub fn require_root() {
 
 pub fn tprof() -> Command {
     Command::new(tprof_bin())
+}
+
+/// How long an earlier tprof's release helper may take: the kernel's grace
+/// periods, seconds on a busy machine.
+const HELPER_GRACE: Duration = Duration::from_secs(30);
+
+/// Waits until no `tprof __release-links` runs. Called before a test's
+/// job loads a library that tprof probes, too (`fake_cudart`,
+/// `real_cudart`): a job that waits for its functions' breakpoints must
+/// not find an earlier tprof's still there.
+pub(crate) fn wait_for_release_helpers() {
+    let deadline = std::time::Instant::now() + HELPER_GRACE;
+    loop {
+        let left = release_helpers();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "release helpers of an earlier tprof still run after {HELPER_GRACE:?}: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Running `tprof __release-links` processes (which init reaps).
+pub fn release_helpers() -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).nth(1) == Some(b"__release-links"))
+        })
+        .collect()
 }
 
 /// `tprof record -o OUT [EXTRA...] -- CMD...` (no `--` when CMD is empty,

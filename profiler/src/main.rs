@@ -43,9 +43,16 @@ fn main() -> ExitCode {
     // The helper that finishes detaching after tprof exits
     // (capture::release), started by tprof itself, not by users: kept out
     // of the command line's subcommands and help.
-    let args: Vec<_> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some(capture::RELEASE_SUBCOMMAND) {
-        let fds: Vec<i32> = args[2..].iter().filter_map(|a| a.parse().ok()).collect();
+    // Read as OsStrings: any argument may be a path that is not UTF-8.
+    let args: Vec<_> = std::env::args_os().collect();
+    if args
+        .get(1)
+        .is_some_and(|a| a == capture::RELEASE_SUBCOMMAND)
+    {
+        let fds: Vec<i32> = args[2..]
+            .iter()
+            .filter_map(|a| a.to_str()?.parse().ok())
+            .collect();
         capture::release(&fds);
         return ExitCode::SUCCESS;
     }

@@ -46,6 +46,23 @@ fn kernel_thread() {
     assert!(!recording.exists(), "a refused target left a file");
 }
 
+/// A path that is not UTF-8 (Linux allows any bytes but `/` and NUL) is
+/// an argument like any other: a missing file, one clean error line.
+#[test]
+fn a_path_that_is_not_utf8_is_no_panic() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let path = dir
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"run-\xff.tprof"));
+    let out = tprof()
+        .arg("report")
+        .arg(&path)
+        .output()
+        .expect("run tprof report");
+    assert_clean_error(&out);
+}
+
 /// `-p` with tprof's own pid: a shell execs tprof with its own `$$`.
 #[test]
 fn tprof_itself() {

@@ -207,13 +207,15 @@ fn full_block_maps_are_counted() {
 /// Requests and bios in flight longer than `--expire-in-flight-after` are
 /// dropped and counted. With a 1 ms age, O_DIRECT reads of 8 MiB (each in
 /// flight for milliseconds) kept up for several of capture's once-a-second
-/// checks leave some behind.
+/// checks leave some behind. Kept up for 4 s, not a number of passes: on
+/// a fast disk six passes over 64 MiB took 0.22 s, before the first
+/// check (a clean-clone run failed so).
 #[test]
 fn expired_requests_are_counted() {
     require_root();
     let file = data_file(64);
-    // Six passes over 64 MiB: a few seconds of reads on this disk.
-    let args = [file.path_str(), "8192", "0", "0", "6"];
+    // Pass after pass over 64 MiB for 4 s.
+    let args = [file.path_str(), "8192", "0", "0", "4s"];
     let traced = trace_workload_with("direct_reader", &["--expire-in-flight-after", "1ms"], &args);
     let lost = &report_json(&traced.recording)["lost"];
     assert!(

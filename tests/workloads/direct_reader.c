@@ -9,7 +9,9 @@
  * usage: direct_reader FILE CHUNK_KIB [DELAY_S [TAIL_S [PASSES]]]
  * DELAY_S idles before the first read so a recording window can open;
  * TAIL_S idles after the last one, so the IO sits inside a fixed window;
- * PASSES reads the file that many times (O_DIRECT: each pass hits the disk).
+ * PASSES reads the file that many times (O_DIRECT: each pass hits the disk);
+ * written as SECONDS followed by "s" ("3s"), it reads pass after pass until
+ * that long has passed, however fast the disk.
  */
 #include "truth.h"
 
@@ -52,6 +54,11 @@ int main(int argc, char **argv)
 	unsigned long long before = proc_read_bytes(), bytes = 0;
 	double in_read = 0, on_cpu_in_read = 0, blocked_in_read = 0;
 	int passes = argc > 5 ? atoi(argv[5]) : 1;
+	double until = 0;
+	if (argc > 5 && argv[5][0] && argv[5][strlen(argv[5]) - 1] == 's') {
+		passes = 0;
+		until = now_s() + atof(argv[5]);
+	}
 	for (off_t off = 0, pass = 0;; off += (off_t)chunk) {
 		struct schedstat s0 = read_schedstat();
 		double t0 = now_s();
@@ -68,7 +75,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		if (n == 0) {
-			if (++pass >= passes)
+			++pass;
+			if (until > 0 ? now_s() >= until : pass >= passes)
 				break;
 			off = -(off_t)chunk;
 			continue;

@@ -103,7 +103,7 @@ pub fn release(fds: &[RawFd]) {
     let closes: Vec<_> = fds
         .iter()
         .copied()
-        .filter(|&fd| kind(fd).is_some_and(|k| KINDS.contains(&k.as_str())))
+        .filter(|&fd| is_handed_over(fd))
         .filter_map(|fd| {
             // SAFETY: the descriptor was inherited open for this process
             // to close (checked to be a link or perf event above), and
@@ -121,13 +121,7 @@ pub fn release(fds: &[RawFd]) {
 /// have left it others (a pipe whose reader waits for its end), which the
 /// helper must not hold past tprof's exit.
 fn close_others(keep: &[RawFd]) {
-    let Ok(dir) = fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    let open: Vec<RawFd> = dir
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    for fd in open {
+    for fd in open_fds() {
         if fd > 2 && !keep.contains(&fd) {
             // SAFETY: closing a descriptor nothing in this process uses
             // (the directory's own is gone by now: close fails with EBADF).
@@ -136,23 +130,32 @@ fn close_others(keep: &[RawFd]) {
     }
 }
 
-/// The link and perf event descriptors this process holds.
+/// The link and perf event descriptors this process holds. Found in
+/// /proc/self/fd rather than asked of the links: aya keeps a link's
+/// descriptor to itself.
 fn held() -> Vec<RawFd> {
-    let Ok(dir) = fs::read_dir("/proc/self/fd") else {
-        return Vec::new();
-    };
-    let mut fds: Vec<RawFd> = dir
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|&fd| kind(fd).is_some_and(|k| KINDS.contains(&k.as_str())))
+    let mut fds: Vec<RawFd> = open_fds()
+        .into_iter()
+        .filter(|&fd| is_handed_over(fd))
         .collect();
     fds.sort_unstable();
     fds
 }
 
-/// What descriptor `fd` of this process is, as /proc/self/fd names it.
-fn kind(fd: RawFd) -> Option<String> {
-    let target = fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
-    target.into_os_string().into_string().ok()
+/// Every descriptor this process has open (read whole before returning,
+/// so the directory's own is closed by then).
+fn open_fds() -> Vec<RawFd> {
+    let Ok(dir) = fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Whether `fd` is of a kind [`KINDS`] names, as /proc/self/fd shows it.
+fn is_handed_over(fd: RawFd) -> bool {
+    fs::read_link(format!("/proc/self/fd/{fd}"))
+        .is_ok_and(|target| KINDS.iter().any(|k| target.as_os_str() == *k))
 }
 
 fn set_cloexec(fd: RawFd, on: bool) {

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use tprof_tests::{
     Running, assert_programs_unloaded, bpf_program_ids_held_by, bpf_programs, build_workload,
     group_members, record_command, release_helpers, report_json, require_root,
+    wait_for_release_helpers,
 };
 
 #[test]
@@ -71,19 +72,7 @@ fn the_kernels_release_is_left_to_a_helper() {
         );
     }
     assert_unloaded(&ours);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while helpers
-        .iter()
-        .any(|&pid| Path::new(&format!("/proc/{pid}")).exists())
-        && Instant::now() < deadline
-    {
-        thread::sleep(Duration::from_millis(20));
-    }
-    let left: Vec<i32> = release_helpers()
-        .into_iter()
-        .filter(|p| helpers.contains(p))
-        .collect();
-    assert!(left.is_empty(), "release helpers still running: {left:?}");
+    wait_for_release_helpers();
     assert_readable(&recording);
 }
 

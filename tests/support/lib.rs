@@ -41,7 +41,7 @@ pub use top::{HANGUP_GRACE, SchedSampler, Tmux, alive_as, monotonic_ns, start_ti
 pub use tprof::{
     Traced, assert_programs_unloaded, bpf_program_ids_held_by, bpf_programs, flamegraph_folded,
     record_cmd, record_command, release_helpers, report_json, require_root, tprof, tprof_bin,
-    trace_workload, trace_workload_env, trace_workload_with,
+    trace_workload, trace_workload_env, trace_workload_with, wait_for_release_helpers,
 };
 pub use workload::{
     DataFile, LoopDevice, build_shared_lib, build_workload, data_file, parse_json_lines,

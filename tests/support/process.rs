@@ -219,14 +219,42 @@ fn children(pid: i32) -> Vec<i32> {
         .collect()
 }
 
-/// The live (not zombie) processes of process group `pgid`.
-pub fn group_members(pgid: i32) -> Vec<i32> {
+/// Every process's pid, as /proc lists them now.
+pub(crate) fn pids() -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .collect()
+}
+
+/// Polls `left` until it returns nothing, and panics with `what` and what
+/// is left once `grace` has passed.
+pub(crate) fn wait_until_none<T: std::fmt::Debug>(
+    grace: Duration,
+    what: &str,
+    mut left: impl FnMut() -> Vec<T>,
+) {
+    let deadline = Instant::now() + grace;
+    loop {
+        let now_left = left();
+        if now_left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} after {grace:?}: {now_left:?}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The live (not zombie) processes of process group `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    pids()
+        .into_iter()
         .filter(|&pid| {
             let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
                 return false;

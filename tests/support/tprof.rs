@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tempfile::TempDir;
 
-use crate::process::{Finished, Running};
+use crate::process::{Finished, Running, pids, wait_until_none};
 use crate::report::Report;
 use crate::workload::{build_workload, read_truth_file, workspace_root};
 
@@ -56,29 +56,14 @@ const HELPER_GRACE: Duration = Duration::from_secs(30);
 /// job loads a library that tprof probes, too (`fake_cudart`,
 /// `real_cudart`): a job that waits for its functions' breakpoints must
 /// not find an earlier tprof's still there.
-pub(crate) fn wait_for_release_helpers() {
-    let deadline = std::time::Instant::now() + HELPER_GRACE;
-    loop {
-        let left = release_helpers();
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "release helpers of an earlier tprof still run after {HELPER_GRACE:?}: {left:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+pub fn wait_for_release_helpers() {
+    wait_until_none(HELPER_GRACE, "release helpers still run", release_helpers);
 }
 
 /// Running `tprof __release-links` processes (which init reaps).
 pub fn release_helpers() -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    pids()
+        .into_iter()
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline"))
                 .is_ok_and(|c| c.split(|&b| b == 0).nth(1) == Some(b"__release-links"))
@@ -241,21 +226,12 @@ const UNLOAD_GRACE: Duration = Duration::from_secs(10);
 
 /// Panics unless every program in `ids` is unloaded (within a short grace).
 pub fn assert_programs_unloaded(ids: &[u32]) {
-    let deadline = std::time::Instant::now() + UNLOAD_GRACE;
-    loop {
-        let left: Vec<(u32, String)> = bpf_programs()
+    wait_until_none(UNLOAD_GRACE, "BPF programs left loaded", || {
+        bpf_programs()
             .into_iter()
             .filter(|(id, _)| ids.contains(id))
-            .collect();
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "BPF programs left loaded: {left:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+            .collect()
+    });
 }
 
 /// Ids of the BPF programs process `pid` holds through program or link

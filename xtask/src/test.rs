@@ -89,7 +89,7 @@ fn tests(job_python: &std::path::Path, fuzz_seconds: u64) -> Result<()> {
             .env("TPROF_JOB_PYTHON", job_python),
     );
     if result.is_err() {
-        for dir in [target.as_path(), Path::new(SCRATCH)] {
+        for dir in written_dirs(&target) {
             if let Some(free) = free_bytes(dir) {
                 eprintln!(
                     "after the failure: {} free under {}",
@@ -111,10 +111,15 @@ const NEEDED_FREE: u64 = 1 << 30;
 /// `--disk-file`): off tmpfs, so its reads reach a disk.
 const SCRATCH: &str = "/var/tmp";
 
+/// Where the integration tests write.
+fn written_dirs(target: &Path) -> [&Path; 2] {
+    [target, Path::new(SCRATCH)]
+}
+
 /// Fails with the figures when target/ or /var/tmp has less than
 /// `NEEDED_FREE`, and says how much there is either way.
 fn check_free_space(target: &Path) -> Result<()> {
-    for dir in [target, Path::new(SCRATCH)] {
+    for dir in written_dirs(target) {
         let Some(free) = free_bytes(dir) else {
             continue;
         };

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use tprof_core::recording::{FrameBatch, StackBatch};
 
+use super::clock::thread_cpu_ns;
 use super::drain::DrainBatch;
 use super::procfs::Mapping;
 use super::programs::StackSource;
@@ -94,8 +95,9 @@ impl Resolve {
                 events,
             };
         };
+        let cpu_before = thread_cpu_ns();
         events.rewrite(|event| stacks.rewrite(event) == Keep::Yes);
-        let (frames, stacks) = stacks.take_new();
+        let (frames, stacks) = stacks.take_new(cpu_before);
         Resolved {
             frames,
             stacks,

@@ -52,6 +52,7 @@ use tprof_core::recording::{
     stacks::markers::{NO_MAPPINGS, TRUNCATED},
 };
 
+use super::clock::thread_cpu_ns;
 use super::procfs::{self, Mapping};
 use super::programs::StackSource;
 use super::python::Interpreter;
@@ -80,6 +81,14 @@ pub(super) struct StackCounts {
     /// Events referring to a copy the stage never got (it came after the
     /// event, or not at all).
     pub unmatched: u64,
+    /// CPU time the resolve stage spent unwinding and interning the
+    /// events' stacks, in nanoseconds (`TPROF_STACK_COPY_STATS` prints it
+    /// per copy: the benches' measure of the stage's cost that does not
+    /// depend on how fast the job ran).
+    pub resolve_cpu_ns: u64,
+    /// CPU time it spent naming new frames (symbols, lines), nanoseconds:
+    /// most of it when a large library is first seen.
+    pub naming_cpu_ns: u64,
 }
 
 impl StackCounts {
@@ -104,6 +113,12 @@ pub(super) struct StackResolver {
     unwinder: Unwinder,
     /// Site → frame id.
     frames: HashMap<Site, u32>,
+    /// Frame id → site, for splicing Python frames into a copy's stack.
+    sites: Vec<Site>,
+    /// Per process, the frame id of each user address an unwind found:
+    /// most addresses recur in every copy, and looking one up here skips
+    /// finding its mapping and hashing its site (a path) to intern it.
+    memos: HashMap<u32, FrameMemo>,
     /// Sites interned since the last dictionary write, in id order.
     new_frames: Vec<Site>,
     /// Frame ids (outermost first) → stack id.
@@ -142,14 +157,26 @@ pub(super) struct StackResolver {
 }
 
 /// A copy of a thread's user stack, unwound: its sequence number, its
-/// sites (outermost first) for splicing Python frames into, and its stack
+/// frames (outermost first) for splicing Python frames into, and its stack
 /// without them.
 #[derive(Clone)]
 struct Copied {
     seq: u32,
-    sites: Rc<Vec<Site>>,
+    frames: Rc<Vec<u32>>,
     stack: StackId,
 }
+
+/// One process's user addresses already interned, valid while what its
+/// addresses resolve to stays the same ([`AddressSpaces::stamp`]).
+#[derive(Default)]
+struct FrameMemo {
+    stamp: u64,
+    frames: HashMap<u64, u32>,
+}
+
+/// Addresses one process's memo holds before it starts again (a process
+/// that runs ever new JIT code).
+const MEMO_LIMIT: usize = 1 << 16;
 
 /// How often one process's mappings may be re-read for an unknown address.
 const REREAD_EVERY: Duration = Duration::from_millis(20);
@@ -178,6 +205,8 @@ impl StackResolver {
             spaces: AddressSpaces::default(),
             unwinder: Unwinder::default(),
             frames: HashMap::new(),
+            sites: Vec::new(),
+            memos: HashMap::new(),
             new_frames: Vec::new(),
             stacks: HashMap::new(),
             new_stacks: Vec::new(),
@@ -258,6 +287,9 @@ impl StackResolver {
             kind::EXIT => {
                 if let Some(e) = read::<ExitEvent>(event) {
                     self.copies.remove(&e.tid);
+                    if e.group_dead != 0 {
+                        self.memos.remove(&e.tgid);
+                    }
                     self.python.exit(e.tid);
                 }
             }
@@ -271,7 +303,11 @@ impl StackResolver {
     /// take before the events that refer to them. A native frame without a
     /// symbol is named by the start of its function (from its file's CFI),
     /// so its samples add up under one name.
-    pub(super) fn take_new(&mut self) -> (Option<FrameBatch>, Option<StackBatch>) {
+    /// `cpu_since` is the thread's CPU time when the batch's resolving
+    /// began ([`StackCounts::resolve_cpu_ns`]).
+    pub(super) fn take_new(&mut self, cpu_since: u64) -> (Option<FrameBatch>, Option<StackBatch>) {
+        let naming_since = thread_cpu_ns();
+        self.counts.resolve_cpu_ns += naming_since.saturating_sub(cpu_since);
         let frames = (!self.new_frames.is_empty()).then(|| {
             let first = (self.frames.len() - self.new_frames.len()) as u32;
             let mut frames = self.namer.frames(&self.new_frames, &self.spaces);
@@ -290,6 +326,7 @@ impl StackResolver {
             let stacks = std::mem::take(&mut self.new_stacks);
             StackBatch { first, stacks }
         });
+        self.counts.naming_cpu_ns += thread_cpu_ns().saturating_sub(naming_since);
         if let Ok(mut shared) = self.shared.lock() {
             *shared = self.counts;
         }
@@ -329,7 +366,7 @@ impl StackResolver {
             return known;
         }
         let native = match copied {
-            Some(c) => Some(c.sites),
+            Some(c) => Some(Rc::new(self.sites_of(&c.frames))),
             None if walked => self.native_sites(tgid, reference),
             None => None,
         };
@@ -376,15 +413,19 @@ impl StackResolver {
             sp: regs.sp,
             bp: regs.bp,
         };
-        let mut unwound = self.unwinder.unwind(&self.spaces, head.tgid, regs, stack);
+        let tgid = head.tgid;
+        let mut memo = self.memo(tgid, None);
+        let mut unwound = self.unwind(&memo, tgid, regs, stack);
         // An address in no mapping we know: the process mapped something
         // since its last snapshot (dlopen, a JIT's code).
-        if unwound.unknown_address && self.reread_maps(head.tgid) {
-            unwound = self.unwinder.unwind(&self.spaces, head.tgid, regs, stack);
+        if unwound.unknown_address && self.reread_maps(tgid) {
+            memo = self.memo(tgid, Some(memo));
+            unwound = self.unwind(&memo, tgid, regs, stack);
         }
         self.count(&unwound, flags);
-        let sites = Rc::new(self.unwound_sites(head.tgid, &unwound));
-        let stack = self.intern_stack(sites.to_vec());
+        let frames = self.unwound_frames(tgid, &unwound, &mut memo);
+        self.memos.insert(tgid, memo);
+        let stack = self.intern_frames(frames.clone());
         let slots = self
             .copies
             .entry(head.tid)
@@ -392,7 +433,7 @@ impl StackResolver {
         if let Some(entry) = slots.get_mut(head.slot.min(SAMPLE_SLOT) as usize) {
             *entry = Some(Copied {
                 seq: head.seq,
-                sites,
+                frames: Rc::new(frames),
                 stack,
             });
         }
@@ -412,18 +453,62 @@ impl StackResolver {
         }
     }
 
-    /// The sites of an unwind, outermost first, under a [`TRUNCATED`]
+    /// The frames of an unwind, outermost first, under a [`TRUNCATED`]
     /// marker when it did not reach the thread's root ([`NO_MAPPINGS`]
     /// when it could not begin).
-    fn unwound_sites(&self, tgid: u32, unwound: &Unwound) -> Vec<Site> {
-        let mut sites = Vec::with_capacity(unwound.addrs.len() + 1);
+    fn unwound_frames(&mut self, tgid: u32, unwound: &Unwound, memo: &mut FrameMemo) -> Vec<u32> {
+        let mut frames = Vec::with_capacity(unwound.addrs.len() + 1);
         match unwound.end {
             End::Root => {}
-            End::NoMappings => sites.push(Site::Marker(NO_MAPPINGS)),
-            _ => sites.push(Site::Marker(TRUNCATED)),
+            End::NoMappings => frames.push(self.intern_frame(Site::Marker(NO_MAPPINGS))),
+            _ => frames.push(self.intern_frame(Site::Marker(TRUNCATED))),
         }
-        sites.extend(self.user_sites(tgid, &unwound.addrs));
-        sites
+        for (depth, &ip) in unwound.addrs.iter().enumerate().rev() {
+            let addr = return_site(ip, depth);
+            let id = if let Some(&id) = memo.frames.get(&addr) {
+                id
+            } else {
+                let id = self.intern_frame(user_site(&self.spaces, tgid, addr));
+                memo.frames.insert(addr, id);
+                id
+            };
+            frames.push(id);
+        }
+        frames
+    }
+
+    /// Process `tgid`'s memo (`held`, or the one it left), emptied when
+    /// what its addresses resolve to may have changed since it was filled.
+    fn memo(&mut self, tgid: u32, held: Option<FrameMemo>) -> FrameMemo {
+        let stamp = self.spaces.stamp(tgid);
+        match held.or_else(|| self.memos.remove(&tgid)) {
+            Some(memo) if memo.stamp == stamp && memo.frames.len() < MEMO_LIMIT => memo,
+            _ => FrameMemo {
+                stamp,
+                frames: HashMap::new(),
+            },
+        }
+    }
+
+    /// Unwinds a copy of a thread of `tgid`, taking whether an address is
+    /// code from the memo where it holds it: the walk checks every return
+    /// address, and finding its mapping was a tenth of the stage's time.
+    fn unwind(&mut self, memo: &FrameMemo, tgid: u32, regs: UserRegs, stack: &[u8]) -> Unwound {
+        let (spaces, sites) = (&self.spaces, &self.sites);
+        let is_code = |addr: u64| match memo.frames.get(&addr) {
+            Some(&id) => !matches!(sites[id as usize], Site::Unmapped(_)),
+            None => spaces.is_code(tgid, addr),
+        };
+        self.unwinder
+            .unwind_with(spaces, tgid, regs, stack, &is_code)
+    }
+
+    /// The sites of interned frames.
+    fn sites_of(&self, frames: &[u32]) -> Vec<Site> {
+        frames
+            .iter()
+            .map(|&id| self.sites[id as usize].clone())
+            .collect()
     }
 
     /// Frame-pointer mode: a user stack without Python frames.
@@ -539,6 +624,10 @@ impl StackResolver {
 
     fn intern_stack(&mut self, sites: Vec<Site>) -> StackId {
         let ids: Vec<u32> = sites.into_iter().map(|s| self.intern_frame(s)).collect();
+        self.intern_frames(ids)
+    }
+
+    fn intern_frames(&mut self, ids: Vec<u32>) -> StackId {
         let next = self.stacks.len() as u32;
         let id = *self.stacks.entry(ids).or_insert_with_key(|ids| {
             self.new_stacks.push(ids.clone());
@@ -551,6 +640,7 @@ impl StackResolver {
         let next = self.frames.len() as u32;
         *self.frames.entry(site).or_insert_with_key(|site| {
             self.new_frames.push(site.clone());
+            self.sites.push(site.clone());
             next
         })
     }

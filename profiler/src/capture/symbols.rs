@@ -42,6 +42,9 @@ pub(super) struct AddressSpaces {
     /// child → parent, for children that exited before their first snapshot
     /// (a forked child maps what its parent mapped).
     parents: HashMap<u32, u32>,
+    /// Per process, from the same counter as `generations`, bumped when
+    /// its parent link is made or cut: which mappings stand for it changed.
+    relinked: HashMap<u32, u64>,
 }
 
 impl AddressSpaces {
@@ -87,6 +90,26 @@ impl AddressSpaces {
 
     pub(super) fn set_parent(&mut self, child: u32, parent: u32) {
         self.parents.insert(child, parent);
+        self.relink(child);
+    }
+
+    /// A number that changes whenever what an address of `pid` resolves to
+    /// may have: its mappings, an ancestor's that stand for some of them,
+    /// or its parent link changed. Generations only grow, so the largest
+    /// along the lineage moves whenever any of them does.
+    pub(super) fn stamp(&self, pid: u32) -> u64 {
+        self.lineage(pid)
+            .into_iter()
+            .flat_map(|p| [self.generations.get(&p), self.relinked.get(&p)])
+            .flatten()
+            .copied()
+            .max()
+            .unwrap_or_default()
+    }
+
+    fn relink(&mut self, pid: u32) {
+        self.next_generation += 1;
+        self.relinked.insert(pid, self.next_generation);
     }
 
     /// `pid` exec'd: from now on its parent's mappings no longer stand for
@@ -96,6 +119,7 @@ impl AddressSpaces {
     /// before this event was drained.
     pub(super) fn exec(&mut self, pid: u32) {
         self.parents.remove(&pid);
+        self.relink(pid);
     }
 
     /// `pid` and its known ancestors, nearest first.
@@ -444,5 +468,40 @@ mod tests {
             user_site(&spaces, 11, 0x1010),
             Site::File("/sbin/ldconfig".into(), 0x10)
         );
+    }
+
+    /// A process's stamp moves when its own mappings change, when an
+    /// ancestor's that stand for it change, and when its parent link is
+    /// made or cut; another process's snapshot, or the same mappings read
+    /// again, leave it.
+    #[test]
+    fn the_stamp_moves_when_what_addresses_resolve_to_may_have() {
+        let mapping = |start: u64, path: &str| Mapping {
+            start,
+            end: start + 0x1000,
+            offset: 0,
+            path: path.into(),
+        };
+        let mut spaces = AddressSpaces::default();
+        spaces.add_snapshot(10, vec![mapping(0x1000, "/usr/bin/python3")]);
+        spaces.add_snapshot(20, vec![mapping(0x1000, "/bin/sh")]);
+        let mut last = spaces.stamp(11);
+        let mut moved = |spaces: &AddressSpaces, expected: bool, what: &str| {
+            let now = spaces.stamp(11);
+            assert_eq!(now != last, expected, "{what}");
+            last = now;
+        };
+        spaces.set_parent(11, 10);
+        moved(&spaces, true, "linked to its parent");
+        spaces.add_snapshot(20, vec![mapping(0x3000, "/bin/sh")]);
+        moved(&spaces, false, "another process mapped something");
+        spaces.add_snapshot(10, vec![mapping(0x1000, "/usr/bin/python3")]);
+        moved(&spaces, false, "the parent's maps read again, unchanged");
+        spaces.add_snapshot(10, vec![mapping(0x5000, "/usr/lib/libtorch.so")]);
+        moved(&spaces, true, "the parent mapped a library");
+        spaces.add_snapshot(11, vec![mapping(0x7000, "/usr/lib/libc.so.6")]);
+        moved(&spaces, true, "its own first snapshot");
+        spaces.exec(11);
+        moved(&spaces, true, "it exec'd");
     }
 }

@@ -113,12 +113,26 @@ struct ProcessUnwinder {
 impl Unwinder {
     /// Unwinds the stack of a thread of `pid` stopped at `regs`, from
     /// `stack`, the bytes copied from `regs.sp` upward.
+    #[cfg(test)]
     pub(super) fn unwind(
         &mut self,
         spaces: &AddressSpaces,
         pid: u32,
         regs: UserRegs,
         stack: &[u8],
+    ) -> Unwound {
+        self.unwind_with(spaces, pid, regs, stack, &|addr| spaces.is_code(pid, addr))
+    }
+
+    /// [`Unwinder::unwind`], asking `is_code` whether an address of `pid`
+    /// is code: the caller may know most of them already.
+    pub(super) fn unwind_with(
+        &mut self,
+        spaces: &AddressSpaces,
+        pid: u32,
+        regs: UserRegs,
+        stack: &[u8],
+        is_code: &impl Fn(u64) -> bool,
     ) -> Unwound {
         self.clock += 1;
         let clock = self.clock;
@@ -132,7 +146,7 @@ impl Unwinder {
         self.processes.get_mut(&owner).expect("just made").last_used = clock;
         let leaf_has_cfi = self.has_cfi(spaces, pid, regs.ip);
         let process = self.processes.get_mut(&owner).expect("just made");
-        walk(process, spaces, pid, (regs, leaf_has_cfi), stack)
+        walk(process, is_code, (regs, leaf_has_cfi), stack)
     }
 
     /// True when the file mapped at `addr` in `pid` has a CFI entry for
@@ -197,8 +211,7 @@ impl Unwinder {
 /// `leaf_has_cfi`: the file holding the leaf has a CFI entry for it.
 fn walk(
     process: &mut ProcessUnwinder,
-    spaces: &AddressSpaces,
-    pid: u32,
+    is_code: &impl Fn(u64) -> bool,
     (regs, leaf_has_cfi): (UserRegs, bool),
     stack: &[u8],
 ) -> Unwound {
@@ -208,7 +221,6 @@ fn walk(
         let word = stack.get(at..at.checked_add(8).ok_or(())?).ok_or(())?;
         Ok(u64::from_le_bytes(word.try_into().map_err(|_| ())?))
     };
-    let is_code = |addr: u64| spaces.is_code(pid, addr);
     let mut walk_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
     let mut address = FrameAddress::from_instruction_pointer(regs.ip);
     let mut addrs = vec![regs.ip];
@@ -232,13 +244,13 @@ fn walk(
             Err(e) => Err(e),
         };
         let caller = match next {
-            Ok(ra) if is_caller(ra, before.sp(), walk_regs.sp(), &is_code) => ra,
+            Ok(ra) if is_caller(ra, before.sp(), walk_regs.sp(), is_code) => ra,
             // The leaf is in code without CFI (hand-written assembly, such
             // as libjpeg-turbo's SIMD routines in OpenCV's wheel, or JIT
             // code), where framehop guessed: a frameless function's return
             // address at sp, or a frame pointer's chain. Try both.
             _ if addrs.len() == 1 && !leaf_has_cfi => {
-                match leaf_without_cfi(before, &mut read, &is_code) {
+                match leaf_without_cfi(before, &mut read, is_code) {
                     Some((ra, regs)) => {
                         walk_regs = regs;
                         ra

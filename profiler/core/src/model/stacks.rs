@@ -134,16 +134,15 @@ impl StackAssembly {
         }
         let mut table = StackTable {
             sample_hz,
-            frames: dictionary.frames.clone(),
             ..StackTable::default()
         };
         let mut pairs: HashMap<(i32, i32), u32> = HashMap::new();
-        let mut lost_user = None;
+        let mut frames = Frames::new(dictionary);
         let mut stack_of = |table: &mut StackTable, user: i32, kernel: i32| {
             let next = table.stacks.len() as u32;
             *pairs.entry((user, kernel)).or_insert_with(|| {
-                let frames = joined(&mut table.frames, dictionary, user, kernel, &mut lost_user);
-                table.stacks.push(frames);
+                let ids = frames.joined(&mut table.frames, user, kernel);
+                table.stacks.push(ids);
                 next
             })
         };
@@ -186,32 +185,62 @@ impl StackAssembly {
     }
 }
 
-/// A user stack's frames, then a kernel stack's. A user stack that is
-/// missing (the kernel could not take it, or the file does not define it)
-/// becomes one `[user stack lost]` marker, added to `frames` once.
-fn joined(
-    frames: &mut Vec<Frame>,
-    dictionary: &StackDictionary,
-    user: i32,
-    kernel: i32,
-    lost_user: &mut Option<u32>,
-) -> Vec<u32> {
-    let frame_count = frames.len();
-    let valid = |ids: &[u32]| ids.iter().all(|&f| (f as usize) < frame_count);
-    let mut out = match dictionary.stack(user).filter(|ids| valid(ids)) {
-        Some(ids) if !ids.is_empty() => ids.to_vec(),
-        _ => {
-            let marker = *lost_user.get_or_insert_with(|| {
-                frames.push(Frame::marker(markers::USER_STACK_LOST));
-                frames.len() as u32 - 1
-            });
-            vec![marker]
+/// The table's frames: those of the dictionary its stacks use, each
+/// copied once, in the order the stacks first use them. A model of a
+/// stretch so holds its own frames, not every frame of the recording so
+/// far: `tprof top` builds one every second, and the dictionary only grows
+/// (each new leaf address of a sample is a frame).
+struct Frames<'a> {
+    dictionary: &'a StackDictionary,
+    /// Dictionary frame id → table frame id.
+    ids: HashMap<u32, u32>,
+    /// The `[user stack lost]` marker's id, once added.
+    lost_user: Option<u32>,
+}
+
+impl<'a> Frames<'a> {
+    fn new(dictionary: &'a StackDictionary) -> Frames<'a> {
+        Frames {
+            dictionary,
+            ids: HashMap::new(),
+            lost_user: None,
         }
-    };
-    if let Some(ids) = dictionary.stack(kernel).filter(|ids| valid(ids)) {
-        out.extend_from_slice(ids);
     }
-    out
+
+    /// A user stack's frames, then a kernel stack's. A user stack that is
+    /// missing (the kernel could not take it, or the file does not define
+    /// it) becomes one `[user stack lost]` marker, added to `frames` once.
+    fn joined(&mut self, frames: &mut Vec<Frame>, user: i32, kernel: i32) -> Vec<u32> {
+        let dictionary = self.dictionary;
+        let valid = |ids: &[u32]| ids.iter().all(|&f| (f as usize) < dictionary.frames.len());
+        let mut out = match dictionary.stack(user).filter(|ids| valid(ids)) {
+            Some(ids) if !ids.is_empty() => self.copied(frames, ids),
+            _ => {
+                let marker = *self.lost_user.get_or_insert_with(|| {
+                    frames.push(Frame::marker(markers::USER_STACK_LOST));
+                    frames.len() as u32 - 1
+                });
+                vec![marker]
+            }
+        };
+        if let Some(ids) = dictionary.stack(kernel).filter(|ids| valid(ids)) {
+            out.extend(self.copied(frames, ids));
+        }
+        out
+    }
+
+    /// The table's ids of dictionary frames `ids` (all valid), copying
+    /// those it does not hold yet.
+    fn copied(&mut self, frames: &mut Vec<Frame>, ids: &[u32]) -> Vec<u32> {
+        ids.iter()
+            .map(|&id| {
+                *self.ids.entry(id).or_insert_with(|| {
+                    frames.push(self.dictionary.frames[id as usize].clone());
+                    frames.len() as u32 - 1
+                })
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -299,14 +328,38 @@ mod tests {
         asm.apply(&sample(10, -1, 1), |_| 0);
         asm.apply(&sample(11, 99, -1), |_| 0);
         let table = asm.finish(&dictionary(), 99, 1_000);
-        let marker = table.frames.len() as u32 - 1;
-        assert_eq!(table.frames[marker as usize].kind, FrameKind::Marker);
-        let stacks: Vec<&Vec<u32>> = table
+        let name = |f: u32| {
+            let frame = &table.frames[f as usize];
+            match frame.kind {
+                FrameKind::Marker => "[marker]".to_string(),
+                _ => frame.symbol.clone().unwrap_or_default(),
+            }
+        };
+        let stacks: Vec<Vec<String>> = table
             .samples
             .iter()
-            .map(|s| &table.stacks[s.stack as usize])
+            .map(|s| {
+                table.stacks[s.stack as usize]
+                    .iter()
+                    .map(|&f| name(f))
+                    .collect()
+            })
             .collect();
-        assert_eq!(stacks, [&vec![marker, 2], &vec![marker]]);
+        assert_eq!(stacks, [vec!["[marker]", "schedule"], vec!["[marker]"]]);
+        // One marker, and only the frames the stacks use.
+        assert_eq!(table.frames.len(), 2);
+    }
+
+    /// A model holds the frames its stacks use, not the whole dictionary:
+    /// a live view builds one every second from a dictionary that grows.
+    #[test]
+    fn the_table_holds_only_the_frames_its_stacks_use() {
+        let mut asm = StackAssembly::default();
+        asm.apply(&sample(10, 1, -1), |_| 0);
+        let table = asm.finish(&dictionary(), 99, 1_000);
+        let symbols: Vec<Option<&str>> = table.frames.iter().map(|f| f.symbol.as_deref()).collect();
+        assert_eq!(symbols, [Some("schedule")]);
+        assert_eq!(table.stacks, [vec![0]]);
     }
 
     #[test]

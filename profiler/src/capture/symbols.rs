@@ -205,7 +205,9 @@ pub(super) fn user_site(spaces: &AddressSpaces, pid: u32, addr: u64) -> Site {
 /// batches: blazesym's parsed files (a libtorch takes seconds to parse) and
 /// each JIT's perf map.
 pub(super) struct Namer {
+    /// Without demangling: [`Demangled`] does it once per name.
     symbolizer: Symbolizer,
+    demangled: Demangled,
     /// Each process's perf map with the file length it was read at: re-read
     /// when it grew (JITs append as they compile).
     perf_maps: HashMap<u32, (u64, Vec<PerfMapEntry>)>,
@@ -214,10 +216,45 @@ pub(super) struct Namer {
 impl Default for Namer {
     fn default() -> Namer {
         Namer {
-            symbolizer: Symbolizer::new(),
+            symbolizer: Symbolizer::builder().enable_demangling(false).build(),
+            demangled: Demangled::default(),
             perf_maps: HashMap::new(),
         }
     }
+}
+
+/// Symbol names demangled, each once: the frames of a recording name the
+/// same functions again and again (every on-CPU sample's leaf is a new
+/// address, mostly in a function named already), and demangling a C++
+/// name took as long as finding its symbol.
+#[derive(Default)]
+struct Demangled {
+    names: HashMap<String, String>,
+}
+
+impl Demangled {
+    /// The demangled form of `name` (a Rust or C++ symbol, as blazesym
+    /// would give it), or `name` itself.
+    fn of(&mut self, name: &str) -> String {
+        if let Some(known) = self.names.get(name) {
+            return known.clone();
+        }
+        let demangled = demangle(name);
+        self.names.insert(name.to_string(), demangled.clone());
+        demangled
+    }
+}
+
+/// What blazesym's demangling does for a symbol of unknown language: Rust
+/// first (its legacy scheme is C++'s with a hash), then C++.
+fn demangle(name: &str) -> String {
+    if let Ok(rust) = rustc_demangle::try_demangle(name) {
+        return format!("{rust:#}");
+    }
+    cpp_demangle::Symbol::new(name)
+        .ok()
+        .and_then(|symbol| symbol.demangle().ok())
+        .unwrap_or_else(|| name.to_string())
 }
 
 impl Namer {
@@ -271,7 +308,7 @@ impl Namer {
                 frames[*index] = Frame {
                     module: path.to_string(),
                     offset: *offset,
-                    symbol,
+                    symbol: symbol.map(|name| self.demangled.of(&name)),
                     kind: FrameKind::Native,
                 };
             }
@@ -418,6 +455,21 @@ mod tests {
             Some("[jit] g h")
         );
         assert_eq!(jit_frame(&entries, 0x7f0000001020).symbol, None);
+    }
+
+    /// C++ and Rust names demangle as blazesym would have them; a C name
+    /// stays; each is worked out once.
+    #[test]
+    fn names_are_demangled_once() {
+        let mut names = Demangled::default();
+        assert_eq!(names.of("_ZN2at6native5emptyEv"), "at::native::empty()");
+        assert_eq!(
+            names.of("_ZN4core3fmt5write17h0123456789abcdefE"),
+            "core::fmt::write"
+        );
+        assert_eq!(names.of("PyEval_EvalCode"), "PyEval_EvalCode");
+        assert_eq!(names.of("_ZN2at6native5emptyEv"), "at::native::empty()");
+        assert_eq!(names.names.len(), 3);
     }
 
     #[test]

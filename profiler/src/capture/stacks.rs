@@ -111,16 +111,11 @@ pub(super) struct StackResolver {
     namer: Namer,
     spaces: AddressSpaces,
     unwinder: Unwinder,
-    /// Site → frame id.
-    frames: HashMap<Site, u32>,
-    /// Frame id → site, for splicing Python frames into a copy's stack.
-    sites: Vec<Site>,
+    frames: Interner,
     /// Per process, the frame id of each user address an unwind found:
     /// most addresses recur in every copy, and looking one up here skips
     /// finding its mapping and hashing its site (a path) to intern it.
     memos: HashMap<u32, FrameMemo>,
-    /// Sites interned since the last dictionary write, in id order.
-    new_frames: Vec<Site>,
     /// Frame ids (outermost first) → stack id.
     stacks: HashMap<Vec<u32>, u32>,
     /// Stacks interned since the last dictionary write, in id order.
@@ -204,10 +199,8 @@ impl StackResolver {
             namer: Namer::default(),
             spaces: AddressSpaces::default(),
             unwinder: Unwinder::default(),
-            frames: HashMap::new(),
-            sites: Vec::new(),
+            frames: Interner::default(),
             memos: HashMap::new(),
-            new_frames: Vec::new(),
             stacks: HashMap::new(),
             new_stacks: Vec::new(),
             user: HashMap::new(),
@@ -308,17 +301,18 @@ impl StackResolver {
     pub(super) fn take_new(&mut self, cpu_since: u64) -> (Option<FrameBatch>, Option<StackBatch>) {
         let naming_since = thread_cpu_ns();
         self.counts.resolve_cpu_ns += naming_since.saturating_sub(cpu_since);
-        let frames = (!self.new_frames.is_empty()).then(|| {
-            let first = (self.frames.len() - self.new_frames.len()) as u32;
-            let mut frames = self.namer.frames(&self.new_frames, &self.spaces);
-            for (frame, site) in frames.iter_mut().zip(&self.new_frames) {
+        let frames = (!self.frames.new_sites().is_empty()).then(|| {
+            let first = self.frames.first_new as u32;
+            let new = self.frames.new_sites();
+            let mut frames = self.namer.frames(new, &self.spaces);
+            for (frame, site) in frames.iter_mut().zip(new) {
                 if let (None, Site::File(path, offset)) = (&frame.symbol, site)
                     && let Some(start) = self.unwinder.function_start(path, *offset)
                 {
                     frame.offset = start;
                 }
             }
-            self.new_frames.clear();
+            self.frames.taken();
             FrameBatch { first, frames }
         });
         let stacks = (!self.new_stacks.is_empty()).then(|| {
@@ -366,18 +360,20 @@ impl StackResolver {
             return known;
         }
         let native = match copied {
-            Some(c) => Some(Rc::new(self.sites_of(&c.frames))),
-            None if walked => self.native_sites(tgid, reference),
+            Some(c) => Some(c.frames),
+            None if walked => self.native_sites(tgid, reference).map(|sites| {
+                let ids = sites.iter().map(|s| self.frames.intern(s.clone()));
+                Rc::new(ids.collect())
+            }),
             None => None,
         };
-        let resolved = match self.python.user_sites(
+        let spliced = self.python.user_frames(
             tgid,
             native.as_deref().map(Vec::as_slice),
             key.2.as_deref(),
-        ) {
-            Some(sites) => self.intern_stack(sites),
-            None => -1,
-        };
+            &mut self.frames,
+        );
+        let resolved = spliced.map_or(-1, |frames| self.intern_frames(frames));
         self.spliced.insert(key, resolved);
         resolved
     }
@@ -494,21 +490,13 @@ impl StackResolver {
     /// code from the memo where it holds it: the walk checks every return
     /// address, and finding its mapping was a tenth of the stage's time.
     fn unwind(&mut self, memo: &FrameMemo, tgid: u32, regs: UserRegs, stack: &[u8]) -> Unwound {
-        let (spaces, sites) = (&self.spaces, &self.sites);
+        let (spaces, frames) = (&self.spaces, &self.frames);
         let is_code = |addr: u64| match memo.frames.get(&addr) {
-            Some(&id) => !matches!(sites[id as usize], Site::Unmapped(_)),
+            Some(&id) => !matches!(frames.site(id), Site::Unmapped(_)),
             None => spaces.is_code(tgid, addr),
         };
         self.unwinder
             .unwind_with(spaces, tgid, regs, stack, &is_code)
-    }
-
-    /// The sites of interned frames.
-    fn sites_of(&self, frames: &[u32]) -> Vec<Site> {
-        frames
-            .iter()
-            .map(|&id| self.sites[id as usize].clone())
-            .collect()
     }
 
     /// Frame-pointer mode: a user stack without Python frames.
@@ -637,12 +625,43 @@ impl StackResolver {
     }
 
     fn intern_frame(&mut self, site: Site) -> u32 {
-        let next = self.frames.len() as u32;
-        *self.frames.entry(site).or_insert_with_key(|site| {
-            self.new_frames.push(site.clone());
+        self.frames.intern(site)
+    }
+}
+
+/// The recording's frames so far: each site once, under its id.
+#[derive(Default)]
+pub(crate) struct Interner {
+    ids: HashMap<Site, u32>,
+    /// By id.
+    sites: Vec<Site>,
+    /// The first id not yet handed to the dictionary ([`Interner::taken`]).
+    first_new: usize,
+}
+
+impl Interner {
+    /// The id of `site`, a new one if it has none yet.
+    pub(crate) fn intern(&mut self, site: Site) -> u32 {
+        let next = self.sites.len() as u32;
+        *self.ids.entry(site).or_insert_with_key(|site| {
             self.sites.push(site.clone());
             next
         })
+    }
+
+    /// The site of frame `id` (an id this interner gave).
+    pub(crate) fn site(&self, id: u32) -> &Site {
+        &self.sites[id as usize]
+    }
+
+    /// The sites interned since the last [`Interner::taken`], in id order.
+    fn new_sites(&self) -> &[Site] {
+        &self.sites[self.first_new..]
+    }
+
+    /// The new sites went into the dictionary.
+    fn taken(&mut self) {
+        self.first_new = self.sites.len();
     }
 }
 

@@ -25,6 +25,7 @@ use super::code::{CodeInfo, read_code};
 use super::interpreter::Interpreter;
 use super::memory::ProcessMemory;
 use super::splice::{PyEntry, splice};
+use crate::capture::stacks::Interner;
 use crate::capture::symbols::Site;
 
 use tprof_core::recording::stacks::python_marker as marker;
@@ -56,7 +57,12 @@ pub(crate) struct PythonFrames {
     /// the same code at the same address, from before their forks. Never
     /// consulted for the ancestor itself, whose memory went its own way.
     family: HashMap<(u32, u64, u32), Arc<CodeInfo>>,
+    /// (process, code object, fingerprint, instruction) → frame id.
+    frame_ids: HashMap<(u32, u64, u32, i32), u32>,
 }
+
+/// Python frames whose ids [`PythonFrames`] keeps before it starts again.
+const FRAME_IDS_LIMIT: usize = 1 << 18;
 
 impl PythonFrames {
     pub(crate) fn add_interpreter(&mut self, interp: Arc<Interpreter>) {
@@ -82,6 +88,7 @@ impl PythonFrames {
         self.parents.remove(&tgid);
         self.codes.retain(|&(pid, _, _), _| pid != tgid);
         self.family.retain(|&(root, _, _), _| root != tgid);
+        self.frame_ids.retain(|&(pid, ..), _| pid != tgid);
     }
 
     /// A thread exited: its pending and reusable walks go with it.
@@ -154,45 +161,64 @@ impl PythonFrames {
         }
     }
 
-    /// The user stack of process `tgid`, outermost first: its native sites
-    /// (None when the kernel could not take them) with `python`'s frames
-    /// spliced in, and a marker where the walk fell short. None when there
-    /// is nothing at all.
-    pub(crate) fn user_sites(
+    /// The user stack of process `tgid`, outermost first, as frame ids of
+    /// `frames`: its native frames (None when the kernel could not take
+    /// them) with `python`'s frames spliced in, and a marker where the walk
+    /// fell short. None when there is nothing at all.
+    pub(crate) fn user_frames(
         &mut self,
         tgid: u32,
-        native: Option<&[Site]>,
+        native: Option<&[u32]>,
         python: Option<&PyStack>,
-    ) -> Option<Vec<Site>> {
+        frames: &mut Interner,
+    ) -> Option<Vec<u32>> {
         let interp = self.interpreter(tgid);
         if let Some(interp) = &interp
             && interp.layout().is_err()
         {
-            let mut out = vec![Site::Marker(marker::UNKNOWN_VERSION)];
+            let mut out = vec![frames.intern(Site::Marker(marker::UNKNOWN_VERSION))];
             out.extend_from_slice(native?);
             return Some(out);
         }
         let Some(python) = python.filter(|p| p.flags & PY_NO_THREAD == 0) else {
-            return native.map(<[Site]>::to_vec);
+            return native.map(<[u32]>::to_vec);
         };
-        let entries: Vec<PyEntry<Site>> = python
+        let mut out = Vec::new();
+        if python.flags & (PY_TRUNCATED | PY_FAULT) != 0 {
+            out.push(frames.intern(Site::Marker(marker::TRUNCATED)));
+        }
+        let entries: Vec<PyEntry<u32>> = python
             .frames
             .iter()
             .map(|frame| PyEntry {
-                site: self.site(tgid, frame),
+                site: self.frame_id(tgid, frame, frames),
                 boundary: frame.is_boundary(),
             })
             .collect();
-        let mut out = Vec::new();
-        if python.flags & (PY_TRUNCATED | PY_FAULT) != 0 {
-            out.push(Site::Marker(marker::TRUNCATED));
-        }
-        let is_eval = |site: &Site| match (site, &interp) {
+        let is_eval = |&id: &u32| match (frames.site(id), &interp) {
             (Site::File(path, offset), Some(interp)) => interp.is_eval_frame(path, *offset),
             _ => false,
         };
         out.extend(splice(native.unwrap_or_default(), &entries, is_eval));
         (!out.is_empty()).then_some(out)
+    }
+
+    /// The frame id of one Python frame: its code object named, at its
+    /// line. Remembered by (process, code object, fingerprint, instruction):
+    /// the same frames come in walk after walk, and naming one (its code
+    /// object found, its line looked up, its site's strings hashed) was
+    /// most of what splicing cost.
+    fn frame_id(&mut self, tgid: u32, frame: &PyFrame, frames: &mut Interner) -> u32 {
+        let key = (tgid, frame.code_object(), frame.fingerprint, frame.lasti);
+        if let Some(&id) = self.frame_ids.get(&key) {
+            return id;
+        }
+        if self.frame_ids.len() >= FRAME_IDS_LIMIT {
+            self.frame_ids.clear();
+        }
+        let id = frames.intern(self.site(tgid, frame));
+        self.frame_ids.insert(key, id);
+        id
     }
 
     /// Whether every user stack of `tgid` gets a marker: it runs a CPython
@@ -299,6 +325,20 @@ mod tests {
     /// No such process: its memory cannot be read.
     const GONE: u32 = 0x3fff_fff0;
 
+    /// [`PythonFrames::user_frames`] of native sites, as sites. `frames`
+    /// lives as long as `py`, which remembers the ids it gave.
+    fn user_sites(
+        (py, frames): (&mut PythonFrames, &mut Interner),
+        tgid: u32,
+        native: Option<&[Site]>,
+        python: Option<&PyStack>,
+    ) -> Option<Vec<Site>> {
+        let native: Option<Vec<u32>> =
+            native.map(|sites| sites.iter().map(|s| frames.intern(s.clone())).collect());
+        let ids = py.user_frames(tgid, native.as_deref(), python, frames)?;
+        Some(ids.iter().map(|&id| frames.site(id).clone()).collect())
+    }
+
     fn interpreter(pid: u32, layout: Result<layout::Layout, Unsupported>) -> Arc<Interpreter> {
         Arc::new(Interpreter {
             pid,
@@ -392,14 +432,14 @@ mod tests {
 
     #[test]
     fn unreadable_code_objects_and_cut_walks_are_marked() {
-        let mut py = PythonFrames::default();
+        let (mut py, mut frames) = (PythonFrames::default(), Interner::default());
         py.add_interpreter(interpreter(GONE, layout::layout(Version::new(3, 11), None)));
         let native = [Site::Kernel(1)];
         let stack = PyStack {
             flags: PY_TRUNCATED,
             frames: vec![FRAME],
         };
-        let sites = py.user_sites(GONE, Some(&native), Some(&stack)).unwrap();
+        let sites = user_sites((&mut py, &mut frames), GONE, Some(&native), Some(&stack)).unwrap();
         assert_eq!(
             sites,
             [
@@ -414,17 +454,34 @@ mod tests {
             frames: Vec::new(),
         };
         assert_eq!(
-            py.user_sites(GONE, Some(&native), Some(&none)).unwrap(),
+            user_sites((&mut py, &mut frames), GONE, Some(&native), Some(&none)).unwrap(),
             native
         );
         // Python frames without a native stack still make a stack.
-        let sites = py.user_sites(GONE, None, Some(&stack)).unwrap();
+        let sites = user_sites((&mut py, &mut frames), GONE, None, Some(&stack)).unwrap();
         assert_eq!(sites.len(), 2);
+    }
+
+    /// A Python frame is named once per process and instruction, and
+    /// named anew after its process execs (other code at the address).
+    #[test]
+    fn a_frames_id_is_remembered_until_its_process_execs() {
+        let (mut py, mut frames) = (PythonFrames::default(), Interner::default());
+        py.add_interpreter(interpreter(GONE, layout::layout(Version::new(3, 11), None)));
+        let stack = PyStack {
+            flags: 0,
+            frames: vec![FRAME],
+        };
+        let first = py.user_frames(GONE, None, Some(&stack), &mut frames);
+        assert_eq!(first, py.user_frames(GONE, None, Some(&stack), &mut frames));
+        assert_eq!(py.frame_ids.len(), 1);
+        py.exec(GONE, u64::MAX);
+        assert!(py.frame_ids.is_empty());
     }
 
     #[test]
     fn an_unknown_version_marks_every_stack_of_the_process_and_its_children() {
-        let mut py = PythonFrames::default();
+        let (mut py, mut frames) = (PythonFrames::default(), Interner::default());
         py.add_interpreter(interpreter(
             40,
             Err(Unsupported::Version(Version::new(3, 9))),
@@ -434,7 +491,7 @@ mod tests {
         assert!(!py.marks(42));
         let native = [Site::Kernel(1)];
         assert_eq!(
-            py.user_sites(41, Some(&native), None).unwrap(),
+            user_sites((&mut py, &mut frames), 41, Some(&native), None).unwrap(),
             [Site::Marker(marker::UNKNOWN_VERSION), Site::Kernel(1)]
         );
     }

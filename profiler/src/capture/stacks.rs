@@ -373,7 +373,7 @@ impl StackResolver {
             key.2.as_deref(),
             &mut self.frames,
         );
-        let resolved = spliced.map_or(-1, |frames| self.intern_frames(frames));
+        let resolved = spliced.map_or(-1, |frames| self.intern_frames(&frames));
         self.spliced.insert(key, resolved);
         resolved
     }
@@ -421,7 +421,7 @@ impl StackResolver {
         self.count(&unwound, flags);
         let frames = self.unwound_frames(tgid, &unwound, &mut memo);
         self.memos.insert(tgid, memo);
-        let stack = self.intern_frames(frames.clone());
+        let stack = self.intern_frames(&frames);
         let slots = self
             .copies
             .entry(head.tid)
@@ -456,15 +456,15 @@ impl StackResolver {
         let mut frames = Vec::with_capacity(unwound.addrs.len() + 1);
         match unwound.end {
             End::Root => {}
-            End::NoMappings => frames.push(self.intern_frame(Site::Marker(NO_MAPPINGS))),
-            _ => frames.push(self.intern_frame(Site::Marker(TRUNCATED))),
+            End::NoMappings => frames.push(self.frames.intern(Site::Marker(NO_MAPPINGS))),
+            _ => frames.push(self.frames.intern(Site::Marker(TRUNCATED))),
         }
         for (depth, &ip) in unwound.addrs.iter().enumerate().rev() {
             let addr = return_site(ip, depth);
             let id = if let Some(&id) = memo.frames.get(&addr) {
                 id
             } else {
-                let id = self.intern_frame(user_site(&self.spaces, tgid, addr));
+                let id = self.frames.intern(user_site(&self.spaces, tgid, addr));
                 memo.frames.insert(addr, id);
                 id
             };
@@ -611,21 +611,20 @@ impl StackResolver {
     }
 
     fn intern_stack(&mut self, sites: Vec<Site>) -> StackId {
-        let ids: Vec<u32> = sites.into_iter().map(|s| self.intern_frame(s)).collect();
-        self.intern_frames(ids)
+        let ids: Vec<u32> = sites.into_iter().map(|s| self.frames.intern(s)).collect();
+        self.intern_frames(&ids)
     }
 
-    fn intern_frames(&mut self, ids: Vec<u32>) -> StackId {
-        let next = self.stacks.len() as u32;
-        let id = *self.stacks.entry(ids).or_insert_with_key(|ids| {
-            self.new_stacks.push(ids.clone());
-            next
-        });
+    /// The stack id of frames `ids` (a copy's, mostly one seen before:
+    /// copied only when new).
+    fn intern_frames(&mut self, ids: &[u32]) -> StackId {
+        if let Some(&id) = self.stacks.get(ids) {
+            return id as StackId;
+        }
+        let id = self.stacks.len() as u32;
+        self.stacks.insert(ids.to_vec(), id);
+        self.new_stacks.push(ids.to_vec());
         id as StackId
-    }
-
-    fn intern_frame(&mut self, site: Site) -> u32 {
-        self.frames.intern(site)
     }
 }
 

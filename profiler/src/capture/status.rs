@@ -147,11 +147,11 @@ fn stopped_line(outcome: &RecordOutcome) -> String {
     )
 }
 
-/// `tprof: stack copies: N drained, B bytes in S s (R bytes/s)`: B counts
-/// whole ring-buffer records (header, registers and the stack bytes).
-/// The line `TPROF_STACK_COPY_STATS=1` prints: the copies drained, their
-/// bytes, and the resolve stage's CPU time (nanoseconds) resolving stacks,
-/// in all and per copy, and naming frames.
+/// The line `TPROF_STACK_COPY_STATS=1` prints: `tprof: stack copies: N
+/// drained, B bytes in S s (R bytes/s)`, B counting whole ring-buffer
+/// records (header, registers and the stack bytes), then the resolve
+/// stage's CPU time (nanoseconds given) resolving stacks, in all and per
+/// copy, and naming frames.
 pub(super) fn copy_stats_line(
     copies: u64,
     bytes: u64,

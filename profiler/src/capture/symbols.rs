@@ -97,14 +97,21 @@ impl AddressSpaces {
     /// may have: its mappings, an ancestor's that stand for some of them,
     /// or its parent link changed. Generations only grow, so the largest
     /// along the lineage moves whenever any of them does.
+    /// Asked at every stack copy: up the parents in place, not through
+    /// `lineage`'s list (16 steps, as `lookup` takes, also end a cycle).
     pub(super) fn stamp(&self, pid: u32) -> u64 {
-        self.lineage(pid)
-            .into_iter()
-            .flat_map(|p| [self.generations.get(&p), self.relinked.get(&p)])
-            .flatten()
-            .copied()
-            .max()
-            .unwrap_or_default()
+        let of = |map: &HashMap<u32, u64>, p: u32| map.get(&p).copied().unwrap_or_default();
+        let (mut stamp, mut cur) = (0, pid);
+        for _ in 0..16 {
+            stamp = stamp
+                .max(of(&self.generations, cur))
+                .max(of(&self.relinked, cur));
+            match self.parents.get(&cur) {
+                Some(&parent) => cur = parent,
+                None => break,
+            }
+        }
+        stamp
     }
 
     fn relink(&mut self, pid: u32) {

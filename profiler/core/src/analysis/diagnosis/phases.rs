@@ -388,11 +388,19 @@ fn prefetch_starved(f: &Facts) -> Option<Finding> {
 /// that keep up on average but wait in bursts are `prefetch_starved`'s;
 /// workers on a CPU or in block IO are `decode_bound`'s and
 /// `disk_bound`'s.
+///
+/// Which of these a job is comes from the workers' whole making of their
+/// batches, not from the part the trainer waited through: that part is
+/// the making's tail (collating, sending), so a worker that sleeps 85% of
+/// its batch left the trainer waiting 10% of the steps on it asleep and 9%
+/// on it collating (the zoo's remote storage job on a slower machine,
+/// which lost its finding when the sleep alone had to be 10% and lead).
 fn latency_bound(f: &Facts) -> Option<Finding> {
     let m = f.model?;
     let p = f.anatomy.phase(Phase::WorkerSleep)?;
-    let leads = batch_waits(f).first().map(|w| w.phase) == Some(Phase::WorkerSleep);
-    if m.workers == 0 || p.share < MIN_SHARE || !leads {
+    let behind = making_waits(f);
+    let share: f64 = behind.iter().map(|w| w.share).sum();
+    if m.workers == 0 || share < MIN_SHARE {
         return None;
     }
     let w = &f.anatomy.workers;
@@ -418,7 +426,21 @@ fn latency_bound(f: &Facts) -> Option<Finding> {
         return None;
     }
     let mut evidence = vec![
-        phase_share_text(f, p),
+        format!(
+            "the trainer waited {:.0}% of the steps' time for batches their workers were still \
+             making: {}",
+            100.0 * share,
+            behind
+                .iter()
+                .map(|w| format!(
+                    "{} {:.0}% ({})",
+                    w.phase.title().trim_start_matches("wait: "),
+                    100.0 * w.share,
+                    tops(w, 2)
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
         format!(
             "a worker makes a batch in {:.1} ms, {:.0}% of it blocked neither on a CPU nor on the \
              disk; {} workers deliver one every {supply:.1} ms, where the trainer's own step \
@@ -441,10 +463,10 @@ fn latency_bound(f: &Facts) -> Option<Finding> {
         id: FindingId::LatencyBound,
         title: format!(
             "Workers wait while making batches ({what}) and fall behind: {:.0}% of each step waits on them",
-            100.0 * p.share
+            100.0 * share
         ),
-        severity: severity(p.share),
-        explains_frac: p.share,
+        severity: severity(share),
+        explains_frac: share,
         evidence,
         fix: format!(
             "Raise num_workers to {to} (from {}): a waiting worker costs next to no CPU, so more \
@@ -651,6 +673,26 @@ fn steady_batch_waits(f: &Facts) -> Vec<u64> {
                 .filter(|(p, _)| p.is_batch_wait())
                 .map(|(_, ns)| ns)
                 .sum()
+        })
+        .collect()
+}
+
+/// The trainer's waits for a batch its worker was making (on a CPU,
+/// waiting for one, in block IO, asleep, sending it), largest first: what
+/// more workers, each a batch ahead, would shorten.
+fn making_waits<'a>(f: &'a Facts) -> Vec<&'a PhaseStats> {
+    batch_waits(f)
+        .into_iter()
+        .filter(|p| {
+            p.share > 0.0
+                && matches!(
+                    p.phase,
+                    Phase::WorkerBusy
+                        | Phase::WorkerCpuWait
+                        | Phase::WorkerIo
+                        | Phase::WorkerSleep
+                        | Phase::Sending
+                )
         })
         .collect()
 }

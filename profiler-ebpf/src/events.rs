@@ -344,6 +344,7 @@ impl AbiEvent for BlockIoEvent {
 /// from the host's libc: a recording is read on any machine.
 pub mod errno {
     pub const EINTR: i32 = 4;
+    pub const EIO: i32 = 5;
     pub const EAGAIN: i32 = 11;
     pub const EFAULT: i32 = 14;
     pub const EEXIST: i32 = 17;

@@ -1,6 +1,8 @@
 //! The program globals userspace sets at load time that are structs: the
 //! tracepoint field offsets ([`TracepointOffsets`], `OFFSETS`) and the
 //! file offsets the pipe program walks ([`FileOffsets`], `FILE_OFFSETS`),
+//! the request offsets of the raw block completion program
+//! ([`RequestOffsets`], `REQUEST_OFFSETS`),
 //! read from tracefs and BTF so no kernel's layout is baked in. (The
 //! scalar globals' values, such as [`stack_mode`](crate::stack_mode), sit
 //! with their concern.)
@@ -109,3 +111,32 @@ const _: () = assert!(size_of::<FileOffsets>() == 24);
 // SAFETY: as for TracepointOffsets.
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for FileOffsets {}
+
+/// Where the raw `block_rq_complete` program finds what the classic
+/// tracepoint's record holds: the device (`rq->q->disk`'s `major` and
+/// `first_minor`), the first sector (`rq->__sector`) and the operation
+/// (`rq->cmd_flags`), from the kernel's BTF. Userspace sets it as the
+/// `REQUEST_OFFSETS` global when it loads that program (else the classic
+/// one is loaded and this stays zero). 16 bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestOffsets {
+    /// `request.q`, a pointer.
+    pub rq_q: u16,
+    /// `request.__sector`, a sector_t (u64).
+    pub rq_sector: u16,
+    /// `request.cmd_flags`, a blk_opf_t (u32): the operation in its low 8
+    /// bits.
+    pub rq_cmd_flags: u16,
+    /// `request_queue.disk`, a pointer (NULL for a queue with no disk).
+    pub q_disk: u16,
+    /// `gendisk.major` and `gendisk.first_minor`, ints.
+    pub disk_major: u16,
+    pub disk_first_minor: u16,
+    pub _pad: [u16; 2],
+}
+const _: () = assert!(size_of::<RequestOffsets>() == 16);
+// SAFETY: as for TracepointOffsets.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for RequestOffsets {}

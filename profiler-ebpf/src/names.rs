@@ -26,6 +26,7 @@ pub mod program {
     pub const RQ_INSERT: &str = "tprof_rq_insert";
     pub const RQ_ISSUE: &str = "tprof_rq_issue";
     pub const RQ_COMPLETE: &str = "tprof_rq_complete";
+    pub const RQ_COMPLETE_RAW: &str = "tprof_rqdone_r";
     pub const FUTEX_ENTER: &str = "tprof_futex_enter";
     pub const FUTEX_WAIT_ENTER: &str = "tprof_futex_wait_enter";
     pub const FUTEX_WAITV_ENTER: &str = "tprof_futex_waitv_enter";
@@ -57,6 +58,7 @@ pub mod program {
         RQ_INSERT,
         RQ_ISSUE,
         RQ_COMPLETE,
+        RQ_COMPLETE_RAW,
         FUTEX_ENTER,
         FUTEX_WAIT_ENTER,
         FUTEX_WAITV_ENTER,
@@ -123,6 +125,7 @@ pub mod global {
     pub const STACK_COPY_BYTES: &str = "STACK_COPY_BYTES";
     pub const PYTHON_FRAMES: &str = "PYTHON_FRAMES";
     pub const FILE_OFFSETS: &str = "FILE_OFFSETS";
+    pub const REQUEST_OFFSETS: &str = "REQUEST_OFFSETS";
     pub const PROFILE_SWITCH: &str = "PROFILE_SWITCH";
 }
 

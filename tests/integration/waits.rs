@@ -6,6 +6,7 @@ use std::ffi::OsStr;
 use std::process::Command;
 use std::time::Duration;
 
+use profiler_ebpf::names::program;
 use serde_json::Value;
 use tprof_tests::{
     LoopDevice, Report, Running, Thread, Traced, close_to, data_file, record_command, report_json,
@@ -17,10 +18,14 @@ const MIB: u64 = 1024 * 1024;
 /// O_DIRECT reads of a file of known size: /proc/<pid>/io counts exactly
 /// the file's size during the reads; tprof's read bytes for the reader
 /// match the kernel's count for the whole process (the reads plus whatever
-/// exec and the loader fetched) within 2% — about one run in twenty misses
-/// one request's completion, whose softirq the development VMs' kernel ran
-/// on top of the sandbox's own process without running BPF programs (see
-/// "Accuracy of the measurements" in docs/diagnosis.md); and its block-IO
+/// exec and the loader fetched), less at most one MiB request for each
+/// completion the recording counts as lost: none may go missing unsaid.
+/// (The development VMs' kernel runs no BPF program for a few completions,
+/// without a count, in about 1 run in 8; tprof counts the requests of
+/// exited threads still in flight at the stop. A classic tracepoint's
+/// program was also skipped while another BPF program ran, counted: 1 run
+/// in 4 before the raw one. See "Accuracy of the measurements" in
+/// docs/diagnosis.md.) Its block-IO
 /// wait lies between the time it spent blocked inside pread() less 5% and
 /// the time it spent off-CPU there (blocked or waiting for a CPU) plus 10%,
 /// the lower bound less what tprof counts runnable from `sched_waking` and
@@ -31,9 +36,21 @@ const MIB: u64 = 1024 * 1024;
 /// reads, and sched_waking comes before the enqueue, which takes some off.)
 #[test]
 fn direct_reads_are_attributed_to_the_reader() {
+    check_direct_reads(&[]);
+}
+
+/// The same with the classic block_rq_complete program, which kernels
+/// without BTF get (the default is the raw one): the same figures, its
+/// skipped runs counted as lost.
+#[test]
+fn direct_reads_with_the_classic_completion_program() {
+    check_direct_reads(&[("TPROF_CLASSIC_BLOCK", OsStr::new("1"))]);
+}
+
+fn check_direct_reads(env: &[(&str, &OsStr)]) {
     require_root();
     let file = data_file(64);
-    let traced = trace_workload("direct_reader", &[file.path_str(), "1024"]);
+    let traced = trace_workload_env("direct_reader", &[], &[file.path_str(), "1024"], env);
     let truth = &traced.truth[0];
     let thread = traced.report.thread(truth["tid"].as_i64().unwrap());
     assert_eq!(truth["bytes"].as_u64(), Some(64 * MIB), "{truth}");
@@ -43,9 +60,17 @@ fn direct_reads_are_attributed_to_the_reader() {
         "/proc/<pid>/io read_bytes: {truth}"
     );
     let kernel_bytes = truth["proc_read_bytes_total"].as_f64().unwrap();
+    let lost = &traced.report.lost;
+    let skipped: u64 = [program::RQ_COMPLETE, program::RQ_COMPLETE_RAW]
+        .iter()
+        .filter_map(|p| lost.recursion_misses_by_program.get(*p))
+        .sum();
+    let unseen = skipped + lost.requests_orphaned;
+    let missing = kernel_bytes - thread.read_bytes as f64;
     assert!(
-        close_to(thread.read_bytes as f64, kernel_bytes, 0.02, 0.0),
-        "tprof vs /proc/<pid>/io read_bytes: {thread:#?}\n{truth}"
+        missing >= -0.02 * kernel_bytes && missing <= (unseen * MIB) as f64,
+        "tprof vs /proc/<pid>/io read_bytes, {unseen} completion(s) counted lost: \
+         {thread:#?}\n{lost:?}\n{truth}"
     );
     let blocked = ns(truth, "read_blocked_ns");
     let off_cpu = ns(truth, "read_ns") - ns(truth, "read_on_cpu_ns");

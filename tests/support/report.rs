@@ -42,6 +42,12 @@ pub struct Lost {
     pub tracking_full: u64,
     pub undecodable: u64,
     pub recursion_misses: u64,
+    /// Those by program name.
+    #[serde(default)]
+    pub recursion_misses_by_program: std::collections::BTreeMap<String, u64>,
+    /// Block requests of exited threads never seen to complete.
+    #[serde(default)]
+    pub requests_orphaned: u64,
 }
 
 /// The machine around the job.

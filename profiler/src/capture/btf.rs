@@ -1,4 +1,5 @@
-//! The few `task_struct` field offsets the raw scheduler tracepoints need,
+//! The few `task_struct` field offsets the raw scheduler tracepoints need
+//! (and the `struct request` ones of the raw block completion program),
 //! read from the running kernel's BTF (`/sys/kernel/btf/vmlinux`) at load
 //! time, as tracefs gives the classic tracepoints theirs.
 //!
@@ -125,6 +126,47 @@ fn files_in(btf: &Btf) -> Result<profiler_ebpf::FileOffsets> {
         file_private_data: field("file", "private_data")?,
         inode_mode: field("inode", "i_mode")?,
         ..Default::default()
+    })
+}
+
+/// The `struct request` offsets the raw block completion program reads
+/// (`profiler_ebpf::RequestOffsets`), or why it cannot be used on this
+/// kernel: the caller loads the classic tracepoint's program instead.
+pub(super) fn request_offsets() -> Result<profiler_ebpf::RequestOffsets> {
+    let data = fs::read(VMLINUX_BTF).with_context(|| format!("cannot read {VMLINUX_BTF}"))?;
+    requests_in(&Btf::parse(&data)?)
+}
+
+fn requests_in(btf: &Btf) -> Result<profiler_ebpf::RequestOffsets> {
+    // block_rq_complete(struct request *, blk_status_t, unsigned int
+    // nr_bytes), after the probe's `void *__data`.
+    check_args(btf, "btf_trace_block_rq_complete", 4)?;
+    // An integer of `size` bytes, or a pointer where `size` is None.
+    let field = |strukt: &str, name: &str, size: Option<u32>| -> Result<u16> {
+        let id = btf
+            .named(KIND_STRUCT, strukt)
+            .with_context(|| format!("no struct {strukt} in the kernel BTF"))?;
+        let (offset, ty) = btf
+            .member(id, name)
+            .with_context(|| format!("no {strukt}.{name} in the kernel BTF"))?;
+        let t = &btf.types[btf.resolve_modifiers(ty) as usize];
+        let fits = match size {
+            Some(size) => matches!(t.kind, KIND_INT | KIND_ENUM) && t.size == size,
+            None => t.kind == KIND_PTR,
+        };
+        ensure!(fits, "{strukt}.{name} is not what the raw program reads");
+        u16::try_from(offset)
+            .with_context(|| format!("{strukt}.{name} at {offset} is out of range"))
+    };
+    Ok(profiler_ebpf::RequestOffsets {
+        rq_q: field("request", "q", None)?,
+        rq_sector: field("request", "__sector", Some(8))?,
+        rq_cmd_flags: field("request", "cmd_flags", Some(4))?,
+        // Linux 5.15+; before it the disk hangs off the request itself.
+        q_disk: field("request_queue", "disk", None)?,
+        disk_major: field("gendisk", "major", Some(4))?,
+        disk_first_minor: field("gendisk", "first_minor", Some(4))?,
+        _pad: [0; 2],
     })
 }
 
@@ -395,6 +437,25 @@ mod tests {
         let (runtime, prev) = runtime_in(&btf).expect("sched_entity's runtimes");
         assert!(runtime > 0 && prev > 0 && runtime.abs_diff(prev) % 8 == 0);
         assert_ne!(runtime, prev);
+    }
+
+    /// This kernel's request offsets, when it has BTF: distinct within
+    /// `struct request`, and the disk's major before its first minor.
+    #[test]
+    fn reads_this_kernels_request_offsets() {
+        let Ok(data) = fs::read(VMLINUX_BTF) else {
+            return;
+        };
+        let btf = Btf::parse(&data).expect("parse vmlinux BTF");
+        let off = requests_in(&btf).expect("request offsets");
+        let in_request = [off.rq_q, off.rq_sector, off.rq_cmd_flags];
+        assert!(
+            in_request
+                .iter()
+                .all(|&a| in_request.iter().filter(|&&b| a == b).count() == 1),
+            "{off:?}"
+        );
+        assert_eq!(off.disk_first_minor, off.disk_major + 4, "{off:?}");
     }
 
     /// This kernel's file offsets, when it has BTF: distinct where they

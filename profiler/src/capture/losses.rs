@@ -67,6 +67,14 @@ impl Losses {
         kernel
     }
 
+    /// At the stop: also the block requests of threads that have exited,
+    /// whose completion will not come now.
+    pub(super) fn expire_at_stop(&mut self, programs: &mut KernelPrograms) {
+        self.expire(programs);
+        let orphaned = programs.orphaned_requests();
+        self.expired.add(orphaned);
+    }
+
     /// Writes the LOST record if the counts changed since the last one.
     pub(super) fn refresh(
         &mut self,

@@ -486,7 +486,7 @@ impl Session {
         }
         self.drain_gpu()?;
         self.tracker.last_launches(&self.programs)?;
-        self.losses.expire(&mut self.programs);
+        self.losses.expire_at_stop(&mut self.programs);
         Ok(kernel_lost)
     }
 }

@@ -316,6 +316,11 @@ pub struct LostCounts {
     /// running on the same CPU (bpf_prog_info.recursion_misses).
     #[serde(default)]
     pub recursion_misses: u64,
+    /// Those runs by program name, the programs with any (since
+    /// 2026-12-06): `tprof_rq_complete`'s are block completions, whose
+    /// request is then missing from its thread's and its device's figures.
+    #[serde(default)]
+    pub recursion_misses_by_program: std::collections::BTreeMap<String, u64>,
     /// Stacks not taken because their stack-map bucket held another stack.
     #[serde(default)]
     pub stack_collisions: u64,
@@ -340,6 +345,13 @@ pub struct LostCounts {
     /// one that did take that long and then lost its times).
     #[serde(default)]
     pub requests_expired: u64,
+    /// Block requests of tracked threads still in flight at the stop though
+    /// their thread had exited (since 2026-12-06): completions the kernel
+    /// ran no program for (a synchronous read completes before its thread
+    /// goes on), or an asynchronous read still in flight. Their bytes and
+    /// waits are missing from the thread's figures.
+    #[serde(default)]
+    pub requests_orphaned: u64,
     /// Bios of tracked threads whose submitter was lost because the map of
     /// bio owners was full: their requests are not attributed to a thread.
     #[serde(default)]
@@ -431,6 +443,7 @@ impl LostCounts {
         saturating_sum([
             self.requests_full,
             self.requests_expired,
+            self.requests_orphaned,
             self.bio_owners_full,
             self.bio_owners_expired,
             self.cuda_calls_full,

@@ -81,7 +81,7 @@ fn header(out: &mut String, s: &Summary) {
                 kinds.join(", ")
             },
             s.lost.tracking_full,
-            s.lost.recursion_misses
+            super::skipped_text(&s.lost)
         );
     }
     if s.lost.stack_lost() > 0 {

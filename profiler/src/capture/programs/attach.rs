@@ -61,6 +61,17 @@ pub(super) const SCHED: &[(&str, &str, &str)] = &[
     (name::WAKEUP_NEW, name::WAKEUP_NEW_RAW, "sched_wakeup_new"),
 ];
 
+/// The block completion program in its two builds, as [`SCHED`]'s: the
+/// raw one also escapes the kernel's skipping a classic tracepoint's
+/// program while another BPF program runs on the CPU (a completion
+/// interrupt arrives at any time); it needs `struct request` offsets from
+/// the BTF.
+pub(super) const COMPLETE: (&str, &str, &str) = (
+    name::RQ_COMPLETE,
+    name::RQ_COMPLETE_RAW,
+    "block_rq_complete",
+);
+
 /// Every other tracepoint program.
 const TRACEPOINTS: &[Attachment] = &[
     tp(name::NEWTASK, "task", "task_newtask"),
@@ -73,7 +84,6 @@ const TRACEPOINTS: &[Attachment] = &[
     tp(name::BIO_FRONTMERGE, "block", "block_bio_frontmerge"),
     tp(name::RQ_INSERT, "block", "block_rq_insert"),
     tp(name::RQ_ISSUE, "block", "block_rq_issue"),
-    tp(name::RQ_COMPLETE, "block", "block_rq_complete"),
     tp(name::FUTEX_ENTER, "syscalls", "sys_enter_futex"),
     tp(name::FUTEX_EXIT, "syscalls", "sys_exit_futex"),
     optional(name::FUTEX_WAIT_ENTER, "syscalls", "sys_enter_futex_wait"),
@@ -117,6 +127,17 @@ impl KernelPrograms {
                     .with_context(|| format!("{}; is the kernel built with it?", what()))?;
                 self.links.keep(program.take_link(id)?);
             }
+        }
+        let (classic, raw, tracepoint) = COMPLETE;
+        let what = || format!("attaching to tracepoint block/{tracepoint} failed");
+        if self.raw_complete {
+            let program: &mut RawTracePoint = find_program(&mut self.ebpf, raw)?.try_into()?;
+            let id = program.attach(tracepoint).with_context(what)?;
+            self.links.keep(program.take_link(id)?);
+        } else {
+            let program: &mut TracePoint = find_program(&mut self.ebpf, classic)?.try_into()?;
+            let id = program.attach("block", tracepoint).with_context(what)?;
+            self.links.keep(program.take_link(id)?);
         }
         if self.pipes.is_ok() {
             for (program, tracepoint) in PIPES {

@@ -6,6 +6,7 @@
 //! `BPF_OBJ_GET_INFO_BY_FD`, and counted as lost events
 //! (`lost.recursion_misses`).
 
+use std::collections::BTreeMap;
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
 
 use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
@@ -17,13 +18,16 @@ impl KernelPrograms {
     /// was already running on that CPU (a completion interrupt arriving
     /// while a sched_switch program runs, say): events that never happened
     /// as far as the recording knows.
-    pub(super) fn recursion_misses(&self) -> u64 {
+    /// By program name, the programs with any: which events they were
+    /// tells the reader what is missing (a block completion's request, a
+    /// context switch).
+    pub(super) fn recursion_misses(&self) -> BTreeMap<String, u64> {
         self.ebpf
             .programs()
-            .filter_map(|(_, program)| program.fd().ok())
-            .filter_map(|fd| prog_info(fd.as_fd()).ok())
-            .map(|info| info.recursion_misses)
-            .sum()
+            .filter_map(|(name, program)| Some((name, prog_info(program.fd().ok()?.as_fd()).ok()?)))
+            .filter(|(_, info)| info.recursion_misses > 0)
+            .map(|(name, info)| (name.to_string(), info.recursion_misses))
+            .collect()
     }
 }
 

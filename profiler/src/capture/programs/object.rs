@@ -15,12 +15,12 @@ use aya::{
 use profiler_ebpf::{
     BPF_NOEXIST, COPY_RING_BUFFER_BYTES, EVENT_SHARDS, FileOffsets, LOST_TRACK_FULL,
     MAX_BIO_OWNERS, MAX_CUDA_CALLS, MAX_REQUESTS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, PyProcInfo,
-    RING_BUFFER_BYTES, ThreadState, TracepointOffsets, kind, lost_map, lost_stack,
+    RING_BUFFER_BYTES, RequestOffsets, ThreadState, TracepointOffsets, kind, lost_map, lost_stack,
     names::{global, map},
     stack_mode, switch_part,
 };
 
-use super::attach::SCHED;
+use super::attach::{COMPLETE, SCHED};
 use super::in_flight::{Expired, InFlight};
 use super::links::Links;
 use super::stacks::StackSource;
@@ -37,6 +37,11 @@ static OBJECT: &[u8] = &[];
 /// Set to 1 to use the classic scheduler tracepoints even where the raw
 /// ones work (to compare the two, and to test the fallback).
 pub(super) const CLASSIC_SCHED_ENV: &str = "TPROF_CLASSIC_SCHED";
+
+/// Set to 1 to use the classic block_rq_complete tracepoint even where the
+/// raw one works (to compare the completions each sees, and to test the
+/// fallback).
+const CLASSIC_BLOCK_ENV: &str = "TPROF_CLASSIC_BLOCK";
 
 /// Set to 1 to take user stacks by frame-pointer walks in the kernel even
 /// where copying them works (to compare the two, and to test the mode
@@ -133,6 +138,8 @@ pub struct KernelPrograms {
     python_frames: bool,
     /// The raw scheduler programs are loaded (else the classic ones).
     pub(super) raw_sched: bool,
+    /// The raw block completion program is loaded (else the classic one).
+    pub(super) raw_complete: bool,
     /// The pipe programs are loaded (attached by [`KernelPrograms::attach`]),
     /// or why not.
     pub(super) pipes: std::result::Result<(), String>,
@@ -260,14 +267,17 @@ impl KernelPrograms {
         } else {
             file_offsets()
         };
+        let requests = request_offsets();
         let mut ebpf = open_object(
             &globals,
             files.as_ref().copied().unwrap_or_default(),
+            requests.as_ref().copied().unwrap_or_default(),
             limits,
         )?;
         load_programs(&mut ebpf)?;
         let pipes = files.map(|_| ()).map_err(|e| format!("{e:#}"));
         let raw_sched = load_sched_programs(&mut ebpf, raw_sched)?;
+        let raw_complete = load_complete_program(&mut ebpf, requests.is_ok())?;
         find_program(&mut ebpf, profiler_ebpf::names::program::SAMPLE)?;
         Ok(KernelPrograms {
             events: take_ring_buffers(&mut ebpf, &map::EVENTS)?,
@@ -286,6 +296,7 @@ impl KernelPrograms {
             python_threads_by_fsbase: offsets.task_fsbase != 0,
             python_frames: globals.python_frames,
             raw_sched,
+            raw_complete,
             pipes,
             map_events,
             stack_mode: globals.stack_mode,
@@ -437,8 +448,10 @@ impl KernelPrograms {
 
     /// Drop counts so far, summed over CPUs.
     pub fn lost_counts(&self) -> Result<LostCounts> {
+        let by_program = self.recursion_misses();
         let mut lost = LostCounts {
-            recursion_misses: self.recursion_misses(),
+            recursion_misses: by_program.values().sum(),
+            recursion_misses_by_program: by_program,
             ..Default::default()
         };
         let total = |slot: u32| -> Result<u64> { Ok(self.lost.get(&slot, 0)?.iter().sum()) };
@@ -468,6 +481,12 @@ impl KernelPrograms {
     /// are gone. Returns how many of each, to be counted as lost.
     pub fn expire_in_flight(&mut self, expiry: Duration) -> Expired {
         self.in_flight.expire(expiry)
+    }
+
+    /// At the stop: drops the block requests whose submitting thread has
+    /// exited (their completion was not traced), to be counted as lost.
+    pub fn orphaned_requests(&mut self) -> Expired {
+        self.in_flight.orphaned_requests()
     }
 }
 
@@ -521,7 +540,12 @@ struct Globals<'a> {
 
 /// Opens the object with the globals and map sizes set, its maps created
 /// and no program loaded yet.
-fn open_object(globals: &Globals, files: FileOffsets, limits: MapLimits) -> Result<Ebpf> {
+fn open_object(
+    globals: &Globals,
+    files: FileOffsets,
+    requests: RequestOffsets,
+    limits: MapLimits,
+) -> Result<Ebpf> {
     let sample_stacks = u32::from(globals.sample_stacks);
     let profile_switch = u32::from(profile_switch());
     let python_frames = u32::from(globals.python_frames);
@@ -550,6 +574,7 @@ fn open_object(globals: &Globals, files: FileOffsets, limits: MapLimits) -> Resu
         .override_global(global::STACK_COPY_BYTES, &globals.stack_copy_bytes, true)
         .override_global(global::PYTHON_FRAMES, &python_frames, true)
         .override_global(global::FILE_OFFSETS, &files, true)
+        .override_global(global::REQUEST_OFFSETS, &requests, true)
         .override_global(global::PROFILE_SWITCH, &profile_switch, true)
         .map_max_entries(map::STACK_SCRATCH, scratch)
         .map_max_entries(map::TRACKED_TIDS, limits.tracked_threads)
@@ -568,19 +593,48 @@ fn open_object(globals: &Globals, files: FileOffsets, limits: MapLimits) -> Resu
         )
 }
 
-/// Loads every program but the scheduler ones.
+/// Loads every program but those in two builds (the scheduler's, the
+/// block completion's), of which one is loaded.
 fn load_programs(ebpf: &mut Ebpf) -> Result<()> {
-    let is_sched = |name: &str| {
+    let paired = |name: &str| {
         SCHED
             .iter()
+            .chain([&COMPLETE])
             .any(|&(classic, raw, _)| name == classic || name == raw)
     };
     for (name, program) in ebpf.programs_mut() {
-        if !is_sched(name) {
+        if !paired(name) {
             load_program(name, program)?;
         }
     }
     Ok(())
+}
+
+/// The raw block completion program's offsets, unless the kernel has no
+/// BTF or its `struct request` differs, or [`CLASSIC_BLOCK_ENV`] asks for
+/// the classic program.
+fn request_offsets() -> Result<RequestOffsets> {
+    if std::env::var_os(CLASSIC_BLOCK_ENV).is_some_and(|v| v == "1") {
+        bail!("{CLASSIC_BLOCK_ENV}=1");
+    }
+    btf::request_offsets()
+}
+
+/// Loads the raw block completion program where its offsets were found
+/// and it loads, else the classic one; returns which is loaded.
+fn load_complete_program(ebpf: &mut Ebpf, raw: bool) -> Result<bool> {
+    let (classic, raw_name, _) = COMPLETE;
+    if raw {
+        match load_program(raw_name, find_program(ebpf, raw_name)?) {
+            Ok(()) => return Ok(true),
+            Err(e) => eprintln!(
+                "tprof: note: {e:#}; recording block completions with the classic \
+                 tracepoint instead, which the kernel skips while another BPF program runs"
+            ),
+        }
+    }
+    load_program(classic, find_program(ebpf, classic)?)?;
+    Ok(false)
 }
 
 /// Where the pipe program finds an fd's pipe: the kernel's BTF and the

@@ -204,9 +204,9 @@ fn missing_tracepoint() {
     );
 }
 
-/// Without kernel BTF tprof still records: the scheduler programs fall back
-/// from raw tracepoints (task_struct offsets from BTF) to classic ones, and
-/// every other program is a classic tracepoint, a perf event or a uprobe
+/// Without kernel BTF tprof still records: the scheduler programs and the
+/// block completion's fall back from raw tracepoints (task_struct and
+/// request offsets from BTF) to classic ones, and every other program is a classic tracepoint, a perf event or a uprobe
 /// with offsets read from tracefs, so none needs BTF.
 #[test]
 fn no_btf_is_fine() {

@@ -153,14 +153,16 @@ mod tests {
             tracking_full: 2,
             stack_failed: 1,
             requests_full: 4,
+            requests_orphaned: 2,
             cuda_calls_unreturned: 1,
             ..Default::default()
         };
         assert_eq!(
             loss_note(&lost, true).unwrap(),
             "warning: 5 events lost (ring buffer full: switch 3; untracked new tasks: 2); \
-             1 stacks lost; 5 lost in flight (block request times, map full: 4, CUDA calls \
-             whose thread exited in them: 1); recording cut short"
+             1 stacks lost; 7 lost in flight (block request times, map full: 4, block \
+             requests of exited threads never completed: 2, CUDA calls whose thread exited \
+             in them: 1); recording cut short"
         );
     }
 

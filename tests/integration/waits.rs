@@ -140,7 +140,7 @@ fn check_direct_reads(env: &[(&str, &OsStr)]) {
     let least = 0.95 * (blocked - waking_lead) * seen;
     // Each block's wait starts at the sched_switch tracepoint, after the
     // scheduler stops charging the thread CPU time: tens of µs a read more
-    // than its clock's off-CPU time (15-73 µs a read, 1.0-4.7 ms over the
+    // than its clock's off-CPU time (up to 73 µs a read, 4.7 ms over the
     // 64, in 14 runs on 2026-12-06's machine, whose faster reads made that
     // up to 1.19 of the off-CPU time): at most 100 µs a block, or 10%.
     let most = (1.10 * off_cpu).max(off_cpu + thread.voluntary_switches as f64 * 100e-6);

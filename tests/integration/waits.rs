@@ -86,11 +86,7 @@ fn check_direct_writes(env: &[(&str, &OsStr)]) {
     let writer = report.threads_named("dd");
     let writer = writer.first().expect("dd's thread in the report");
     let lost = &report.lost;
-    let skipped: u64 = [program::RQ_COMPLETE, program::RQ_COMPLETE_RAW]
-        .iter()
-        .filter_map(|p| lost.recursion_misses_by_program.get(*p))
-        .sum();
-    let unseen = skipped + lost.requests_orphaned;
+    let unseen = completions_lost(&report);
     let written = 16 * MIB;
     assert!(
         writer.write_bytes <= written + written / 50
@@ -98,6 +94,18 @@ fn check_direct_writes(env: &[(&str, &OsStr)]) {
             && writer.read_bytes < MIB,
         "{env:?}: dd wrote {written} bytes with O_DIRECT; tprof: {writer:#?}\n{lost:?}"
     );
+}
+
+/// Block completions the recording says it lost: runs of either
+/// completion program the kernel skipped, and requests of exited threads
+/// never seen to complete.
+fn completions_lost(report: &Report) -> u64 {
+    let lost = &report.lost;
+    let skipped: u64 = [program::RQ_COMPLETE, program::RQ_COMPLETE_RAW]
+        .iter()
+        .filter_map(|p| lost.recursion_misses_by_program.get(*p))
+        .sum();
+    skipped + lost.requests_orphaned
 }
 
 fn check_direct_reads(env: &[(&str, &OsStr)]) {
@@ -114,11 +122,7 @@ fn check_direct_reads(env: &[(&str, &OsStr)]) {
     );
     let kernel_bytes = truth["proc_read_bytes_total"].as_f64().unwrap();
     let lost = &traced.report.lost;
-    let skipped: u64 = [program::RQ_COMPLETE, program::RQ_COMPLETE_RAW]
-        .iter()
-        .filter_map(|p| lost.recursion_misses_by_program.get(*p))
-        .sum();
-    let unseen = skipped + lost.requests_orphaned;
+    let unseen = completions_lost(&traced.report);
     let missing = kernel_bytes - thread.read_bytes as f64;
     assert!(
         missing >= -0.02 * kernel_bytes && missing <= (unseen * MIB) as f64,

@@ -106,17 +106,22 @@ pub(super) fn file_offsets() -> Result<profiler_ebpf::FileOffsets> {
     files_in(&Btf::parse(&data)?)
 }
 
+/// `strukt.name`'s byte offset, and its type.
+fn struct_member(btf: &Btf, strukt: &str, name: &str) -> Result<(u16, u32)> {
+    let id = btf
+        .named(KIND_STRUCT, strukt)
+        .with_context(|| format!("no struct {strukt} in the kernel BTF"))?;
+    let (offset, ty) = btf
+        .member(id, name)
+        .with_context(|| format!("no {strukt}.{name} in the kernel BTF"))?;
+    let offset = u16::try_from(offset)
+        .with_context(|| format!("{strukt}.{name} at {offset} is out of range"))?;
+    Ok((offset, ty))
+}
+
 fn files_in(btf: &Btf) -> Result<profiler_ebpf::FileOffsets> {
-    let field = |strukt: &str, name: &str| -> Result<u16> {
-        let id = btf
-            .named(KIND_STRUCT, strukt)
-            .with_context(|| format!("no struct {strukt} in the kernel BTF"))?;
-        let (offset, _) = btf
-            .member(id, name)
-            .with_context(|| format!("no {strukt}.{name} in the kernel BTF"))?;
-        u16::try_from(offset)
-            .with_context(|| format!("{strukt}.{name} at {offset} is out of range"))
-    };
+    let field =
+        |strukt: &str, name: &str| struct_member(btf, strukt, name).map(|(offset, _)| offset);
     Ok(profiler_ebpf::FileOffsets {
         task_files: field("task_struct", "files")?,
         files_fdt: field("files_struct", "fdt")?,
@@ -143,20 +148,14 @@ fn requests_in(btf: &Btf) -> Result<profiler_ebpf::RequestOffsets> {
     check_args(btf, "btf_trace_block_rq_complete", 4)?;
     // An integer of `size` bytes, or a pointer where `size` is None.
     let field = |strukt: &str, name: &str, size: Option<u32>| -> Result<u16> {
-        let id = btf
-            .named(KIND_STRUCT, strukt)
-            .with_context(|| format!("no struct {strukt} in the kernel BTF"))?;
-        let (offset, ty) = btf
-            .member(id, name)
-            .with_context(|| format!("no {strukt}.{name} in the kernel BTF"))?;
+        let (offset, ty) = struct_member(btf, strukt, name)?;
         let t = &btf.types[btf.resolve_modifiers(ty) as usize];
         let fits = match size {
             Some(size) => matches!(t.kind, KIND_INT | KIND_ENUM) && t.size == size,
             None => t.kind == KIND_PTR,
         };
         ensure!(fits, "{strukt}.{name} is not what the raw program reads");
-        u16::try_from(offset)
-            .with_context(|| format!("{strukt}.{name} at {offset} is out of range"))
+        Ok(offset)
     };
     Ok(profiler_ebpf::RequestOffsets {
         rq_q: field("request", "q", None)?,

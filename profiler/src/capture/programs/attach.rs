@@ -66,11 +66,11 @@ pub(super) const SCHED: &[(&str, &str, &str)] = &[
 /// program while another BPF program runs on the CPU (a completion
 /// interrupt arrives at any time); it needs `struct request` offsets from
 /// the BTF.
-pub(super) const COMPLETE: (&str, &str, &str) = (
+pub(super) const COMPLETE: &[(&str, &str, &str)] = &[(
     name::RQ_COMPLETE,
     name::RQ_COMPLETE_RAW,
     "block_rq_complete",
-);
+)];
 
 /// Every other tracepoint program.
 const TRACEPOINTS: &[Attachment] = &[
@@ -102,6 +102,38 @@ const MAPPINGS: [(&str, &str); 2] = [
     (name::MPROTECT_EXIT, "sys_exit_mprotect"),
 ];
 
+impl KernelPrograms {
+    /// Attaches the loaded build of each pair of `category`'s tracepoint
+    /// programs ([`SCHED`], [`COMPLETE`]): the raw ones, or the classic.
+    fn attach_pairs(
+        &mut self,
+        pairs: &[(&str, &str, &str)],
+        category: &str,
+        raw: bool,
+    ) -> Result<()> {
+        for &(classic, raw_name, tracepoint) in pairs {
+            let what = || {
+                format!(
+                    "attaching to tracepoint {category}/{tracepoint} failed; \
+                     is the kernel built with it?"
+                )
+            };
+            // Two link types: each kept in its own branch.
+            if raw {
+                let program: &mut RawTracePoint =
+                    find_program(&mut self.ebpf, raw_name)?.try_into()?;
+                let id = program.attach(tracepoint).with_context(what)?;
+                self.links.keep(program.take_link(id)?);
+            } else {
+                let program: &mut TracePoint = find_program(&mut self.ebpf, classic)?.try_into()?;
+                let id = program.attach(category, tracepoint).with_context(what)?;
+                self.links.keep(program.take_link(id)?);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What attaching to one CUDA runtime library did.
 #[derive(Debug, Default)]
 pub struct CudaProbes {
@@ -114,31 +146,8 @@ pub struct CudaProbes {
 impl KernelPrograms {
     /// Attaches every program to its tracepoint.
     pub fn attach(&mut self) -> Result<()> {
-        for &(classic, raw, tracepoint) in SCHED {
-            let what = || format!("attaching to tracepoint sched/{tracepoint} failed");
-            if self.raw_sched {
-                let program: &mut RawTracePoint = find_program(&mut self.ebpf, raw)?.try_into()?;
-                let id = program.attach(tracepoint).with_context(what)?;
-                self.links.keep(program.take_link(id)?);
-            } else {
-                let program: &mut TracePoint = find_program(&mut self.ebpf, classic)?.try_into()?;
-                let id = program
-                    .attach("sched", tracepoint)
-                    .with_context(|| format!("{}; is the kernel built with it?", what()))?;
-                self.links.keep(program.take_link(id)?);
-            }
-        }
-        let (classic, raw, tracepoint) = COMPLETE;
-        let what = || format!("attaching to tracepoint block/{tracepoint} failed");
-        if self.raw_complete {
-            let program: &mut RawTracePoint = find_program(&mut self.ebpf, raw)?.try_into()?;
-            let id = program.attach(tracepoint).with_context(what)?;
-            self.links.keep(program.take_link(id)?);
-        } else {
-            let program: &mut TracePoint = find_program(&mut self.ebpf, classic)?.try_into()?;
-            let id = program.attach("block", tracepoint).with_context(what)?;
-            self.links.keep(program.take_link(id)?);
-        }
+        self.attach_pairs(SCHED, "sched", self.raw_sched)?;
+        self.attach_pairs(COMPLETE, "block", self.raw_complete)?;
         if self.pipes.is_ok() {
             for (program, tracepoint) in PIPES {
                 let program: &mut TracePoint = find_program(&mut self.ebpf, program)?.try_into()?;

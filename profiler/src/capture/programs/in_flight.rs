@@ -68,39 +68,16 @@ impl InFlight {
     /// for minutes, in cudaDeviceSynchronize, so its age proves nothing.)
     pub(super) fn expire(&mut self, expiry: Duration) -> Expired {
         let before = monotonic_ns().saturating_sub(expiry.as_nanos() as u64);
-        let requests: Vec<RequestKey> = entries(&self.requests)
-            .filter(|(_, times)| times.start_ns < before)
-            .map(|(key, _)| key)
-            .collect();
-        let bio_owners: Vec<RequestKey> = entries(&self.bio_owners)
-            .filter(|(_, owner)| owner.ts_ns < before)
-            .map(|(key, _)| key)
-            .collect();
-        let cuda_calls: Vec<u64> = entries(&self.cuda_calls)
-            .filter(|(key, _)| !procfs::exists((key >> 32) as u32))
-            .map(|(key, _)| key)
-            .collect();
-        // A removal that fails lost a race with the kernel, which removed
-        // the entry at the thing's end: not an expiry.
         Expired {
-            requests: requests
-                .iter()
-                .filter(|key| self.requests.remove(key).is_ok())
-                .count() as u64,
-            bio_owners: bio_owners
-                .iter()
-                .filter(|key| self.bio_owners.remove(key).is_ok())
-                .count() as u64,
-            cuda_calls: cuda_calls
-                .iter()
-                .filter(|key| self.cuda_calls.remove(key).is_ok())
-                .count() as u64,
+            requests: drop_where(&mut self.requests, |_, times| times.start_ns < before),
+            bio_owners: drop_where(&mut self.bio_owners, |_, owner| owner.ts_ns < before),
+            cuda_calls: drop_where(&mut self.cuda_calls, |key, _| {
+                !procfs::exists((key >> 32) as u32)
+            }),
             orphaned_requests: 0,
         }
     }
-}
 
-impl InFlight {
     /// At the stop, after the programs are detached: drops the requests
     /// whose submitting thread has exited. A thread's synchronous read
     /// completes before the thread goes on, so such an entry is a
@@ -111,18 +88,27 @@ impl InFlight {
     /// exited and the recording stopped. Either way its bytes and wait are
     /// missing from the recording, which says so.
     pub(super) fn orphaned_requests(&mut self) -> Expired {
-        let orphans: Vec<RequestKey> = entries(&self.requests)
-            .filter(|(_, times)| times.owner != 0 && thread_gone(times.owner))
-            .map(|(key, _)| key)
-            .collect();
         Expired {
-            orphaned_requests: orphans
-                .iter()
-                .filter(|key| self.requests.remove(key).is_ok())
-                .count() as u64,
+            orphaned_requests: drop_where(&mut self.requests, |_, times| {
+                times.owner != 0 && thread_gone(times.owner)
+            }),
             ..Expired::default()
         }
     }
+}
+
+/// Removes the entries `drop` picks; how many went. A removal that fails
+/// lost a race with the kernel, which removed the entry at the thing's
+/// end: not counted.
+fn drop_where<K: aya::Pod, V: aya::Pod>(
+    map: &mut HashMap<MapData, K, V>,
+    drop: impl Fn(&K, &V) -> bool,
+) -> u64 {
+    let keys: Vec<K> = entries(map)
+        .filter(|(key, value)| drop(key, value))
+        .map(|(key, _)| key)
+        .collect();
+    keys.iter().filter(|key| map.remove(key).is_ok()).count() as u64
 }
 
 /// Whether the thread of a `bpf_get_current_pid_tgid()` value has exited

@@ -11,11 +11,12 @@
 //!
 //! Loading, in named steps: `sched_offsets` picks the raw or classic
 //! scheduler programs (raw where the kernel's BTF gives the `task_struct`
-//! offsets; `TPROF_CLASSIC_SCHED=1` forces classic), `open_object`
-//! sets `OFFSETS`, `SAMPLE_STACKS`, `STACK_MODE`, `STACK_COPY_BYTES` and
-//! `PYTHON_FRAMES` and sizes the maps ([`MapLimits`]), `load_programs`, then
-//! `load_sched_programs`, which falls back to the classic set when the
-//! verifier refuses a raw program. A verifier that refuses the stack-copying
+//! offsets; `TPROF_CLASSIC_SCHED=1` forces classic) and `request_offsets`
+//! the block completion's (`struct request`; `TPROF_CLASSIC_BLOCK=1`),
+//! `open_object` sets `OFFSETS`, `REQUEST_OFFSETS`, `SAMPLE_STACKS`,
+//! `STACK_MODE`, `STACK_COPY_BYTES` and `PYTHON_FRAMES` and sizes the maps
+//! ([`MapLimits`]), `load_programs`, then `load_pairs` for each set, which
+//! falls back to the classic programs when the verifier refuses a raw one. A verifier that refuses the stack-copying
 //! or Python-walking code gets the programs reloaded with that mode off, and
 //! a note. [`in_flight`] expires what the kernel cannot. Program and map
 //! names and map sizes come from the ABI crate (`profiler_ebpf::names`); the

@@ -48,9 +48,10 @@ const CLASSIC_BLOCK_ENV: &str = "TPROF_CLASSIC_BLOCK";
 /// kernels without BTF get).
 pub(super) const FRAME_POINTER_STACKS_ENV: &str = "TPROF_FRAME_POINTER_STACKS";
 
-/// Set to a raw scheduler program's name to have it treated as refused by
-/// the verifier: the tests' way to exercise the fallback a kernel with BTF
-/// but a stricter verifier takes, on a kernel that accepts every program.
+/// Set to a raw tracepoint program's name (a scheduler one, or the block
+/// completion's) to have it treated as refused by the verifier: the tests'
+/// way to exercise the fallback a kernel with BTF but a stricter verifier
+/// takes, on a kernel that accepts every program.
 const REFUSE_RAW_ENV: &str = "TPROF_REFUSE_RAW_SCHED";
 /// Set to 1 to have the Python walk treated as refused by the verifier (as
 /// a kernel before 5.17, without `bpf_loop`, refuses it): the tests' way
@@ -276,8 +277,18 @@ impl KernelPrograms {
         )?;
         load_programs(&mut ebpf)?;
         let pipes = files.map(|_| ()).map_err(|e| format!("{e:#}"));
-        let raw_sched = load_sched_programs(&mut ebpf, raw_sched)?;
-        let raw_complete = load_complete_program(&mut ebpf, requests.is_ok())?;
+        let raw_sched = load_pairs(
+            &mut ebpf,
+            SCHED,
+            raw_sched,
+            "the classic scheduler tracepoints instead, which cost the job more per event",
+        )?;
+        let raw_complete = load_pairs(
+            &mut ebpf,
+            COMPLETE,
+            requests.is_ok(),
+            "the classic block_rq_complete instead, which the kernel skips while another BPF program runs",
+        )?;
         find_program(&mut ebpf, profiler_ebpf::names::program::SAMPLE)?;
         Ok(KernelPrograms {
             events: take_ring_buffers(&mut ebpf, &map::EVENTS)?,
@@ -599,7 +610,7 @@ fn load_programs(ebpf: &mut Ebpf) -> Result<()> {
     let paired = |name: &str| {
         SCHED
             .iter()
-            .chain([&COMPLETE])
+            .chain(COMPLETE)
             .any(|&(classic, raw, _)| name == classic || name == raw)
     };
     for (name, program) in ebpf.programs_mut() {
@@ -620,23 +631,6 @@ fn request_offsets() -> Result<RequestOffsets> {
     btf::request_offsets()
 }
 
-/// Loads the raw block completion program where its offsets were found
-/// and it loads, else the classic one; returns which is loaded.
-fn load_complete_program(ebpf: &mut Ebpf, raw: bool) -> Result<bool> {
-    let (classic, raw_name, _) = COMPLETE;
-    if raw {
-        match load_program(raw_name, find_program(ebpf, raw_name)?) {
-            Ok(()) => return Ok(true),
-            Err(e) => eprintln!(
-                "tprof: note: {e:#}; recording block completions with the classic \
-                 tracepoint instead, which the kernel skips while another BPF program runs"
-            ),
-        }
-    }
-    load_program(classic, find_program(ebpf, classic)?)?;
-    Ok(false)
-}
-
 /// Where the pipe program finds an fd's pipe: the kernel's BTF and the
 /// syscall tracepoint's field.
 fn file_offsets() -> Result<FileOffsets> {
@@ -645,24 +639,27 @@ fn file_offsets() -> Result<FileOffsets> {
     Ok(files)
 }
 
-/// Loads the raw scheduler programs where they load (`raw`) and the classic
-/// ones otherwise; returns which set is loaded. A kernel whose verifier
-/// refuses a raw one (BTF present but something else missing) gets the
-/// classic ones rather than no recording, with a note.
-fn load_sched_programs(ebpf: &mut Ebpf, raw: bool) -> Result<bool> {
+/// Loads a set of paired programs ([`SCHED`], [`COMPLETE`]): the raw ones
+/// where they load (`raw`: their offsets were found) and the classic ones
+/// otherwise; returns which set is loaded. A kernel whose verifier refuses
+/// a raw one (BTF present but something else missing) gets the classic
+/// ones rather than no recording, with a note naming them.
+fn load_pairs(
+    ebpf: &mut Ebpf,
+    pairs: &[(&str, &str, &str)],
+    raw: bool,
+    classic_ones: &str,
+) -> Result<bool> {
     if raw {
-        match SCHED
+        match pairs
             .iter()
-            .try_for_each(|&(_, raw, _)| load_raw_sched(ebpf, raw))
+            .try_for_each(|&(_, raw, _)| load_raw(ebpf, raw))
         {
             Ok(()) => return Ok(true),
-            Err(e) => eprintln!(
-                "tprof: note: {e:#}; recording with the classic scheduler \
-                 tracepoints instead, which cost the job more per event"
-            ),
+            Err(e) => eprintln!("tprof: note: {e:#}; recording with {classic_ones}"),
         }
     }
-    for &(classic, raw, _) in SCHED {
+    for &(classic, raw, _) in pairs {
         if let Some(Program::RawTracePoint(program)) = ebpf.program_mut(raw) {
             // Unloading one that did load; one that did not is a no-op error.
             let _ = program.unload();
@@ -704,8 +701,8 @@ fn load_program(name: &str, program: &mut Program) -> Result<()> {
     loaded.with_context(|| format!("the kernel's verifier rejected {name}"))
 }
 
-/// Loads one raw scheduler program (or fails as [`REFUSE_RAW_ENV`] asks).
-fn load_raw_sched(ebpf: &mut Ebpf, raw: &str) -> Result<()> {
+/// Loads one raw tracepoint program (or fails as [`REFUSE_RAW_ENV`] asks).
+fn load_raw(ebpf: &mut Ebpf, raw: &str) -> Result<()> {
     if std::env::var_os(REFUSE_RAW_ENV).is_some_and(|v| v == raw) {
         bail!("the kernel's verifier rejected {raw} ({REFUSE_RAW_ENV} is set)");
     }

@@ -104,6 +104,44 @@ fn zombie() {
     assert!(stderr(&out).contains("zombie"), "{}", show(&out));
 }
 
+/// A target that exits while tprof attaches (on a busy machine the kernel
+/// can hold an attach for seconds; `TPROF_ATTACH_DELAY_MS` plays that):
+/// one error naming it and the slow attach, no recording left, and
+/// `tprof top` the same, not an empty recording or an empty view.
+#[test]
+fn target_that_exits_while_attaching() {
+    require_root();
+    let dir = tempfile::tempdir().expect("create temp dir");
+    let recording = dir.path().join("recording.tprof");
+    let delay = [("TPROF_ATTACH_DELAY_MS", "2500")];
+    let runs: [(&str, &[&str]); 2] = [
+        (
+            "record",
+            &["-o", recording.to_str().expect("utf-8"), "-d", "5s"],
+        ),
+        ("top", &["--batch", "-n", "3"]),
+    ];
+    for (verb, args) in runs {
+        let mut target = Command::new("sleep").arg("1").spawn().expect("run sleep");
+        let pid = target.id().to_string();
+        let mut command = tprof();
+        command.arg(verb).args(["-p", &pid]).args(args).envs(delay);
+        let out = Running::spawn(&mut command)
+            .wait(Duration::from_mins(1))
+            .into_output();
+        target.wait().expect("reap sleep");
+        assert_clean_error(&out);
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("process {pid} exited while tprof was attaching"))
+                && err.contains("attaching took 2."),
+            "tprof {verb}: {}",
+            show(&out)
+        );
+        assert!(!recording.exists(), "tprof {verb} left {recording:?}");
+    }
+}
+
 fn state_of(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(')')?.1.trim_start().chars().next()

@@ -26,7 +26,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use tprof_core::recording::{ClockAnchor, Footer, GpuInfo, LostCounts, record};
 
 use super::clock::{self, anchor, monotonic_ns};
@@ -53,6 +53,15 @@ use profiler_ebpf::TracepointOffsets;
 /// benches' measure of what copying stacks costs; docs/benchmarks.md).
 const STACK_COPY_STATS_ENV: &str = "TPROF_STACK_COPY_STATS";
 
+/// Milliseconds to wait after attaching, before the targets are tracked: a
+/// stand-in for the kernel holding an attach on a busy machine, so a test
+/// can have its target exit meanwhile.
+const ATTACH_DELAY_ENV: &str = "TPROF_ATTACH_DELAY_MS";
+
+/// An attach that took this long is named in the error of targets that
+/// exited meanwhile.
+const SLOW_ATTACH: Duration = Duration::from_secs(2);
+
 /// Checks what capture needs before anything is created: root and its
 /// capabilities, the targets, tracefs; the tracepoints' field offsets.
 pub(super) fn check(opts: &CaptureOptions) -> Result<TracepointOffsets> {
@@ -61,6 +70,33 @@ pub(super) fn check(opts: &CaptureOptions) -> Result<TracepointOffsets> {
     tracker::check_targets(&opts.pids)?;
     tracefs::ensure_mounted()?;
     tracefs::tracepoint_offsets()
+}
+
+/// The error of `-p` targets that all exited before they were tracked:
+/// nothing of them was recorded. On a busy machine the kernel can hold a
+/// new attach for seconds while an earlier tracer's programs are detached
+/// (docs/benchmarks.md, "Stopping"); a slow attach is named as the likely
+/// cause.
+fn exited_while_attaching(pids: &[u32], took: Duration) -> String {
+    let which = if let [pid] = pids {
+        format!("process {pid} exited")
+    } else {
+        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+        format!("processes {} exited", pids.join(", "))
+    };
+    let slow = if took >= SLOW_ATTACH {
+        format!(
+            "; attaching took {:.1} s (on a busy machine the kernel can hold an attach \
+             while an earlier tracer's programs are being detached)",
+            took.as_secs_f64()
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "{which} while tprof was attaching, before any of it was traced{slow}; \
+         run tprof again while the job runs"
+    )
 }
 
 /// One capture in progress.
@@ -97,6 +133,7 @@ impl Session {
         sink: Box<dyn Sink>,
         destination: Destination,
     ) -> Result<Session> {
+        let attaching = Instant::now();
         let stacks = opts.sample_hz.map(|_| opts.stack_copy_bytes);
         let mut programs = KernelPrograms::load(offsets, stacks, opts.python_frames, opts.limits)?;
         let held = if opts.command.is_empty() {
@@ -112,6 +149,13 @@ impl Session {
         if let Some(hz) = opts.sample_hz {
             programs.attach_sampler(hz)?;
         }
+        if let Some(ms) = std::env::var(ATTACH_DELAY_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        let attach_took = attaching.elapsed();
         let stacks = match opts.sample_hz {
             Some(_) => programs.take_stack_source().map(|source| StackSetup {
                 source,
@@ -127,6 +171,9 @@ impl Session {
         };
         let mut session = Session::new(opts, programs, out, roots, gpu, destination);
         session.track(opts, start, held)?;
+        if session.command.is_none() && session.tracker.roots_gone() {
+            bail!("{}", exited_while_attaching(&opts.pids, attach_took));
+        }
         Ok(session)
     }
 
@@ -504,4 +551,25 @@ fn write_end(
     sink.record(record::STEP_PROBES, &encode(step_probes)?)?;
     sink.record(record::LOST, &encode(lost)?)?;
     sink.record(record::FOOTER, &encode(footer)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_gone_before_tracking_are_named_with_a_slow_attach() {
+        let quick = exited_while_attaching(&[42], Duration::from_millis(300));
+        assert_eq!(
+            quick,
+            "process 42 exited while tprof was attaching, before any of it was traced; \
+             run tprof again while the job runs"
+        );
+        let slow = exited_while_attaching(&[42, 43], Duration::from_millis(5_840));
+        assert!(
+            slow.starts_with("processes 42, 43 exited while tprof was attaching")
+                && slow.contains("; attaching took 5.8 s (on a busy machine"),
+            "{slow}"
+        );
+    }
 }

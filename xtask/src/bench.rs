@@ -27,6 +27,7 @@
 //!   timeline` speed (million events/s) and peak memory (also as a multiple
 //!   of the recording's size).
 
+use std::fs::File;
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -158,7 +159,15 @@ impl Tool {
             Tool::PerfSched => "perf sched record",
         }
     }
+
+    fn is_tprof(self) -> bool {
+        !matches!(self, Tool::None | Tool::LibbpfTools | Tool::PerfSched)
+    }
 }
+
+/// Where a run's tprof writes its stderr (in the bench's directory): the
+/// error of one that failed.
+const TPROF_STDERR: &str = "tprof.stderr";
 
 /// One run of the workload under one tool.
 #[derive(Debug, Clone, Copy, Default)]
@@ -459,6 +468,7 @@ fn median_ratio(runs: &[Run], baseline: &[Run]) -> f64 {
 
 /// Runs the workload for RUN_S seconds with `tool` attached from ~0.3 s on.
 fn run_once(paths: &Paths, tool: Tool, job_kind: Job) -> Result<Run> {
+    wait_for_release_helpers();
     let mut job = job_kind.spawn(paths, RUN_S)?;
     std::thread::sleep(Duration::from_millis(300));
     let tools = start_tool(paths, tool, job.id())?;
@@ -470,9 +480,17 @@ fn run_once(paths: &Paths, tool: Tool, job_kind: Job) -> Result<Run> {
         ..Run::default()
     };
     for child in tools {
-        let (cpu, rss) = wait_rusage(child)?;
-        run.tool_cpu_s += cpu;
-        run.tool_maxrss_kib = run.tool_maxrss_kib.max(rss);
+        let usage = wait_rusage(child)?;
+        // A tool that did not trace the run would pass for a cheap one.
+        if tool.is_tprof() && !usage.succeeded {
+            bail!(
+                "{} failed in a run; its stderr: {}",
+                tool.name(),
+                paths.dir.join(TPROF_STDERR).display()
+            );
+        }
+        run.tool_cpu_s += usage.cpu_s;
+        run.tool_maxrss_kib = run.tool_maxrss_kib.max(usage.maxrss_kib);
     }
     Ok(run)
 }
@@ -481,8 +499,13 @@ fn start_tool(paths: &Paths, tool: Tool, pid: u32) -> Result<Vec<Child>> {
     let secs = (RUN_S - 1).to_string();
     let pid = pid.to_string();
     let quiet = |mut c: Command| -> Result<Child> {
+        let stderr = if tool.is_tprof() {
+            Stdio::from(File::create(paths.dir.join(TPROF_STDERR))?)
+        } else {
+            Stdio::null()
+        };
         c.stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .with_context(|| format!("start {}", cmd::describe(&c)))
     };
@@ -561,8 +584,15 @@ fn rate(counts: &[Count], value: impl Fn(&Count) -> u64) -> f64 {
     at(to).saturating_sub(at(from)) as f64 / (to - from) as f64
 }
 
-/// Waits for `child` and returns its CPU seconds and peak RSS (KiB).
-fn wait_rusage(child: Child) -> Result<(f64, i64)> {
+/// What a child used, and whether it exited with success.
+struct Usage {
+    cpu_s: f64,
+    maxrss_kib: i64,
+    succeeded: bool,
+}
+
+/// Waits for `child` and returns its CPU seconds, peak RSS and exit.
+fn wait_rusage(child: Child) -> Result<Usage> {
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
     // SAFETY: rusage is a plain C struct; wait4 fills it for our child.
@@ -573,7 +603,36 @@ fn wait_rusage(child: Child) -> Result<(f64, i64)> {
         bail!("wait4({pid}): {}", std::io::Error::last_os_error());
     }
     let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    Ok((secs(usage.ru_utime) + secs(usage.ru_stime), usage.ru_maxrss))
+    Ok(Usage {
+        cpu_s: secs(usage.ru_utime) + secs(usage.ru_stime),
+        maxrss_kib: usage.ru_maxrss,
+        succeeded: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+    })
+}
+
+/// Waits (at most a minute) until no tprof release helper (`tprof
+/// __release-links`, which detaches an ended run's programs) is left: on a
+/// busy machine the kernel holds a new attach until a helper's detach is
+/// done, and the next run's tprof would attach seconds late, or after the
+/// job ended, and pass for a cheap one.
+fn wait_for_release_helpers() {
+    let deadline = Instant::now() + Duration::from_mins(1);
+    while release_helper_running() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn release_helper_running() -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| {
+            cmdline
+                .split(|&b| b == 0)
+                .any(|arg| arg == b"__release-links")
+        })
+    })
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -663,7 +722,7 @@ fn timed(tprof: &Path, args: &[&str], recording: &Path) -> Result<Timed> {
         .spawn()?;
     let mut stdout = Vec::new();
     std::io::Read::read_to_end(&mut child.stdout.take().context("stdout")?, &mut stdout)?;
-    let (_, maxrss_kib) = wait_rusage(child)?;
+    let maxrss_kib = wait_rusage(child)?.maxrss_kib;
     let secs = started.elapsed().as_secs_f64();
     Ok(Timed {
         stdout,

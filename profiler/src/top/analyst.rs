@@ -84,8 +84,14 @@ pub(super) enum Request {
 /// quiet.
 const POLL: Duration = Duration::from_millis(50);
 
-/// The share of one CPU the analysis may take on average.
-pub(super) const ANALYSIS_SHARE: f64 = 0.05;
+/// The share of one CPU the analysis may take on average: on a job busy
+/// enough to reach it, what `top` costs beyond `record`, since capture is
+/// the same. 5% until 2026-12-06: on the paced bench (300,000 events a
+/// second, both CPUs kept busy) top then cost 3.8 points of the job's
+/// throughput more than record, and 1.7 at 2%, five alternating rounds
+/// (docs/benchmarks.md); the real job's frames (3 ms a second and a
+/// window's 40 ms every 10 s) stay under either, and refresh every second.
+pub(super) const ANALYSIS_SHARE: f64 = 0.02;
 
 /// The stretch before an interval's end whose model gives the interval's
 /// figures until the window's analysis has found steps (three intervals
@@ -97,7 +103,7 @@ const RECENT: Duration = Duration::from_secs(3);
 /// a window: half of [`ANALYSIS_SHARE`], the frames' own figures the rest.
 /// On the real job a window's analysis is a few hundredths of a second and
 /// far from it; at 300,000 events a second (the paced bench) it bounds the
-/// analysis to the last second or so of the window.
+/// analysis to the last second or less of the window.
 const WINDOW_SHARE: f64 = ANALYSIS_SHARE / 2.0;
 
 /// The least reach before the interval, however short the steps: steps

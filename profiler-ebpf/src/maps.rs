@@ -160,8 +160,14 @@ pub struct ThreadState {
     /// that finds 0 comes after an arrival no program saw, and says how
     /// long the thread ran ([`ArrivalEvent`](crate::ArrivalEvent)).
     pub on_cpu: u32,
+    /// Until when the stacks of this thread's last preemption serve its
+    /// next preemptions (0: none; cleared when it leaves the CPU for another
+    /// reason): a sampling period after it on average
+    /// (`PREEMPT_STACK_GAP_NS`), drawn at random so that a periodic
+    /// workload is not sampled in step with its period.
+    pub preempt_reuse_until_ns: u64,
 }
-const _: () = assert!(size_of::<ThreadState>() == 312);
+const _: () = assert!(size_of::<ThreadState>() == 320);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
 // derived bytemuck::Pod checks it): every bit pattern is a valid value.
 #[cfg(feature = "user")]
@@ -195,6 +201,7 @@ impl ThreadState {
             },
             tgid,
             on_cpu: 0,
+            preempt_reuse_until_ns: 0,
         }
     }
 }

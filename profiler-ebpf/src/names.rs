@@ -123,6 +123,7 @@ pub mod global {
     pub const SAMPLE_STACKS: &str = "SAMPLE_STACKS";
     pub const STACK_MODE: &str = "STACK_MODE";
     pub const STACK_COPY_BYTES: &str = "STACK_COPY_BYTES";
+    pub const PREEMPT_STACK_GAP_NS: &str = "PREEMPT_STACK_GAP_NS";
     pub const PYTHON_FRAMES: &str = "PYTHON_FRAMES";
     pub const FILE_OFFSETS: &str = "FILE_OFFSETS";
     pub const REQUEST_OFFSETS: &str = "REQUEST_OFFSETS";

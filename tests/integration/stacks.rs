@@ -6,8 +6,68 @@ use std::path::Path;
 
 use serde_json::Value;
 use tprof_tests::{
-    Traced, close_to, flamegraph_folded, require_root, show, tprof, trace_workload_with,
+    Traced, build_workload, close_to, flamegraph_folded, require_root, show, tprof,
+    trace_workload_with,
 };
+
+/// The same thread on CPUs that two untraced spinners keep busy: it waits
+/// for a CPU about a third of the time, preempted wherever it runs, and
+/// its runnable time must split between burn_a and burn_b as the thread's
+/// own schedstat run_delay, read around each, splits it. A preempted
+/// thread's stacks are taken about once per sampling period in each
+/// stretch it runs (the kernel's `recent_preemption`), so the split is a
+/// sample's: at 199 Hz over 5 s, within 7 points (runs measured within
+/// 0.2–6.3 points over 3 s). Before, preemptions were matched to earlier
+/// copies by their registers, which cannot tell the two functions' calls
+/// of `clock_gettime` apart, and 84–98% of the runnable time went to
+/// burn_a where its run delay was 74–77%.
+#[test]
+fn runnable_time_splits_as_the_cpu_time() {
+    require_root();
+    let mut spinners = std::process::Command::new(build_workload("busy_threads"))
+        .args(["2", "8"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start busy_threads");
+    let traced = trace_workload_with("two_functions", &["--hz", "199"], &["5"]);
+    spinners.kill().ok();
+    spinners.wait().ok();
+    let lines = flamegraph_folded(&traced.recording, &["--kind", "offcpu"]);
+    let runnable = |function: &str| {
+        weight_where(&lines, |s| {
+            has_frame(s, function) && s.split(';').any(|f| f == "[runnable]")
+        })
+    };
+    let (in_a, in_b) = (runnable("burn_a"), runnable("burn_b"));
+    let total = in_a + in_b;
+    let tid = truth(&traced, "done")["tid"].as_u64().expect("tid");
+    let thread = (traced.report.threads.iter())
+        .find(|t| t.tid as u64 == tid)
+        .expect("the burning thread in the report");
+    // The off-CPU flamegraph weighs in microseconds.
+    assert!(
+        total as f64 >= 0.8e6 * thread.runnable_s,
+        "burn_a and burn_b hold {total} µs of {:.3} s runnable: {lines:#?}",
+        thread.runnable_s
+    );
+    assert!(
+        thread.runnable_s >= 0.5,
+        "the spinners left the thread runnable only {:.3} s",
+        thread.runnable_s
+    );
+    let share_a = in_a as f64 / total as f64;
+    let done = truth(&traced, "done");
+    let delay = |key: &str| done[key].as_f64().expect("run delay");
+    let truth_a = delay("a_delay_ns") / (delay("a_delay_ns") + delay("b_delay_ns"));
+    eprintln!(
+        "runnable in burn_a {in_a} µs, burn_b {in_b} µs: share of burn_a {share_a:.3} \
+         (its run delay: {truth_a:.3})"
+    );
+    assert!(
+        (share_a - truth_a).abs() <= 0.07,
+        "burn_a's share of the runnable time {share_a:.3} is not {truth_a:.3} ± 0.07: {lines:#?}"
+    );
+}
 
 /// burn_a burns three times burn_b's CPU time, so their on-CPU samples
 /// split 3:1; tprof must agree within 5 points.

@@ -4,8 +4,11 @@
  * (CLOCK_THREAD_CPUTIME_ID), so on-CPU samples must split 3:1 between them
  * whatever the scheduler does. (Counting loop iterations instead is not
  * 3:1 in time: the same loop runs at different speeds in the two places.)
- * Prints {"role":"done","pid","tid","rounds","a_ns","b_ns"} at the end,
- * with the CPU time each function measured.
+ * Prints {"role":"done","pid","tid","rounds","a_ns","b_ns","a_delay_ns",
+ * "b_delay_ns"} at the end, with the CPU time each function measured and
+ * the time the thread waited for a CPU inside each (its schedstat
+ * run_delay read around them: a preempted thread's wait is added when it
+ * runs again, inside the function it was preempted in).
  *
  * noipa keeps both functions out of line and unclones, so each sample's
  * stack names one of them.
@@ -52,17 +55,23 @@ int main(int argc, char **argv)
 	}
 	double end = now_s() + atof(argv[1]);
 	double a = 0, b = 0;
+	unsigned long long a_delay = 0, b_delay = 0;
 	unsigned long rounds = 0;
 	while (now_s() < end) {
+		unsigned long long d0 = read_schedstat().run_delay_ns;
 		double t0 = thread_cpu_s();
 		burn_a(3 * SLICE_S);
 		double t1 = thread_cpu_s();
+		unsigned long long d1 = read_schedstat().run_delay_ns;
 		burn_b(SLICE_S);
 		b += thread_cpu_s() - t1;
 		a += t1 - t0;
+		a_delay += d1 - d0;
+		b_delay += read_schedstat().run_delay_ns - d1;
 		rounds++;
 	}
-	emit("{\"role\":\"done\",\"pid\":%d,\"tid\":%d,\"rounds\":%lu,\"a_ns\":%.0f,\"b_ns\":%.0f}",
-	     getpid(), truth_gettid(), rounds, a * 1e9, b * 1e9);
+	emit("{\"role\":\"done\",\"pid\":%d,\"tid\":%d,\"rounds\":%lu,\"a_ns\":%.0f,\"b_ns\":%.0f,"
+	     "\"a_delay_ns\":%llu,\"b_delay_ns\":%llu}",
+	     getpid(), truth_gettid(), rounds, a * 1e9, b * 1e9, a_delay, b_delay);
 	return 0;
 }

@@ -8,7 +8,8 @@
 //! counters), `STACKS` (the kernel's stack map) and `STACK_SCRATCH` (two
 //! buffers per CPU a stack copy is built in). The globals userspace sets at
 //! load time, which the verifier reads as constants: `OFFSETS`,
-//! `SAMPLE_STACKS`, `STACK_MODE`, `STACK_COPY_BYTES`, `PYTHON_FRAMES`,
+//! `SAMPLE_STACKS`, `STACK_MODE`, `STACK_COPY_BYTES`, `PREEMPT_STACK_GAP_NS`,
+//! `PYTHON_FRAMES`,
 //! `FILE_OFFSETS` (in `steps.rs`).
 //! `emit` reserves a record in this CPU's event shard and submits it with
 //! `BPF_RB_NO_WAKEUP` (userspace polls every 50 ms), counting a full buffer
@@ -47,8 +48,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
 };
 use profiler_ebpf::{
-    AbiEvent, BPF_NOEXIST, COPY_RING_BUFFER_BYTES, DEFAULT_STACK_COPY_BYTES, EventHeader,
-    LOST_SLOTS, MAX_STACKS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, RING_BUFFER_BYTES,
+    AbiEvent, BPF_NOEXIST, COPY_RING_BUFFER_BYTES, DEFAULT_SAMPLE_HZ, DEFAULT_STACK_COPY_BYTES,
+    EventHeader, LOST_SLOTS, MAX_STACKS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, RING_BUFFER_BYTES,
     STACK_SCRATCH_BYTES, ThreadState, TracepointOffsets, stack_mode,
 };
 
@@ -245,6 +246,16 @@ fn copies_stacks() -> bool {
 #[inline(always)]
 fn stack_copy_bytes() -> u32 {
     unsafe { core::ptr::read_volatile(&STACK_COPY_BYTES) }
+}
+
+/// The sampling period (`--hz`): a preempted thread's stacks are taken at
+/// most once per period of each stretch it runs (`stacks::recent_preemption`).
+#[unsafe(no_mangle)]
+static PREEMPT_STACK_GAP_NS: u64 = 1_000_000_000 / DEFAULT_SAMPLE_HZ;
+
+#[inline(always)]
+fn preempt_stack_gap_ns() -> u64 {
+    unsafe { core::ptr::read_volatile(&PREEMPT_STACK_GAP_NS) }
 }
 
 /// Non-zero when the switch program measures where its time goes

@@ -38,7 +38,7 @@ use super::launch::{self, HeldChild, KILL_WAIT, LaunchedCommand};
 use super::losses::Losses;
 use super::options::{CaptureOptions, CaptureOutcome, Destination, StopReason};
 use super::pipeline::{Pipeline, Threads};
-use super::programs::KernelPrograms;
+use super::programs::{KernelPrograms, StackSettings};
 use super::resolve::StackSetup;
 use super::scheduler::{Job, Scheduler, Timers};
 use super::signals::{self, Signals};
@@ -134,7 +134,10 @@ impl Session {
         destination: Destination,
     ) -> Result<Session> {
         let attaching = Instant::now();
-        let stacks = opts.sample_hz.map(|_| opts.stack_copy_bytes);
+        let stacks = opts.sample_hz.map(|hz| StackSettings {
+            copy_bytes: opts.stack_copy_bytes,
+            hz,
+        });
         let mut programs = KernelPrograms::load(offsets, stacks, opts.python_frames, opts.limits)?;
         let held = if opts.command.is_empty() {
             None

@@ -33,7 +33,7 @@ mod stacks;
 
 pub(super) use attach::CudaProbes;
 pub(super) use in_flight::Expired;
-pub(super) use object::KernelPrograms;
 pub use object::MapLimits;
+pub(super) use object::{KernelPrograms, StackSettings};
 pub use release::{SUBCOMMAND as RELEASE_SUBCOMMAND, release, serve_release};
 pub(super) use stacks::StackSource;

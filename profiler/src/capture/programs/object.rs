@@ -110,6 +110,15 @@ impl Default for MapLimits {
 /// still waiting after twice that has been retried or aborted.
 pub(super) const IN_FLIGHT_EXPIRY: Duration = Duration::from_mins(1);
 
+/// What stacks are taken, when they are.
+#[derive(Debug, Clone, Copy)]
+pub struct StackSettings {
+    /// Bytes of user stack a copy takes (`--stack-size`).
+    pub copy_bytes: u32,
+    /// On-CPU samples per second (`--hz`).
+    pub hz: u64,
+}
+
 pub struct KernelPrograms {
     // Field order is drop order: the links first (detaching is what ends
     // the programs' cost to the job), then the maps, then the programs.
@@ -160,7 +169,8 @@ pub struct KernelPrograms {
 impl KernelPrograms {
     /// Loads the programs with this kernel's tracepoint offsets, without
     /// attaching them. `stacks` None turns off-CPU stack walks off in the
-    /// kernel; else it is how many bytes of user stack a copy takes.
+    /// kernel; else it says how many bytes of user stack a copy takes and
+    /// how often stacks are sampled.
     ///
     /// User stacks are copied where the kernel has BTF (the copy needs
     /// `bpf_task_pt_regs`, 5.15+); where it has none, or its verifier
@@ -172,7 +182,7 @@ impl KernelPrograms {
     /// the programs without it, with a note.
     pub fn load(
         offsets: &TracepointOffsets,
-        stacks: Option<u32>,
+        stacks: Option<StackSettings>,
         python_frames: bool,
         limits: MapLimits,
     ) -> Result<KernelPrograms> {
@@ -206,11 +216,14 @@ impl KernelPrograms {
     /// copy mode is refused.
     fn load_stacks(
         offsets: &TracepointOffsets,
-        stacks: Option<u32>,
+        stacks: Option<StackSettings>,
         python_frames: bool,
         limits: MapLimits,
     ) -> Result<KernelPrograms> {
-        let copy_bytes = stacks.unwrap_or(profiler_ebpf::DEFAULT_STACK_COPY_BYTES);
+        let copy_bytes = stacks.map_or(profiler_ebpf::DEFAULT_STACK_COPY_BYTES, |s| s.copy_bytes);
+        let hz = stacks
+            .map_or(profiler_ebpf::DEFAULT_SAMPLE_HZ, |s| s.hz)
+            .max(1);
         let mode = wanted_stack_mode();
         let load = |mode| {
             let globals = Globals {
@@ -218,6 +231,7 @@ impl KernelPrograms {
                 sample_stacks: stacks.is_some(),
                 stack_mode: mode,
                 stack_copy_bytes: copy_bytes,
+                preempt_stack_gap_ns: 1_000_000_000 / hz,
                 python_frames,
             };
             Self::load_in(&globals, limits)
@@ -546,6 +560,9 @@ struct Globals<'a> {
     sample_stacks: bool,
     stack_mode: u32,
     stack_copy_bytes: u32,
+    /// One sampling period: how long a preempted thread's stacks serve its
+    /// next preemptions in the same stretch on the CPU.
+    preempt_stack_gap_ns: u64,
     python_frames: bool,
 }
 
@@ -583,6 +600,11 @@ fn open_object(
         .override_global(global::SAMPLE_STACKS, &sample_stacks, true)
         .override_global(global::STACK_MODE, &globals.stack_mode, true)
         .override_global(global::STACK_COPY_BYTES, &globals.stack_copy_bytes, true)
+        .override_global(
+            global::PREEMPT_STACK_GAP_NS,
+            &globals.preempt_stack_gap_ns,
+            true,
+        )
         .override_global(global::PYTHON_FRAMES, &python_frames, true)
         .override_global(global::FILE_OFFSETS, &files, true)
         .override_global(global::REQUEST_OFFSETS, &requests, true)

@@ -123,7 +123,8 @@ pub(crate) struct CaptureArgs {
     /// (utilization where the driver has no sample buffer, memory used).
     #[arg(long, value_name = "HZ", default_value_t = 20.0, value_parser = parse_hz)]
     pub gpu_hz: f64,
-    /// On-CPU stack sampling frequency in Hz (cpu-clock).
+    /// On-CPU stack sampling frequency in Hz (cpu-clock); a preempted
+    /// thread's stacks are taken about as often.
     #[arg(long, value_name = "HZ", default_value_t = profiler_ebpf::DEFAULT_SAMPLE_HZ,
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub hz: u64,

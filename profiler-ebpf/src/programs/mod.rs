@@ -248,8 +248,8 @@ fn stack_copy_bytes() -> u32 {
     unsafe { core::ptr::read_volatile(&STACK_COPY_BYTES) }
 }
 
-/// The sampling period (`--hz`): a preempted thread's stacks are taken at
-/// most once per period of each stretch it runs (`stacks::recent_preemption`).
+/// The sampling period (`--hz`): a preempted thread's stacks are taken
+/// about once per period of each stretch it runs (`stacks::recent_preemption`).
 #[unsafe(no_mangle)]
 static PREEMPT_STACK_GAP_NS: u64 = 1_000_000_000 / DEFAULT_SAMPLE_HZ;
 

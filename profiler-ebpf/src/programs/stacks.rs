@@ -27,7 +27,7 @@
 //! the copy, the Python frames, then a `SampleEvent` naming the copy and the
 //! kernel stack id. At a switch-out the stacks are walked at most once per
 //! `STACK_REUSE_NS` per thread and off-CPU reason (`ThreadState::last_stacks`;
-//! see `reusable`), and a preempted thread's at most once per sampling
+//! see `reusable`), and a preempted thread's about once per sampling
 //! period in each stretch it runs (`recent_preemption`).
 
 use aya_ebpf::{
@@ -99,7 +99,7 @@ pub(crate) fn tprof_sample(ctx: PerfEventContext) -> u32 {
 /// registers of a running thread are never the same twice).
 #[inline(always)]
 fn sample_copy(state: &mut ThreadState, tid: u32, tgid: u32, now: u64) -> i32 {
-    let Some(regs) = user_regs() else {
+    let Some((regs, _)) = user_regs() else {
         count_lost(lost_stack::NO_REGS);
         return -1;
     };
@@ -190,13 +190,14 @@ pub(crate) fn switch_out<C: StackIdContext>(
 /// The stacks a preemption takes from the last preemption whose stacks were
 /// taken, when that was in the same stretch on the CPU (the thread has not
 /// blocked since) and under about `PREEMPT_STACK_GAP_NS` (one sampling
-/// period, drawn between a half and one and a half) ago: a preempted thread stands wherever it was running, so its every
-/// preemption is a new place, and a copy, a kernel walk and a Python walk
-/// each (on the real job, with more threads than cores, 69% of the
-/// switch-out copies, 5 µs in the kernel and 25 in userspace each). Taken
-/// at most once a period, where it waits for a CPU is sampled as where it
-/// runs is, and its runnable time goes to the stacks of the last
-/// preemption, at most a period before, with their own Python frames.
+/// period, drawn between a half and one and a half) ago. A preempted
+/// thread stands wherever it was running, so its every preemption is a
+/// new place, and a copy, a kernel walk and a Python walk each (on the
+/// real job, with more threads than cores, 69% of the switch-out copies,
+/// 5 µs in the kernel and 25 in userspace each). Taken about once a
+/// period, where it waits for a CPU is sampled as where it runs is, and
+/// its runnable time goes to the stacks of the last preemption, with
+/// their own Python frames.
 #[inline(always)]
 fn recent_preemption(state: &ThreadState, now: u64) -> Option<(i32, i32)> {
     let last = &state.last_stacks[stack_kind::RUNNABLE as usize % STACK_KINDS];
@@ -261,8 +262,7 @@ fn offcpu_copied<C: StackIdContext>(
     let slot = reason as usize % STACK_KINDS;
     let last = state.last_stacks[slot];
     profile_begin(switch_part::USER_STACK);
-    let by_site = reason != stack_kind::RUNNABLE || syscall_nr() == Some(SYS_SCHED_YIELD);
-    let user_stack_id = offcpu_copy(state, tid, now, by_site);
+    let user_stack_id = offcpu_copy(state, tid, now, reason);
     profile_end(switch_part::USER_STACK);
     let same_site = user_stack_id >= 0 && user_stack_id == last.user_stack_id;
     let young = now.saturating_sub(last.walked_ns) < STACK_REUSE_NS;
@@ -325,10 +325,10 @@ fn remember_walk(
     (user_stack_id, kernel_stack_id)
 }
 
-/// The user stack a switch-out leaves from, as a reference to a copy: one
-/// of the thread's last copies when its registers are the same as then
-/// (`by_site`: a thread that blocks, or yields), else a new copy in the
-/// next slot.
+/// The user stack a switch-out for `reason` leaves from, as a reference to
+/// a copy: one of the thread's last copies when its registers are the same
+/// as then (a thread that blocks, or yields), else a new copy in the next
+/// slot.
 ///
 /// Not for a preempted thread: the registers tell a call site (its
 /// instruction, stack and frame pointers), not the callers above it, and a
@@ -341,11 +341,12 @@ fn remember_walk(
 /// (`sched_yield`, an OpenMP pool's spin) waits at its call site as one
 /// that blocks does, again and again: matched by site, it costs no copy.
 #[inline(always)]
-fn offcpu_copy(state: &mut ThreadState, tid: u32, now: u64, by_site: bool) -> i32 {
-    let Some(regs) = user_regs() else {
+fn offcpu_copy(state: &mut ThreadState, tid: u32, now: u64, reason: u32) -> i32 {
+    let Some((regs, syscall)) = user_regs() else {
         count_lost(lost_stack::NO_REGS);
         return -1;
     };
+    let by_site = reason != stack_kind::RUNNABLE || syscall == SYS_SCHED_YIELD;
     let print = fingerprint(regs.ip, regs.sp, regs.bp);
     for slot in 0..STACK_SLOTS {
         if by_site && state.fingerprints[slot] == print {
@@ -384,18 +385,24 @@ fn next_copy(state: &mut ThreadState) -> u32 {
     state.copies
 }
 
-/// x86-64 `struct pt_regs`, as 8-byte words: where the user registers are.
+/// x86-64 `struct pt_regs`, as 8-byte words: where the user registers are,
+/// and the system call the task entered the kernel for (`orig_ax`).
 const PT_REGS_BP: usize = 4;
+const PT_REGS_ORIG_AX: usize = 15;
 const PT_REGS_IP: usize = 16;
 const PT_REGS_CS: usize = 17;
 const PT_REGS_SP: usize = 19;
 
+/// x86-64 `sched_yield`.
+const SYS_SCHED_YIELD: i64 = 24;
+
 /// The current task's user registers, as the kernel saved them when it
 /// entered the kernel (a system call, or the interrupt that preempted or
-/// sampled it), from `bpf_task_pt_regs` (5.15+, with BTF). None when they
-/// are not user-mode registers (a kernel thread).
+/// sampled it), from `bpf_task_pt_regs` (5.15+, with BTF), and the system
+/// call it entered for (negative for an interrupt). None when they are not
+/// user-mode registers (a kernel thread).
 #[inline(always)]
-fn user_regs() -> Option<UserRegs> {
+fn user_regs() -> Option<(UserRegs, i64)> {
     // SAFETY: BTF helpers on the current task; the verifier checks every
     // load from the pt_regs pointer against the kernel's BTF and turns it
     // into a load that cannot fault.
@@ -409,31 +416,16 @@ fn user_regs() -> Option<UserRegs> {
         if cs & 3 != 3 {
             return None;
         }
-        Some(UserRegs {
+        let user = UserRegs {
             ip: core::ptr::read_volatile(regs.add(PT_REGS_IP)),
             sp: core::ptr::read_volatile(regs.add(PT_REGS_SP)),
             bp: core::ptr::read_volatile(regs.add(PT_REGS_BP)),
-        })
+        };
+        Some((
+            user,
+            core::ptr::read_volatile(regs.add(PT_REGS_ORIG_AX)) as i64,
+        ))
     }
-}
-
-/// x86-64 `sched_yield`.
-const SYS_SCHED_YIELD: i64 = 24;
-const PT_REGS_ORIG_AX: usize = 15;
-
-/// The system call the current task is in (`orig_ax` of its saved user
-/// registers), or None outside one (an interrupt saved them).
-#[inline(always)]
-fn syscall_nr() -> Option<i64> {
-    // SAFETY: as in `user_regs`.
-    let nr = unsafe {
-        let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const i64;
-        if regs.is_null() {
-            return None;
-        }
-        core::ptr::read_volatile(regs.add(PT_REGS_ORIG_AX))
-    };
-    (nr >= 0).then_some(nr)
 }
 
 /// Which of this CPU's two scratch buffers a copy is built in.

@@ -622,6 +622,9 @@ fn wait_for_release_helpers() {
     }
 }
 
+/// Whether a process runs with the helper's subcommand among its arguments
+/// (the profiler's `capture::RELEASE_SUBCOMMAND`; xtask does not link the
+/// profiler).
 fn release_helper_running() -> bool {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return false;

@@ -24,7 +24,8 @@
 //!   [`ExecMapEvent`] (kind 15), which tells capture a process's mappings
 //!   changed and is never recorded;
 //! - `stacks`: [`stack_mode`], [`stack_kind`], [`copy_ref`] and
-//!   [`fingerprint`], [`LastStacks`], and the ring-buffer-only
+//!   [`fingerprint`], [`SiteCheck`] (the one map value userspace writes
+//!   for the hot path to read), [`LastStacks`], and the ring-buffer-only
 //!   [`StackCopyEvent`] (kind 11, with its [`CopySection`]s and
 //!   [`UserRegs`]), which capture unwinds and never records;
 //! - `sched`: what the scheduler's tracepoints report (`prev_state` bits,

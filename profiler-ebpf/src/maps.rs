@@ -105,8 +105,13 @@ pub mod switch_part {
     pub const PYTHON_WALK: u32 = 4;
     /// Writing the switch event into the ring buffer.
     pub const EVENT_WRITE: u32 = 5;
+    /// Checking a copy's call site against the stack before reusing it (a
+    /// subset of [`USER_STACK`]).
+    pub const SITE_CHECK: u32 = 6;
+    /// Site checks that found another call site (their runs count them).
+    pub const SITE_DIFFERS: u32 = 7;
     /// Parts measured.
-    pub const COUNT: u32 = 6;
+    pub const COUNT: u32 = 8;
     /// Their names, as userspace prints them.
     pub const NAMES: [&str; COUNT as usize] = [
         "tracked switch",
@@ -115,6 +120,8 @@ pub mod switch_part {
         "new copy",
         "python walk",
         "event write",
+        "site check",
+        "site differs",
     ];
 }
 
@@ -128,7 +135,7 @@ pub const MAX_STACKS: u32 = 16_384;
 /// task: the lookup that tells whether the task is tracked also finds its
 /// cached stack walks and whether it is in a futex wait (more lookups when
 /// these lived in maps of their own). Userspace seeds it with
-/// [`ThreadState::new`]. 248 bytes.
+/// [`ThreadState::new`]. 360 bytes.
 #[repr(C)]
 #[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -166,8 +173,17 @@ pub struct ThreadState {
     /// (`PREEMPT_STACK_GAP_NS`), drawn at random so that a periodic
     /// workload is not sampled in step with its period.
     pub preempt_reuse_until_ns: u64,
+    /// Until when each slot's copy serves a switch-out at its registers
+    /// without its [`SiteCheck`](crate::SiteCheck) read from the stack (0:
+    /// check at the next): a sampling period after its last check passed,
+    /// drawn as `preempt_reuse_until_ns` is.
+    pub site_trusted_until_ns: [u64; STACK_SLOTS],
+    /// Slots (a bit each) whose registers another call site has stood at
+    /// too: their copies are checked at every reuse.
+    pub site_doubts: u32,
+    pub _reserved: u32,
 }
-const _: () = assert!(size_of::<ThreadState>() == 320);
+const _: () = assert!(size_of::<ThreadState>() == 360);
 // SAFETY: a repr(C) struct of integers with no hidden padding (the
 // derived bytemuck::Pod checks it): every bit pattern is a valid value.
 #[cfg(feature = "user")]
@@ -202,6 +218,9 @@ impl ThreadState {
             tgid,
             on_cpu: 0,
             preempt_reuse_until_ns: 0,
+            site_trusted_until_ns: [0; STACK_SLOTS],
+            site_doubts: 0,
+            _reserved: 0,
         }
     }
 }

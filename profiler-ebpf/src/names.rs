@@ -99,6 +99,9 @@ pub mod map {
     pub const PY_SCRATCH: &str = "PY_SCRATCH";
     /// Where the switch program's time goes (`switch_part`), when asked.
     pub const SWITCH_PROFILE: &str = "SWITCH_PROFILE";
+    /// Switch-out copies' call-site checks (`SiteCheck`), which userspace
+    /// writes as it unwinds them.
+    pub const SITE_CHECKS: &str = "SITE_CHECKS";
     /// Every map in the object but the event and copy shards (and the sections
     /// of program globals).
     pub const ALL_BUT_EVENTS: &[&str] = &[
@@ -114,6 +117,7 @@ pub mod map {
         PY_PROCS,
         PY_SCRATCH,
         SWITCH_PROFILE,
+        SITE_CHECKS,
     ];
 }
 

@@ -151,6 +151,54 @@ pub const fn fingerprint(ip: u64, sp: u64, bp: u64) -> u64 {
     h | 1
 }
 
+/// Return addresses a [`SiteCheck`] holds: the first callers above the
+/// leaf, where two callers of one function at the same depth differ.
+pub const SITE_CHECK_FRAMES: usize = 8;
+/// Bytes above the stack pointer a [`SiteCheck`]'s return addresses lie
+/// within: the kernel reads them in one read of the stack up to the last
+/// (one read of a few hundred bytes costs less than a read per word).
+pub const SITE_CHECK_SPAN: usize = 2048;
+/// Most switch-out copies with a [`SiteCheck`] at once (`SITE_CHECKS`, an
+/// LRU map: a copy whose check was evicted is reused unchecked, as before
+/// checks).
+pub const MAX_SITE_CHECKS: u32 = 16_384;
+
+/// `SITE_CHECKS` key: a thread's switch-out slot.
+pub const fn site_check_key(tid: u32, slot: u32) -> u64 {
+    ((tid as u64) << 32) | slot as u64
+}
+
+/// What tells a switch-out copy's call site from another at the same
+/// registers, written by userspace once it has unwound the copy
+/// (`SITE_CHECKS`, keyed by [`site_check_key`]): where on the stack the
+/// walk found its first return addresses, and what they were. The
+/// registers of a thread that blocks name the instruction, the stack
+/// pointer and the frame pointer, not the callers above them, so two
+/// functions calling one sleep or lock function from the same depth stand
+/// at the same ones; the kernel reads these words from the stack before it
+/// lets a switch-out reuse the copy (the words of another caller differ).
+/// 88 bytes.
+#[repr(C)]
+#[cfg_attr(feature = "pod", derive(bytemuck::Pod, bytemuck::Zeroable))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiteCheck {
+    /// The copy's sequence number: an older copy's check in the slot does
+    /// not apply.
+    pub seq: u32,
+    /// Return addresses held (≤ [`SITE_CHECK_FRAMES`]; 0 when the walk
+    /// found none: the copy's reuse is then never checked).
+    pub count: u32,
+    /// Where each is, in bytes above the copy's stack pointer, in
+    /// increasing order, each a multiple of 8 under [`SITE_CHECK_SPAN`] -
+    /// 8.
+    pub offsets: [u16; SITE_CHECK_FRAMES],
+    pub return_addresses: [u64; SITE_CHECK_FRAMES],
+}
+const _: () = assert!(size_of::<SiteCheck>() == 88);
+// SAFETY: a repr(C) struct of integers with no hidden padding.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for SiteCheck {}
+
 /// Starts a [`kind::STACK_COPY`] record: whose stack was copied, and which
 /// copy it is (the events that use it name it by [`copy_ref`]). Sections
 /// follow ([`CopySection`]), up to `hdr.len`. 32 bytes.

@@ -69,6 +69,52 @@ fn runnable_time_splits_as_the_cpu_time() {
     );
 }
 
+/// A thread that sleeps through one `nap()` from two callers stands at the
+/// same registers (instruction, stack and frame pointers) at each
+/// nanosleep, whichever called: a switch-out that reuses an earlier copy
+/// by its registers alone gave all the sleep to the first caller seen
+/// (100% to sleep_a, three runs, where the truth is half). Its off-CPU time
+/// must split between sleep_a and sleep_b as the time the workload measured
+/// in each, within 5 points: the kernel checks a reused copy's return
+/// addresses against the stack (the first few tens of milliseconds, before
+/// the first copy is unwound, and a sampling period until a check meets the
+/// other caller, may still go to one).
+#[test]
+fn sleep_time_splits_between_callers_of_one_site() {
+    require_root();
+    let traced = trace_workload_with("two_sleepers", &[], &["3"]);
+    let done = truth(&traced, "done");
+    let tid = done["tid"].as_u64().expect("tid").to_string();
+    let lines = flamegraph_folded(&traced.recording, &["--kind", "offcpu", "--tid", &tid]);
+    let asleep = |function: &str| {
+        weight_where(&lines, |s| {
+            has_frame(s, function) && has_frame(s, "nap") && s.ends_with(";[sleep]")
+        })
+    };
+    let (in_a, in_b) = (asleep("sleep_a"), asleep("sleep_b"));
+    let (a_ns, b_ns) = (
+        done["a_ns"].as_f64().expect("a_ns"),
+        done["b_ns"].as_f64().expect("b_ns"),
+    );
+    let total = in_a + in_b;
+    // The off-CPU flamegraph weighs in microseconds.
+    assert!(
+        total as f64 >= 0.9 * (a_ns + b_ns) / 1e3,
+        "sleep_a and sleep_b hold {total} µs of the {:.0} µs the workload slept: {lines:#?}",
+        (a_ns + b_ns) / 1e3
+    );
+    let share_a = in_a as f64 / total as f64;
+    let truth_a = a_ns / (a_ns + b_ns);
+    eprintln!(
+        "asleep in sleep_a {in_a} µs, sleep_b {in_b} µs: share of sleep_a {share_a:.3} \
+         (measured: {truth_a:.3})"
+    );
+    assert!(
+        (share_a - truth_a).abs() <= 0.05,
+        "sleep_a's share of the sleep {share_a:.3} is not {truth_a:.3} ± 0.05: {lines:#?}"
+    );
+}
+
 /// burn_a burns three times burn_b's CPU time, so their on-CPU samples
 /// split 3:1; tprof must agree within 5 points.
 #[test]

@@ -45,12 +45,12 @@ mod task;
 use aya_ebpf::{
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
 };
 use profiler_ebpf::{
     AbiEvent, BPF_NOEXIST, COPY_RING_BUFFER_BYTES, DEFAULT_SAMPLE_HZ, DEFAULT_STACK_COPY_BYTES,
-    EventHeader, LOST_SLOTS, MAX_STACKS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS, RING_BUFFER_BYTES,
-    STACK_SCRATCH_BYTES, ThreadState, TracepointOffsets, stack_mode,
+    EventHeader, LOST_SLOTS, MAX_SITE_CHECKS, MAX_STACKS, MAX_TRACKED_TGIDS, MAX_TRACKED_TIDS,
+    RING_BUFFER_BYTES, STACK_SCRATCH_BYTES, SiteCheck, ThreadState, TracepointOffsets, stack_mode,
 };
 
 /// bpf_ringbuf_submit flag: do not wake the consumer.
@@ -165,6 +165,12 @@ static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOST_SLOTS, 0);
 /// them and records them as the recording's own.
 #[map]
 static STACKS: StackTrace = StackTrace::with_max_entries(MAX_STACKS, 0);
+
+/// What tells each switch-out copy's call site from others at the same
+/// registers ([`SiteCheck`], by `site_check_key(tid, slot)`): userspace
+/// writes one once it has unwound the copy; the switch program only reads.
+#[map]
+static SITE_CHECKS: LruHashMap<u64, SiteCheck> = LruHashMap::with_max_entries(MAX_SITE_CHECKS, 0);
 
 /// Where a stack copy record is built before it goes into the ring buffer
 /// (a reservation needs a size the verifier knows; a copy's is not known

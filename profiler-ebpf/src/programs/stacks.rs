@@ -12,7 +12,8 @@
 //! file's CFI. A switch-out copies only when the thread's registers are not
 //! those of one of its last [`STACK_SLOTS`] copies (a thread that blocks
 //! again and again leaves from the same few places): it then refers to that
-//! copy. In `stack_mode::FRAME_POINTERS` (kernels without BTF) the kernel
+//! copy, once the return addresses userspace found in it are where they
+//! were on the stack (`site_holds`). In `stack_mode::FRAME_POINTERS` (kernels without BTF) the kernel
 //! walks user frame pointers too.
 //!
 //! Where the thread runs CPython, its Python frames go out just before the
@@ -43,15 +44,16 @@ use aya_ebpf::{
 };
 use profiler_ebpf::{
     AbiEvent, BPF_F_USER_STACK, COPY_SEQ_MASK, CopySection, LastStacks, MAX_STACK_COPY_BYTES,
-    NO_STACK_KIND, SAMPLE_SLOT, STACK_COPY_HEAD, STACK_KINDS, STACK_PAGE, STACK_REUSE_NS,
-    STACK_SCRATCH_BYTES, STACK_SLOTS, SampleEvent, StackCopyEvent, ThreadState, UserRegs, copy_ref,
-    errno, fingerprint, kind, lost_stack, offcpu_reason, section, stack_kind, switch_part,
-    user_stack_flags,
+    NO_STACK_KIND, SAMPLE_SLOT, SITE_CHECK_FRAMES, SITE_CHECK_SPAN, STACK_COPY_HEAD, STACK_KINDS,
+    STACK_PAGE, STACK_REUSE_NS, STACK_SCRATCH_BYTES, STACK_SLOTS, SampleEvent, StackCopyEvent,
+    ThreadState, UserRegs, copy_ref, errno, fingerprint, kind, lost_stack, offcpu_reason, section,
+    site_check_key, stack_kind, switch_part, user_stack_flags,
 };
 
 use super::{
-    STACK_SCRATCH, STACKS, copies_stacks, count_lost, emit, emit_copy_record, header_at,
-    preempt_stack_gap_ns, profile_begin, profile_end, python, stack_copy_bytes, thread_state,
+    SITE_CHECKS, STACK_SCRATCH, STACKS, copies_stacks, count_lost, emit, emit_copy_record,
+    header_at, preempt_stack_gap_ns, profile_begin, profile_end, python, stack_copy_bytes,
+    thread_state,
 };
 
 /// One cpu-clock tick on some CPU: a sample of the stacks of the thread it
@@ -327,8 +329,8 @@ fn remember_walk(
 
 /// The user stack a switch-out for `reason` leaves from, as a reference to
 /// a copy: one of the thread's last copies when its registers are the same
-/// as then (a thread that blocks, or yields), else a new copy in the next
-/// slot.
+/// as then (a thread that blocks, or yields) and so are its callers
+/// ([`site_holds`]), else a new copy in the next slot.
 ///
 /// Not for a preempted thread: the registers tell a call site (its
 /// instruction, stack and frame pointers), not the callers above it, and a
@@ -348,9 +350,15 @@ fn offcpu_copy(state: &mut ThreadState, tid: u32, now: u64, reason: u32) -> i32 
     };
     let by_site = reason != stack_kind::RUNNABLE || syscall == SYS_SCHED_YIELD;
     let print = fingerprint(regs.ip, regs.sp, regs.bp);
+    // Another call site stood at these registers: the new copy's reuse is
+    // checked every time too.
+    let mut doubted = false;
     for slot in 0..STACK_SLOTS {
         if by_site && state.fingerprints[slot] == print {
-            return copy_ref(state.slot_seqs[slot], slot as u32);
+            if site_holds(state, tid, slot, regs.sp, now) {
+                return copy_ref(state.slot_seqs[slot], slot as u32);
+            }
+            doubted = true;
         }
     }
     let slot = state.next_slot as usize % STACK_SLOTS;
@@ -367,6 +375,13 @@ fn offcpu_copy(state: &mut ThreadState, tid: u32, now: u64, reason: u32) -> i32 
         Scratch::Switch,
     );
     profile_end(switch_part::NEW_COPY);
+    state.site_trusted_until_ns[slot] = 0;
+    let bit = 1u32 << slot;
+    state.site_doubts = if doubted {
+        state.site_doubts | bit
+    } else {
+        state.site_doubts & !bit
+    };
     if emitted {
         state.fingerprints[slot] = print;
         state.slot_seqs[slot] = seq;
@@ -376,6 +391,87 @@ fn offcpu_copy(state: &mut ThreadState, tid: u32, now: u64, reason: u32) -> i32 
         state.fingerprints[slot] = 0;
         -1
     }
+}
+
+/// Whether the copy in `slot`, made at the registers the thread stands at
+/// now, is of the same call site: trusted for about a sampling period
+/// after its [`SiteCheck`] last passed (drawn as a preemption's reuse is),
+/// else checked, every time once another site has stood at its
+/// registers (`site_doubts`). A copy userspace has not unwound yet (its
+/// first tens of milliseconds) has no check, and holds.
+///
+/// Checking at every reuse would read a map and the stack at every block
+/// of every thread (pingpong blocks 100,000 times a second); trusted
+/// between checks, a caller that shares another's registers takes the
+/// other's stack for at most about a period, until a check meets it, and
+/// from then on never.
+#[inline(always)]
+fn site_holds(state: &mut ThreadState, tid: u32, slot: usize, sp: u64, now: u64) -> bool {
+    let doubted = state.site_doubts & (1 << slot) != 0;
+    if !doubted && now < state.site_trusted_until_ns[slot] {
+        return true;
+    }
+    profile_begin(switch_part::SITE_CHECK);
+    let same = same_callers(tid, slot as u32, state.slot_seqs[slot], sp);
+    profile_end(switch_part::SITE_CHECK);
+    match same {
+        Some(false) => {
+            profile_begin(switch_part::SITE_DIFFERS);
+            state.site_doubts |= 1 << slot;
+            profile_end(switch_part::SITE_DIFFERS);
+            false
+        }
+        Some(true) if !doubted => {
+            let gap = preempt_stack_gap_ns();
+            let jitter = u64::from(unsafe { bpf_get_prandom_u32() }) * gap >> 32;
+            state.site_trusted_until_ns[slot] = now + gap / 2 + jitter;
+            true
+        }
+        _ => true,
+    }
+}
+
+/// Whether the stack above `sp` holds the return addresses userspace found
+/// in copy `seq` of the thread's `slot`, where it found them; None when it
+/// has not said (not unwound yet, or its check evicted). The stack up to
+/// the last of them is read at once into this CPU's switch scratch buffer,
+/// free until a copy is made.
+#[inline(always)]
+fn same_callers(tid: u32, slot: u32, seq: u32, sp: u64) -> Option<bool> {
+    // SAFETY: a map value, read only here (userspace replaces it whole).
+    let check = unsafe { SITE_CHECKS.get(&site_check_key(tid, slot)) }?;
+    if check.seq != seq {
+        return None;
+    }
+    let count = check.count as usize;
+    if count == 0 || count > SITE_CHECK_FRAMES {
+        return Some(true);
+    }
+    let span = usize::from(check.offsets[(count - 1) % SITE_CHECK_FRAMES]) + 8;
+    if span > SITE_CHECK_SPAN {
+        return None; // not as userspace writes them
+    }
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let buf = STACK_SCRATCH.get_ptr_mut(cpu * 2 + Scratch::Switch as u32)?;
+    let base = buf.cast::<u8>();
+    // SAFETY: the scratch buffer holds far more than SITE_CHECK_SPAN bytes.
+    if unsafe { read_user(base, span, sp) } != 0 {
+        return Some(false);
+    }
+    for i in 0..SITE_CHECK_FRAMES {
+        if i >= count {
+            break;
+        }
+        // Userspace sends only 8-aligned offsets under the span.
+        let at = usize::from(check.offsets[i]) & (SITE_CHECK_SPAN - 8);
+        // SAFETY: an aligned word within the buffer; past `span` lie the
+        // last copy's bytes, which no offset userspace sends reaches.
+        let word = unsafe { base.add(at).cast::<u64>().read() };
+        if word != check.return_addresses[i] {
+            return Some(false);
+        }
+    }
+    Some(true)
 }
 
 /// The next copy's sequence number.

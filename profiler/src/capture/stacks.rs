@@ -43,9 +43,9 @@ use std::{
 // resistance to chosen keys buys nothing against the kernel's ids.
 use foldhash::{HashMap, HashMapExt as _};
 use profiler_ebpf::{
-    CopySection, EventHeader, ExitEvent, NO_STACK_KIND, SAMPLE_SLOT, STACK_SLOTS, SampleEvent,
-    StackCopyEvent, SwitchEvent, UserRegs as AbiRegs, copy_ref_parts, kind, section, stack_mode,
-    user_stack_flags,
+    CopySection, EventHeader, ExitEvent, NO_STACK_KIND, SAMPLE_SLOT, SITE_CHECK_FRAMES,
+    SITE_CHECK_SPAN, STACK_SLOTS, SampleEvent, SiteCheck, StackCopyEvent, SwitchEvent,
+    UserRegs as AbiRegs, copy_ref_parts, kind, section, stack_mode, user_stack_flags,
 };
 use tprof_core::recording::{
     FrameBatch, LostCounts, StackBatch,
@@ -419,6 +419,12 @@ impl StackResolver {
             unwound = self.unwind(&memo, tgid, regs, stack);
         }
         self.count(&unwound, flags);
+        if head.slot < SAMPLE_SLOT {
+            // Refused (the map's own error): the copy is reused unchecked,
+            // as before there were checks.
+            let check = site_check(head.seq, &unwound, stack);
+            self.source.file_site_check(head.tid, head.slot, &check);
+        }
         let frames = self.unwound_frames(tgid, &unwound, &mut memo);
         self.memos.insert(tgid, memo);
         let stack = self.intern_frames(&frames);
@@ -667,6 +673,36 @@ impl Interner {
 /// The user stack section of a copy record: its flags, the registers and
 /// the stack bytes. Sections are walked by length, so a section of a kind
 /// this tprof does not know (or a later one) is skipped.
+/// What the kernel checks before it reuses switch-out copy `seq` for a
+/// switch-out at the same registers: the first callers' return addresses
+/// the walk found, each where it lies on the copied stack.
+fn site_check(seq: u32, unwound: &Unwound, stack: &[u8]) -> SiteCheck {
+    let mut check = SiteCheck {
+        seq,
+        ..SiteCheck::default()
+    };
+    let callers = unwound.addrs.iter().skip(1);
+    let found = (unwound.return_offsets.iter().zip(callers))
+        .filter(|&(&offset, &ra)| {
+            let aligned = offset % 8 == 0 && offset + 8 <= SITE_CHECK_SPAN as u64;
+            aligned && word_at(stack, offset) == Some(ra)
+        })
+        .take(SITE_CHECK_FRAMES);
+    for (i, (&offset, &ra)) in found.enumerate() {
+        check.offsets[i] = offset as u16;
+        check.return_addresses[i] = ra;
+        check.count = i as u32 + 1;
+    }
+    check
+}
+
+/// The 8-byte word `offset` bytes into `stack`.
+fn word_at(stack: &[u8], offset: u64) -> Option<u64> {
+    let at = usize::try_from(offset).ok()?;
+    let bytes = stack.get(at..at.checked_add(8)?)?;
+    Some(u64::from_le_bytes(bytes.try_into().ok()?))
+}
+
 fn user_stack_section(record: &[u8]) -> Option<(u16, AbiRegs, &[u8])> {
     let mut at = size_of::<StackCopyEvent>();
     while let Some(head) = record.get(at..).and_then(read::<CopySection>) {

@@ -83,6 +83,10 @@ pub(super) enum End {
 pub(super) struct Unwound {
     /// The leaf's instruction pointer, then each caller's return address.
     pub addrs: Vec<u64>,
+    /// Where each caller's return address (`addrs[1..]`) was read, in
+    /// bytes above the stack pointer: the words the kernel checks before
+    /// it reuses a switch-out's copy for another at the same registers.
+    pub return_offsets: Vec<u64>,
     pub end: End,
     /// An address (the leaf, or where the walk was cut) lies in no mapping
     /// tprof knows: the process may have mapped something since its last
@@ -139,6 +143,7 @@ impl Unwinder {
         let Some(owner) = self.process(spaces, pid) else {
             return Unwound {
                 addrs: vec![regs.ip],
+                return_offsets: Vec::new(),
                 end: End::NoMappings,
                 unknown_address: true,
             };
@@ -224,6 +229,7 @@ fn walk(
     let mut walk_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
     let mut address = FrameAddress::from_instruction_pointer(regs.ip);
     let mut addrs = vec![regs.ip];
+    let mut return_offsets = Vec::new();
     let mut unknown_address = !is_code(regs.ip);
     let end = loop {
         if addrs.len() >= MAX_DEPTH {
@@ -261,10 +267,14 @@ fn walk(
             _ => break ended(next.map(|_| ()), copy_end, &mut unknown_address),
         };
         addrs.push(caller);
+        // Each step, framehop's or ours, read the return address just
+        // below the caller's stack pointer.
+        return_offsets.push(walk_regs.sp().saturating_sub(regs.sp + 8));
         address = FrameAddress::from_return_address(caller).expect("checked not null");
     };
     Unwound {
         addrs,
+        return_offsets,
         end,
         unknown_address,
     }

@@ -312,6 +312,7 @@ impl KernelPrograms {
             lost: PerCpuArray::try_from(take_map(&mut ebpf, map::LOST)?)?,
             stacks: Some(StackSource::new(
                 StackTraceMap::try_from(take_map(&mut ebpf, map::STACKS)?)?,
+                HashMap::try_from(take_map(&mut ebpf, map::SITE_CHECKS)?)?,
                 raw_sched,
             )),
             cuda_launches: PerCpuHashMap::try_from(take_map(&mut ebpf, map::CUDA_LAUNCHES)?)?,

@@ -6,22 +6,31 @@
 //! off-CPU kernel stacks, so both scheduler program sets give the same
 //! stacks.
 
-use aya::maps::{MapData, StackTraceMap};
+use aya::maps::{HashMap, MapData, StackTraceMap};
+use profiler_ebpf::{SiteCheck, site_check_key};
 
 /// Reads the `STACKS` stack map: the instruction pointers of each stack id
-/// the events carry. It moves to the thread that turns ids into the
-/// recording's stacks, so the drain never waits on it.
+/// the events carry; and writes `SITE_CHECKS`, what tells each switch-out
+/// copy's call site from another's once it is unwound. It moves to the
+/// thread that turns ids and copies into the recording's stacks, so the
+/// drain never waits on it.
 pub struct StackSource {
     map: StackTraceMap<MapData>,
+    site_checks: HashMap<MapData, u64, SiteCheck>,
     /// Only when the raw scheduler programs run: their off-CPU kernel
     /// stacks start inside the program (see [`Trampolines`]).
     trampolines: Option<Trampolines>,
 }
 
 impl StackSource {
-    pub(super) fn new(map: StackTraceMap<MapData>, raw_sched: bool) -> StackSource {
+    pub(super) fn new(
+        map: StackTraceMap<MapData>,
+        site_checks: HashMap<MapData, u64, SiteCheck>,
+        raw_sched: bool,
+    ) -> StackSource {
         StackSource {
             map,
+            site_checks,
             trampolines: raw_sched.then(Trampolines::read),
         }
     }
@@ -31,6 +40,15 @@ impl StackSource {
     pub fn frames(&self, id: u32) -> Option<Vec<u64>> {
         let trace = self.map.get(&id, 0).ok()?;
         Some(trace.frames().iter().map(|f| f.ip).collect())
+    }
+
+    /// Tells the kernel what thread `tid`'s copy in switch-out `slot` was
+    /// called from (`check`, for its copy `check.seq`). False when the map
+    /// refused it: that copy's reuse then goes unchecked.
+    pub fn file_site_check(&mut self, tid: u32, slot: u32, check: &SiteCheck) -> bool {
+        self.site_checks
+            .insert(site_check_key(tid, slot), check, 0)
+            .is_ok()
     }
 
     /// A kernel stack walked at a switch-out, leaf first, without the

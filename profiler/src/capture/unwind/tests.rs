@@ -141,6 +141,27 @@ fn is_libc(name: &str) -> bool {
     name.starts_with("libc.so.6+") || name.contains("qsort") || name.contains("msort")
 }
 
+/// Each caller's return address lies on the stack where the walk says it
+/// read it, above the one before: the words the kernel checks before it
+/// reuses a copy.
+#[test]
+fn return_offsets_point_at_the_return_addresses() {
+    let captured = level1();
+    let (spaces, pid) = own_spaces();
+    let unwound = Unwinder::default().unwind(&spaces, pid, captured.regs, &captured.stack);
+    assert_eq!(unwound.return_offsets.len(), unwound.addrs.len() - 1);
+    assert!(unwound.addrs.len() > 5, "{unwound:?}");
+    for (&offset, &ra) in unwound.return_offsets.iter().zip(&unwound.addrs[1..]) {
+        let at = offset as usize;
+        let word = u64::from_le_bytes(captured.stack[at..at + 8].try_into().unwrap());
+        assert_eq!(word, ra, "at +{offset:#x}: {unwound:x?}");
+    }
+    assert!(
+        unwound.return_offsets.is_sorted_by(|a, b| a < b),
+        "{unwound:x?}"
+    );
+}
+
 /// The whole chain, exactly: the capture, the comparator, glibc's sort
 /// (frameless), its caller's three levels, and on to the thread's root.
 #[test]
@@ -259,6 +280,7 @@ fn an_address_in_no_module_is_cut() {
         unwound,
         Unwound {
             addrs: vec![0x10],
+            return_offsets: vec![],
             end: End::Cut,
             unknown_address: true
         }
@@ -281,6 +303,7 @@ fn a_process_without_mappings_is_not_unwound() {
         unwound,
         Unwound {
             addrs: vec![captured.regs.ip],
+            return_offsets: vec![],
             end: End::NoMappings,
             unknown_address: true
         }

@@ -507,8 +507,10 @@ impl Session {
         if std::env::var_os(STACK_COPY_STATS_ENV).is_some_and(|v| v == "1") {
             let secs = self.started.elapsed().as_secs_f64();
             let (copies, bytes) = (self.drained.copies, self.drained.copy_bytes);
-            let cpu = (stack_counts.resolve_cpu_ns, stack_counts.naming_cpu_ns);
-            eprintln!("{}", status::copy_stats_line(copies, bytes, secs, cpu));
+            eprintln!(
+                "{}",
+                status::copy_stats_line((copies, bytes), secs, &stack_counts)
+            );
         }
         Ok(CaptureOutcome {
             stop_reason,

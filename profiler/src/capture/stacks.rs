@@ -89,6 +89,8 @@ pub(super) struct StackCounts {
     /// CPU time it spent naming new frames (symbols, lines), nanoseconds:
     /// most of it when a large library is first seen.
     pub naming_cpu_ns: u64,
+    /// Unwinds that finished with their thread's last walk.
+    pub finished_with_last: u64,
 }
 
 impl StackCounts {
@@ -411,14 +413,16 @@ impl StackResolver {
         };
         let tgid = head.tgid;
         let mut memo = self.memo(tgid, None);
-        let mut unwound = self.unwind(&memo, tgid, regs, stack);
+        let thread = (tgid, head.tid);
+        let mut unwound = self.unwind(&memo, thread, regs, stack);
         // An address in no mapping we know: the process mapped something
         // since its last snapshot (dlopen, a JIT's code).
         if unwound.unknown_address && self.reread_maps(tgid) {
             memo = self.memo(tgid, Some(memo));
-            unwound = self.unwind(&memo, tgid, regs, stack);
+            unwound = self.unwind(&memo, thread, regs, stack);
         }
         self.count(&unwound, flags);
+        self.counts.finished_with_last = self.unwinder.finished_with_last();
         if head.slot < SAMPLE_SLOT {
             // Refused (the map's own error): the copy is reused unchecked,
             // as before there were checks.
@@ -495,14 +499,20 @@ impl StackResolver {
     /// Unwinds a copy of a thread of `tgid`, taking whether an address is
     /// code from the memo where it holds it: the walk checks every return
     /// address, and finding its mapping was a tenth of the stage's time.
-    fn unwind(&mut self, memo: &FrameMemo, tgid: u32, regs: UserRegs, stack: &[u8]) -> Unwound {
+    fn unwind(
+        &mut self,
+        memo: &FrameMemo,
+        (tgid, tid): (u32, u32),
+        regs: UserRegs,
+        stack: &[u8],
+    ) -> Unwound {
         let (spaces, frames) = (&self.spaces, &self.frames);
         let is_code = |addr: u64| match memo.frames.get(&addr) {
             Some(&id) => !matches!(frames.site(id), Site::Unmapped(_)),
             None => spaces.is_code(tgid, addr),
         };
         self.unwinder
-            .unwind_with(spaces, tgid, regs, stack, &is_code)
+            .unwind_with(spaces, (tgid, tid), regs, stack, &is_code)
     }
 
     /// Frame-pointer mode: a user stack without Python frames.

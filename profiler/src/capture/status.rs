@@ -13,6 +13,7 @@ use tprof_core::recording::GpuInfo;
 
 use super::options::{Destination, RecordOutcome, StopReason};
 use super::signals::FINISHING;
+use super::stacks::StackCounts;
 
 /// The one line a script waiting for tprof to attach can look for, and
 /// whether the GPUs are sampled.
@@ -150,21 +151,23 @@ fn stopped_line(outcome: &RecordOutcome) -> String {
 /// The line `TPROF_STACK_COPY_STATS=1` prints: `tprof: stack copies: N
 /// drained, B bytes in S s (R bytes/s)`, B counting whole ring-buffer
 /// records (header, registers and the stack bytes), then the resolve
-/// stage's CPU time (nanoseconds given) resolving stacks, in all and per
-/// copy, and naming frames.
+/// stage's CPU time resolving stacks, in all and per copy, naming frames,
+/// and how many unwinds finished with their thread's last walk.
 pub(super) fn copy_stats_line(
-    copies: u64,
-    bytes: u64,
+    (copies, bytes): (u64, u64),
     secs: f64,
-    (resolve_ns, naming_ns): (u64, u64),
+    counts: &StackCounts,
 ) -> String {
+    let resolve_ns = counts.resolve_cpu_ns as f64;
     format!(
         "tprof: stack copies: {copies} drained, {bytes} bytes in {secs:.2} s ({:.0} bytes/s); \
-         resolving stacks took {:.1} ms of CPU ({:.1} us a copy), naming frames {:.1} ms",
+         resolving stacks took {:.1} ms of CPU ({:.1} us a copy), naming frames {:.1} ms; \
+         {} unwinds finished with the thread's last",
         bytes as f64 / secs.max(1e-9),
-        resolve_ns as f64 / 1e6,
-        resolve_ns as f64 / 1e3 / copies.max(1) as f64,
-        naming_ns as f64 / 1e6,
+        resolve_ns / 1e6,
+        resolve_ns / 1e3 / copies.max(1) as f64,
+        counts.naming_cpu_ns as f64 / 1e6,
+        counts.finished_with_last,
     )
 }
 
@@ -195,13 +198,20 @@ mod tests {
 
     #[test]
     fn copy_stats_line_gives_bytes_per_second_and_cpu_per_copy() {
+        let counts = StackCounts {
+            resolve_cpu_ns: 6_600_000,
+            naming_cpu_ns: 1_250_000,
+            finished_with_last: 2,
+            ..StackCounts::default()
+        };
         assert_eq!(
-            copy_stats_line(3, 3000, 2.0, (6_600_000, 1_250_000)),
+            copy_stats_line((3, 3000), 2.0, &counts),
             "tprof: stack copies: 3 drained, 3000 bytes in 2.00 s (1500 bytes/s); \
-             resolving stacks took 6.6 ms of CPU (2200.0 us a copy), naming frames 1.2 ms"
+             resolving stacks took 6.6 ms of CPU (2200.0 us a copy), naming frames 1.2 ms; \
+             2 unwinds finished with the thread's last"
         );
         // No time elapsed, no copies: no division by zero.
-        let empty = copy_stats_line(0, 0, 0.0, (0, 0));
+        let empty = copy_stats_line((0, 0), 0.0, &StackCounts::default());
         assert!(empty.contains("(0 bytes/s)") && empty.contains("(0.0 us a copy)"));
     }
 

@@ -40,10 +40,16 @@ use object::{Object, ObjectSection, ObjectSegment, SegmentFlags, read::ReadCache
 
 use super::procfs::{self, Mapping};
 use super::symbols::{AddressSpaces, Site, user_site};
+use tail::Trail;
+
+mod tail;
 
 /// Frames past this depth are cut: few real stacks are this deep (a deep
 /// recursion), and a loop in a garbage chain would never end.
 pub(super) const MAX_DEPTH: usize = 512;
+
+/// Threads whose last walk is kept ([`Trail`]) before they are all let go.
+const MAX_TRAILS: usize = 4096;
 
 /// Unwinders kept at once, one per process; the least recently used goes
 /// first (a job that forks thousands of short-lived processes).
@@ -100,6 +106,10 @@ pub(super) struct Unwound {
 pub(super) struct Unwinder {
     files: ElfFiles,
     processes: HashMap<u32, ProcessUnwinder>,
+    /// Each thread's last walk, for its next to finish with.
+    trails: HashMap<u32, Trail>,
+    /// Walks that finished with their thread's last.
+    met: u64,
     /// Bumped on every unwind, to find the least recently used process.
     clock: u64,
 }
@@ -125,15 +135,19 @@ impl Unwinder {
         regs: UserRegs,
         stack: &[u8],
     ) -> Unwound {
-        self.unwind_with(spaces, pid, regs, stack, &|addr| spaces.is_code(pid, addr))
+        self.unwind_with(spaces, (pid, pid), regs, stack, &|addr| {
+            spaces.is_code(pid, addr)
+        })
     }
 
-    /// [`Unwinder::unwind`], asking `is_code` whether an address of `pid`
-    /// is code: the caller may know most of them already.
+    /// [`Unwinder::unwind`] for thread `tid` of process `pid`, asking
+    /// `is_code` whether an address of `pid` is code (the caller may know
+    /// most of them already). Where the walk meets the thread's last walk
+    /// it finishes with it ([`Trail::meeting`]).
     pub(super) fn unwind_with(
         &mut self,
         spaces: &AddressSpaces,
-        pid: u32,
+        (pid, tid): (u32, u32),
         regs: UserRegs,
         stack: &[u8],
         is_code: &impl Fn(u64) -> bool,
@@ -149,18 +163,31 @@ impl Unwinder {
             };
         };
         self.processes.get_mut(&owner).expect("just made").last_used = clock;
-        let leaf_has_cfi = self.has_cfi(spaces, pid, regs.ip);
+        let stamp = spaces.stamp(pid);
+        let last = self.trails.remove(&tid).filter(|t| t.stamp == stamp);
+        if self.trails.len() >= MAX_TRAILS {
+            self.trails.clear(); // threads come and go; the live ones refill it
+        }
         let process = self.processes.get_mut(&owner).expect("just made");
-        walk(process, is_code, (regs, leaf_has_cfi), stack)
+        let files = &mut self.files;
+        // Asked only when the leaf's step fails: looking the leaf's CFI up
+        // was a seventh of a walk's time.
+        let mut leaf_has_cfi = || has_cfi(files, spaces, pid, regs.ip);
+        let walked = Walk {
+            regs,
+            stack,
+            is_code,
+        };
+        let leaf = Trail::new(stamp, [regs.ip, regs.sp, regs.bp]);
+        let (unwound, trail, met) = walked.run(process, leaf, last.as_ref(), &mut leaf_has_cfi);
+        self.met += u64::from(met);
+        self.trails.insert(tid, trail);
+        unwound
     }
 
-    /// True when the file mapped at `addr` in `pid` has a CFI entry for
-    /// it (false for JIT code, and for addresses in no mapping).
-    fn has_cfi(&mut self, spaces: &AddressSpaces, pid: u32, addr: u64) -> bool {
-        match user_site(spaces, pid, addr) {
-            Site::File(path, offset) => self.function_start(&path, offset).is_some(),
-            _ => false,
-        }
+    /// Walks so far that finished with their thread's last.
+    pub(super) fn finished_with_last(&self) -> u64 {
+        self.met
     }
 
     /// The start of the function holding `offset` in the file at `path`, as
@@ -212,71 +239,136 @@ impl Unwinder {
     }
 }
 
-/// Walks one stack, frame by frame, checking each step.
-/// `leaf_has_cfi`: the file holding the leaf has a CFI entry for it.
-fn walk(
-    process: &mut ProcessUnwinder,
-    is_code: &impl Fn(u64) -> bool,
-    (regs, leaf_has_cfi): (UserRegs, bool),
-    stack: &[u8],
-) -> Unwound {
-    let copy_end = regs.sp.saturating_add(stack.len() as u64);
-    let mut read = |addr: u64| -> Result<u64, ()> {
-        let at = usize::try_from(addr.checked_sub(regs.sp).ok_or(())?).map_err(|_| ())?;
-        let word = stack.get(at..at.checked_add(8).ok_or(())?).ok_or(())?;
-        Ok(u64::from_le_bytes(word.try_into().map_err(|_| ())?))
-    };
-    let mut walk_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
-    let mut address = FrameAddress::from_instruction_pointer(regs.ip);
-    let mut addrs = vec![regs.ip];
-    let mut return_offsets = Vec::new();
-    let mut unknown_address = !is_code(regs.ip);
-    let end = loop {
-        if addrs.len() >= MAX_DEPTH {
-            break End::TooDeep;
-        }
-        let before = walk_regs;
-        let step = process.unwinder.unwind_frame_with_details(
-            address,
-            &mut walk_regs,
-            &mut process.cache,
-            &mut read,
-        );
-        let next = match step {
-            Ok(outcome) => match outcome.return_address() {
-                None => break End::Root,
-                Some(ra) => Ok(ra),
-            },
-            Err(e) => Err(e),
-        };
-        let caller = match next {
-            Ok(ra) if is_caller(ra, before.sp(), walk_regs.sp(), is_code) => ra,
-            // The leaf is in code without CFI (hand-written assembly, such
-            // as libjpeg-turbo's SIMD routines in OpenCV's wheel, or JIT
-            // code), where framehop guessed: a frameless function's return
-            // address at sp, or a frame pointer's chain. Try both.
-            _ if addrs.len() == 1 && !leaf_has_cfi => {
-                match leaf_without_cfi(before, &mut read, is_code) {
-                    Some((ra, regs)) => {
-                        walk_regs = regs;
-                        ra
-                    }
-                    None => break ended(next.map(|_| ()), copy_end, &mut unknown_address),
+/// True when the file mapped at `addr` in `pid` has a CFI entry for it
+/// (false for JIT code, and for addresses in no mapping).
+fn has_cfi(files: &mut ElfFiles, spaces: &AddressSpaces, pid: u32, addr: u64) -> bool {
+    match user_site(spaces, pid, addr) {
+        Site::File(path, offset) => files
+            .get(&path, None)
+            .is_some_and(|file| file.function_start(offset).is_some()),
+        _ => false,
+    }
+}
+
+/// One stack to walk: the registers it starts from, the bytes copied from
+/// their sp up, and what the walk asks of the process.
+struct Walk<'a, F: Fn(u64) -> bool> {
+    regs: UserRegs,
+    stack: &'a [u8],
+    is_code: &'a F,
+}
+
+impl<F: Fn(u64) -> bool> Walk<'_, F> {
+    /// Walks the stack, frame by frame, checking each step, into `trail`,
+    /// until it ends or meets `last` (the thread's last walk), whose rest
+    /// it then takes. `leaf_has_cfi`: whether the file holding the leaf
+    /// has a CFI entry for it.
+    fn run(
+        &self,
+        process: &mut ProcessUnwinder,
+        mut trail: Trail,
+        last: Option<&Trail>,
+        leaf_has_cfi: &mut dyn FnMut() -> bool,
+    ) -> (Unwound, Trail, bool) {
+        let regs = self.regs;
+        let mut finished_with_last = false;
+        let same_from = last.map(|l| l.same_reads_from(|a| self.word(a).ok()));
+        let copy_end = regs.sp.saturating_add(self.stack.len() as u64);
+        let mut walk_regs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+        let mut address = FrameAddress::from_instruction_pointer(regs.ip);
+        let mut unknown_address = !(self.is_code)(regs.ip);
+        let end = loop {
+            let depth = trail.addrs.len();
+            let here = [trail.addrs[depth - 1], walk_regs.sp(), walk_regs.bp()];
+            if let (Some(last), Some(same_from)) = (last, same_from) {
+                let met = last.meeting(here, depth == 1, same_from);
+                if let Some(j) = met.filter(|j| depth + last.addrs.len() - j - 1 <= MAX_DEPTH) {
+                    trail.finish_with(last, j);
+                    finished_with_last = true;
+                    break trail.end.expect("a last walk has ended");
                 }
             }
-            _ => break ended(next.map(|_| ()), copy_end, &mut unknown_address),
+            trail.starts.push(trail.reads.len());
+            if depth >= MAX_DEPTH {
+                break End::TooDeep;
+            }
+            let before = walk_regs;
+            let reads = &mut trail.reads;
+            let mut read = |addr: u64| -> Result<u64, ()> {
+                let word = self.word(addr);
+                reads.push((addr, word.ok()));
+                word
+            };
+            let step = process.unwinder.unwind_frame_with_details(
+                address,
+                &mut walk_regs,
+                &mut process.cache,
+                &mut read,
+            );
+            let next = match step {
+                Ok(outcome) => match outcome.return_address() {
+                    None => break End::Root,
+                    Some(ra) => Ok(ra),
+                },
+                Err(e) => Err(e),
+            };
+            let caller = match next {
+                Ok(ra) if is_caller(ra, before.sp(), walk_regs.sp(), self.is_code) => ra,
+                // The leaf is in code without CFI (hand-written assembly, such
+                // as libjpeg-turbo's SIMD routines in OpenCV's wheel, or JIT
+                // code), where framehop guessed: a frameless function's return
+                // address at sp, or a frame pointer's chain. Try both.
+                _ if depth == 1 && !leaf_has_cfi() => {
+                    match leaf_without_cfi(before, &mut read, self.is_code) {
+                        Some((ra, regs)) => {
+                            walk_regs = regs;
+                            ra
+                        }
+                        None => break ended(next.map(|_| ()), copy_end, &mut trail),
+                    }
+                }
+                _ => break ended(next.map(|_| ()), copy_end, &mut trail),
+            };
+            // Each step, framehop's or ours, read the return address just
+            // below the caller's stack pointer.
+            let slot = walk_regs.sp().saturating_sub(8);
+            trail.push(caller, slot, [caller, walk_regs.sp(), walk_regs.bp()]);
+            address = FrameAddress::from_return_address(caller).expect("checked not null");
         };
-        addrs.push(caller);
-        // Each step, framehop's or ours, read the return address just
-        // below the caller's stack pointer.
-        return_offsets.push(walk_regs.sp().saturating_sub(regs.sp + 8));
-        address = FrameAddress::from_return_address(caller).expect("checked not null");
-    };
-    Unwound {
-        addrs,
-        return_offsets,
-        end,
-        unknown_address,
+        trail.end = Some(end);
+        unknown_address |= trail.end_unknown;
+        let unwound = Unwound {
+            addrs: trail.addrs.clone(),
+            return_offsets: trail
+                .slots
+                .iter()
+                .map(|s| s.saturating_sub(regs.sp))
+                .collect(),
+            end,
+            unknown_address,
+        };
+        (unwound, trail, finished_with_last)
+    }
+
+    /// The copied word at `addr`; Err outside the copy.
+    fn word(&self, addr: u64) -> Result<u64, ()> {
+        let at = usize::try_from(addr.checked_sub(self.regs.sp).ok_or(())?).map_err(|_| ())?;
+        let word = self.stack.get(at..at.checked_add(8).ok_or(())?).ok_or(())?;
+        Ok(u64::from_le_bytes(word.try_into().map_err(|_| ())?))
+    }
+}
+
+/// How a walk that could not take its next step ended.
+fn ended(step: Result<(), WalkError>, copy_end: u64, trail: &mut Trail) -> End {
+    match step {
+        Err(WalkError::CouldNotReadStack(at)) if at >= copy_end => End::PastCopy,
+        Err(_) => End::Cut,
+        Ok(()) => {
+            // A return address that is not a caller's: garbage, or code
+            // mapped since the last snapshot.
+            trail.end_unknown = true;
+            End::Cut
+        }
     }
 }
 
@@ -285,20 +377,6 @@ fn walk(
 /// function's last instruction), and the stack pointer grew.
 fn is_caller(ra: u64, sp_before: u64, sp_after: u64, is_code: &impl Fn(u64) -> bool) -> bool {
     ra != 0 && sp_after > sp_before && is_code(ra - 1)
-}
-
-/// How a walk that could not take its next step ended.
-fn ended(step: Result<(), WalkError>, copy_end: u64, unknown_address: &mut bool) -> End {
-    match step {
-        Err(WalkError::CouldNotReadStack(at)) if at >= copy_end => End::PastCopy,
-        Err(_) => End::Cut,
-        Ok(()) => {
-            // A return address that is not a caller's: garbage, or code
-            // mapped since the last snapshot.
-            *unknown_address = true;
-            End::Cut
-        }
-    }
 }
 
 /// The caller of a leaf in code without CFI, by whichever of the two rules

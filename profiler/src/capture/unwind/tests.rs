@@ -162,6 +162,56 @@ fn return_offsets_point_at_the_return_addresses() {
     );
 }
 
+/// Two copies of one thread's stack from two call sites of one function:
+/// the second walk meets the first below the caller they share and
+/// finishes with its frames, and comes out as a walk of its own would.
+#[test]
+fn a_walk_finishes_with_the_threads_last() {
+    let (first, second) = (level1(), level1());
+    black_box((&first, &second));
+    let (spaces, pid) = own_spaces();
+    let mut unwinder = Unwinder::default();
+    let thread = (pid, 7);
+    let is_code = |addr| spaces.is_code(pid, addr);
+    let a = unwinder.unwind_with(&spaces, thread, first.regs, &first.stack, &is_code);
+    let b = unwinder.unwind_with(&spaces, thread, second.regs, &second.stack, &is_code);
+    assert_eq!(unwinder.met, 1, "the second walk met the first");
+    let alone = Unwinder::default().unwind(&spaces, pid, second.regs, &second.stack);
+    assert_eq!(b, alone);
+    assert_eq!(a.end, End::Root);
+    assert_ne!(a.addrs, b.addrs, "two call sites, two stacks");
+    // Another thread's walk is not this one's.
+    unwinder.unwind_with(&spaces, (pid, 8), second.regs, &second.stack, &is_code);
+    assert_eq!(unwinder.met, 1);
+}
+
+/// A word the last walk read that holds something else in this copy (a
+/// return address overwritten): the walk does not take the last walk's
+/// rest, and ends as a walk of its own would.
+#[test]
+fn a_changed_word_is_walked_again() {
+    let captured = level1();
+    let (spaces, pid) = own_spaces();
+    let mut unwinder = Unwinder::default();
+    let is_code = |addr| spaces.is_code(pid, addr);
+    let whole = unwinder.unwind_with(&spaces, (pid, 7), captured.regs, &captured.stack, &is_code);
+    let mut changed = captured.stack.clone();
+    let at = whole.return_offsets[3] as usize;
+    changed[at..at + 8].copy_from_slice(&0x10u64.to_le_bytes());
+    let again = unwinder.unwind_with(&spaces, (pid, 7), captured.regs, &changed, &is_code);
+    let alone = Unwinder::default().unwind(&spaces, pid, captured.regs, &changed);
+    assert_eq!(again, alone);
+    assert_eq!(
+        again.addrs.len(),
+        4,
+        "cut at the overwritten return address"
+    );
+    assert_eq!(unwinder.met, 0);
+    // The same copy again: met at the leaf, the whole walk taken.
+    let same = unwinder.unwind_with(&spaces, (pid, 7), captured.regs, &changed, &is_code);
+    assert_eq!((same, unwinder.met), (alone, 1));
+}
+
 /// The whole chain, exactly: the capture, the comparator, glibc's sort
 /// (frameless), its caller's three levels, and on to the thread's root.
 #[test]

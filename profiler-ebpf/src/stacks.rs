@@ -118,6 +118,12 @@ pub const MAX_STACK_COPY_BYTES: u32 = 64 << 10;
 pub const STACK_SLOTS: usize = 4;
 /// The slot of an on-CPU sample's copy: never reused by a fingerprint.
 pub const SAMPLE_SLOT: u32 = STACK_SLOTS as u32;
+/// The slot of a preempted thread's copy: never matched by a fingerprint
+/// either (a preemption stops a thread anywhere), and kept out of the
+/// switch-out slots so that it does not push a blocking site's copy out
+/// of them. Only the thread's last preemption's copy is reused
+/// (`recent_preemption`), so one slot holds what is needed.
+pub const PREEMPT_SLOT: u32 = STACK_SLOTS as u32 + 1;
 /// Copy sequence numbers are kept modulo this (they share an i32 with the
 /// slot in [`copy_ref`]).
 pub const COPY_SEQ_MASK: u32 = (1 << 28) - 1;
@@ -218,8 +224,9 @@ pub struct StackCopyEvent {
     pub tgid: u32,
     /// The copy's sequence number (modulo [`COPY_SEQ_MASK`] + 1).
     pub seq: u32,
-    /// [`SAMPLE_SLOT`] for an on-CPU sample, else the switch-out slot
-    /// (0..[`STACK_SLOTS`]) whose fingerprint it fills.
+    /// [`SAMPLE_SLOT`] for an on-CPU sample, [`PREEMPT_SLOT`] for a
+    /// preemption, else the switch-out slot (0..[`STACK_SLOTS`]) whose
+    /// fingerprint it fills.
     pub slot: u32,
 }
 const _: () = assert!(size_of::<StackCopyEvent>() == 32);

@@ -44,10 +44,10 @@ use aya_ebpf::{
 };
 use profiler_ebpf::{
     AbiEvent, BPF_F_USER_STACK, COPY_SEQ_MASK, CopySection, LastStacks, MAX_STACK_COPY_BYTES,
-    NO_STACK_KIND, SAMPLE_SLOT, SITE_CHECK_FRAMES, SITE_CHECK_SPAN, STACK_COPY_HEAD, STACK_KINDS,
-    STACK_PAGE, STACK_REUSE_NS, STACK_SCRATCH_BYTES, STACK_SLOTS, SampleEvent, StackCopyEvent,
-    ThreadState, UserRegs, copy_ref, errno, fingerprint, kind, lost_stack, offcpu_reason, section,
-    site_check_key, stack_kind, switch_part, user_stack_flags,
+    NO_STACK_KIND, PREEMPT_SLOT, SAMPLE_SLOT, SITE_CHECK_FRAMES, SITE_CHECK_SPAN, STACK_COPY_HEAD,
+    STACK_KINDS, STACK_PAGE, STACK_REUSE_NS, STACK_SCRATCH_BYTES, STACK_SLOTS, SampleEvent,
+    StackCopyEvent, ThreadState, UserRegs, copy_ref, errno, fingerprint, kind, lost_stack,
+    offcpu_reason, section, site_check_key, stack_kind, switch_part, user_stack_flags,
 };
 
 use super::{
@@ -339,7 +339,8 @@ fn remember_walk(
 /// functions call `clock_gettime` from the same depth, the runnable time
 /// of one went to the other's copy: 84–98% of it to the function whose
 /// run delay was 74–77%. A preempted thread's copies are bounded by the
-/// sampling period instead (`recent_preemption`). A thread that yields
+/// sampling period instead (`recent_preemption`), and made in a slot of
+/// their own ([`preemption_copy`]). A thread that yields
 /// (`sched_yield`, an OpenMP pool's spin) waits at its call site as one
 /// that blocks does, again and again: matched by site, it costs no copy.
 #[inline(always)]
@@ -348,13 +349,15 @@ fn offcpu_copy(state: &mut ThreadState, tid: u32, now: u64, reason: u32) -> i32 
         count_lost(lost_stack::NO_REGS);
         return -1;
     };
-    let by_site = reason != stack_kind::RUNNABLE || syscall == SYS_SCHED_YIELD;
+    if reason == stack_kind::RUNNABLE && syscall != SYS_SCHED_YIELD {
+        return preemption_copy(state, tid, now, &regs);
+    }
     let print = fingerprint(regs.ip, regs.sp, regs.bp);
     // Another call site stood at these registers: the new copy's reuse is
     // checked every time too.
     let mut doubted = false;
     for slot in 0..STACK_SLOTS {
-        if by_site && state.fingerprints[slot] == print {
+        if state.fingerprints[slot] == print {
             if site_holds(state, tid, slot, regs.sp, now) {
                 return copy_ref(state.slot_seqs[slot], slot as u32);
             }
@@ -389,6 +392,31 @@ fn offcpu_copy(state: &mut ThreadState, tid: u32, now: u64, reason: u32) -> i32 
     } else {
         // Userspace never saw it: no later switch-out may refer to it.
         state.fingerprints[slot] = 0;
+        -1
+    }
+}
+
+/// A new copy of a preempted thread's stack, in [`PREEMPT_SLOT`]: no
+/// fingerprint, no site to check. In the switch-out slots, these (two
+/// thirds of the switch-out copies on the real job with 8 workers) pushed
+/// the copies of the sites where threads block out of them.
+#[inline(always)]
+fn preemption_copy(state: &mut ThreadState, tid: u32, now: u64, regs: &UserRegs) -> i32 {
+    let seq = next_copy(state);
+    profile_begin(switch_part::NEW_COPY);
+    let emitted = emit_copy(
+        tid,
+        state.tgid,
+        seq,
+        PREEMPT_SLOT,
+        regs,
+        now,
+        Scratch::Switch,
+    );
+    profile_end(switch_part::NEW_COPY);
+    if emitted {
+        copy_ref(seq, PREEMPT_SLOT)
+    } else {
         -1
     }
 }

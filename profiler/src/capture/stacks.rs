@@ -43,9 +43,9 @@ use std::{
 // resistance to chosen keys buys nothing against the kernel's ids.
 use foldhash::{HashMap, HashMapExt as _};
 use profiler_ebpf::{
-    CopySection, EventHeader, ExitEvent, NO_STACK_KIND, SAMPLE_SLOT, SITE_CHECK_FRAMES,
-    SITE_CHECK_SPAN, STACK_SLOTS, SampleEvent, SiteCheck, StackCopyEvent, SwitchEvent,
-    UserRegs as AbiRegs, copy_ref_parts, kind, section, stack_mode, user_stack_flags,
+    CopySection, EventHeader, ExitEvent, NO_STACK_KIND, PREEMPT_SLOT, SAMPLE_SLOT,
+    SITE_CHECK_FRAMES, SITE_CHECK_SPAN, STACK_SLOTS, SampleEvent, SiteCheck, StackCopyEvent,
+    SwitchEvent, UserRegs as AbiRegs, copy_ref_parts, kind, section, stack_mode, user_stack_flags,
 };
 use tprof_core::recording::{
     FrameBatch, LostCounts, StackBatch,
@@ -128,7 +128,7 @@ pub(super) struct StackResolver {
     /// their mappings differ.
     user: HashMap<(u32, i32), StackId>,
     /// Copy mode: per thread, each slot's last copy, unwound.
-    copies: HashMap<u32, [Option<Copied>; STACK_SLOTS + 1]>,
+    copies: HashMap<u32, [Option<Copied>; STACK_SLOTS + 2]>,
     /// Frame-pointer mode: (tgid, kernel user-stack id) → its sites,
     /// outermost first (None when the stack map no longer held it), for
     /// splicing.
@@ -436,7 +436,7 @@ impl StackResolver {
             .copies
             .entry(head.tid)
             .or_insert_with(|| std::array::from_fn(|_| None));
-        if let Some(entry) = slots.get_mut(head.slot.min(SAMPLE_SLOT) as usize) {
+        if let Some(entry) = slots.get_mut(head.slot.min(PREEMPT_SLOT) as usize) {
             *entry = Some(Copied {
                 seq: head.seq,
                 frames: Rc::new(frames),

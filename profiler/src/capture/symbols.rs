@@ -212,7 +212,11 @@ pub(super) fn user_site(spaces: &AddressSpaces, pid: u32, addr: u64) -> Site {
 /// batches: blazesym's parsed files (a libtorch takes seconds to parse) and
 /// each JIT's perf map.
 pub(super) struct Namer {
-    /// Without demangling: [`Demangled`] does it once per name.
+    /// Without demangling: [`Demangled`] does it once per name. Without
+    /// auto reload: blazesym would stat each file by its path at every
+    /// call to see whether it changed (3% of the writer thread on the real
+    /// job), and a file replaced on disk is not the one the process maps,
+    /// which is what the frames are of.
     symbolizer: Symbolizer,
     demangled: Demangled,
     /// Each process's perf map with the file length it was read at: re-read
@@ -223,7 +227,10 @@ pub(super) struct Namer {
 impl Default for Namer {
     fn default() -> Namer {
         Namer {
-            symbolizer: Symbolizer::builder().enable_demangling(false).build(),
+            symbolizer: Symbolizer::builder()
+                .enable_demangling(false)
+                .enable_auto_reload(false)
+                .build(),
             demangled: Demangled::default(),
             perf_maps: HashMap::new(),
         }

@@ -181,12 +181,19 @@ pub(crate) fn switch_out<C: StackIdContext>(
         offcpu_walked(ctx, state, tid, reason, now)
     };
     if reason == stack_kind::RUNNABLE && user >= 0 {
-        // Half a period to one and a half: a period on average.
-        let gap = preempt_stack_gap_ns();
-        let jitter = u64::from(unsafe { bpf_get_prandom_u32() }) * gap >> 32;
-        state.preempt_reuse_until_ns = now + gap / 2 + jitter;
+        state.preempt_reuse_until_ns = about_a_period_after(now);
     }
     (reason, user, kernel)
+}
+
+/// A time about one sampling period (`PREEMPT_STACK_GAP_NS`) after `now`,
+/// drawn between a half and one and a half periods, so that what is
+/// reused until then is not sampled in step with a periodic workload.
+#[inline(always)]
+fn about_a_period_after(now: u64) -> u64 {
+    let gap = preempt_stack_gap_ns();
+    let jitter = u64::from(unsafe { bpf_get_prandom_u32() }) * gap >> 32;
+    now + gap / 2 + jitter
 }
 
 /// The stacks a preemption takes from the last preemption whose stacks were
@@ -340,7 +347,7 @@ fn remember_walk(
 /// of one went to the other's copy: 84–98% of it to the function whose
 /// run delay was 74–77%. A preempted thread's copies are bounded by the
 /// sampling period instead (`recent_preemption`), and made in a slot of
-/// their own ([`preemption_copy`]). A thread that yields
+/// their own ([`PREEMPT_SLOT`]). A thread that yields
 /// (`sched_yield`, an OpenMP pool's spin) waits at its call site as one
 /// that blocks does, again and again: matched by site, it costs no copy.
 #[inline(always)]
@@ -350,7 +357,12 @@ fn offcpu_copy(state: &mut ThreadState, tid: u32, now: u64, reason: u32) -> i32 
         return -1;
     };
     if reason == stack_kind::RUNNABLE && syscall != SYS_SCHED_YIELD {
-        return preemption_copy(state, tid, now, &regs);
+        // A slot of its own, no fingerprint, no site to check: in the
+        // switch-out slots these (two thirds of the switch-out copies on
+        // the real job with 8 workers) pushed out the copies of the sites
+        // where threads block.
+        return switch_copy(state, tid, PREEMPT_SLOT, &regs, now)
+            .map_or(-1, |seq| copy_ref(seq, PREEMPT_SLOT));
     }
     let print = fingerprint(regs.ip, regs.sp, regs.bp);
     // Another call site stood at these registers: the new copy's reuse is
@@ -366,59 +378,34 @@ fn offcpu_copy(state: &mut ThreadState, tid: u32, now: u64, reason: u32) -> i32 
     }
     let slot = state.next_slot as usize % STACK_SLOTS;
     state.next_slot = state.next_slot.wrapping_add(1);
-    let seq = next_copy(state);
-    profile_begin(switch_part::NEW_COPY);
-    let emitted = emit_copy(
-        tid,
-        state.tgid,
-        seq,
-        slot as u32,
-        &regs,
-        now,
-        Scratch::Switch,
-    );
-    profile_end(switch_part::NEW_COPY);
+    let copied = switch_copy(state, tid, slot as u32, &regs, now);
     state.site_trusted_until_ns[slot] = 0;
-    let bit = 1u32 << slot;
-    state.site_doubts = if doubted {
-        state.site_doubts | bit
-    } else {
-        state.site_doubts & !bit
+    state.site_doubts = (state.site_doubts & !(1 << slot)) | (u32::from(doubted) << slot);
+    // A copy userspace never saw: no later switch-out may refer to it.
+    state.fingerprints[slot] = if copied.is_some() { print } else { 0 };
+    let Some(seq) = copied else {
+        return -1;
     };
-    if emitted {
-        state.fingerprints[slot] = print;
-        state.slot_seqs[slot] = seq;
-        copy_ref(seq, slot as u32)
-    } else {
-        // Userspace never saw it: no later switch-out may refer to it.
-        state.fingerprints[slot] = 0;
-        -1
-    }
+    state.slot_seqs[slot] = seq;
+    copy_ref(seq, slot as u32)
 }
 
-/// A new copy of a preempted thread's stack, in [`PREEMPT_SLOT`]: no
-/// fingerprint, no site to check. In the switch-out slots, these (two
-/// thirds of the switch-out copies on the real job with 8 workers) pushed
-/// the copies of the sites where threads block out of them.
+/// A new copy of the current task's user stack in `slot`, made at a
+/// switch-out: its sequence number, or None when userspace will never
+/// see it.
 #[inline(always)]
-fn preemption_copy(state: &mut ThreadState, tid: u32, now: u64, regs: &UserRegs) -> i32 {
+fn switch_copy(
+    state: &mut ThreadState,
+    tid: u32,
+    slot: u32,
+    regs: &UserRegs,
+    now: u64,
+) -> Option<u32> {
     let seq = next_copy(state);
     profile_begin(switch_part::NEW_COPY);
-    let emitted = emit_copy(
-        tid,
-        state.tgid,
-        seq,
-        PREEMPT_SLOT,
-        regs,
-        now,
-        Scratch::Switch,
-    );
+    let emitted = emit_copy(tid, state.tgid, seq, slot, regs, now, Scratch::Switch);
     profile_end(switch_part::NEW_COPY);
-    if emitted {
-        copy_ref(seq, PREEMPT_SLOT)
-    } else {
-        -1
-    }
+    emitted.then_some(seq)
 }
 
 /// Whether the copy in `slot`, made at the registers the thread stands at
@@ -450,9 +437,7 @@ fn site_holds(state: &mut ThreadState, tid: u32, slot: usize, sp: u64, now: u64)
             false
         }
         Some(true) if !doubted => {
-            let gap = preempt_stack_gap_ns();
-            let jitter = u64::from(unsafe { bpf_get_prandom_u32() }) * gap >> 32;
-            state.site_trusted_until_ns[slot] = now + gap / 2 + jitter;
+            state.site_trusted_until_ns[slot] = about_a_period_after(now);
             true
         }
         _ => true,

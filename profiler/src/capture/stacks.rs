@@ -323,6 +323,7 @@ impl StackResolver {
             StackBatch { first, stacks }
         });
         self.counts.naming_cpu_ns += thread_cpu_ns().saturating_sub(naming_since);
+        self.counts.finished_with_last = self.unwinder.finished_with_last();
         if let Ok(mut shared) = self.shared.lock() {
             *shared = self.counts;
         }
@@ -422,10 +423,7 @@ impl StackResolver {
             unwound = self.unwind(&memo, thread, regs, stack);
         }
         self.count(&unwound, flags);
-        self.counts.finished_with_last = self.unwinder.finished_with_last();
         if head.slot < SAMPLE_SLOT {
-            // Refused (the map's own error): the copy is reused unchecked,
-            // as before there were checks.
             let check = site_check(head.seq, &unwound, stack);
             self.source.file_site_check(head.tid, head.slot, &check);
         }

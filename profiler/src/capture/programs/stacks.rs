@@ -43,12 +43,11 @@ impl StackSource {
     }
 
     /// Tells the kernel what thread `tid`'s copy in switch-out `slot` was
-    /// called from (`check`, for its copy `check.seq`). False when the map
-    /// refused it: that copy's reuse then goes unchecked.
-    pub fn file_site_check(&mut self, tid: u32, slot: u32, check: &SiteCheck) -> bool {
-        self.site_checks
-            .insert(site_check_key(tid, slot), check, 0)
-            .is_ok()
+    /// called from (`check`, for its copy `check.seq`).
+    pub fn file_site_check(&mut self, tid: u32, slot: u32, check: &SiteCheck) {
+        // Refused (the map's own error): the copy is reused unchecked, as
+        // before there were checks.
+        let _ = self.site_checks.insert(site_check_key(tid, slot), check, 0);
     }
 
     /// A kernel stack walked at a switch-out, leaf first, without the

@@ -176,8 +176,12 @@ struct Run {
     rate: f64,
     /// Machine-wide context switches per second over the same seconds.
     switches: f64,
-    /// The tools' CPU seconds and largest peak RSS (KiB).
+    /// The tools' CPU seconds, start to exit, and largest peak RSS (KiB).
     tool_cpu_s: f64,
+    /// The tools' CPU milliseconds per second over the measured seconds:
+    /// the steady state, without the start-up (loading and verifying the
+    /// kernel programs) and the last drain that `tool_cpu_s` includes.
+    tool_cpu_ms_per_s: f64,
     tool_maxrss_kib: i64,
 }
 
@@ -343,7 +347,7 @@ fn header(args: &Args) -> String {
 fn calibrate(paths: &Paths, mut job_kind: Job, switches: u64) -> Result<Job> {
     for _ in 0..4 {
         let mut job = job_kind.spawn(paths, 3)?;
-        let counts = read_counts(&mut job)?;
+        let counts = read_counts(&mut job, &[])?;
         job.wait()?;
         let at = |t: u64| counts.iter().find(|c| c.t == t).map_or(0, |c| c.ctxt);
         let rate = at(3).saturating_sub(at(1)) as f64 / 2.0;
@@ -367,8 +371,10 @@ fn overhead(paths: &Paths, job: Job, rounds: usize, md: &mut String) -> Result<(
          WORK {} (untraced: {:.0} context switches/s on the machine); \
          {rounds} rounds; throughput = round trips/s over seconds {MEASURE_FROM}-{}; \
          ratio = median over rounds of (throughput / the same round's untraced throughput).\n\n\
-         | configuration | median round trips/s | ratio to untraced | throughput loss | tool CPU s (median) | tool peak RSS MiB (max) |\n\
-         |---|---|---|---|---|---|\n",
+         tool CPU ms/s = the tools' CPU per second over the same seconds (the steady state); \
+         tool CPU s = from start to exit, loading the kernel programs and the last drain included.\n\n\
+         | configuration | median round trips/s | ratio to untraced | throughput loss | tool CPU ms/s (median) | tool CPU s (median) | tool peak RSS MiB (max) |\n\
+         |---|---|---|---|---|---|---|\n",
         job.name,
         job.pairs,
         if job.pin { " (each pair pinned to one CPU)" } else { "" },
@@ -379,11 +385,12 @@ fn overhead(paths: &Paths, job: Job, rounds: usize, md: &mut String) -> Result<(
     for (i, tool) in tools.iter().enumerate() {
         let ratio = median_ratio(&runs[i], &runs[0]);
         md.push_str(&format!(
-            "| {} | {:.0} | {:.3} | {:.1}% | {:.2} | {:.1} |\n",
+            "| {} | {:.0} | {:.3} | {:.1}% | {:.1} | {:.2} | {:.1} |\n",
             tool.name(),
             median(runs[i].iter().map(|r| r.rate).collect()),
             ratio,
             100.0 * (1.0 - ratio),
+            median(runs[i].iter().map(|r| r.tool_cpu_ms_per_s).collect()),
             median(runs[i].iter().map(|r| r.tool_cpu_s).collect()),
             runs[i].iter().map(|r| r.tool_maxrss_kib).max().unwrap_or(0) as f64 / 1024.0
         ));
@@ -401,8 +408,8 @@ fn rate_sweep(paths: &Paths, base: Job, rounds: usize, md: &mut String) -> Resul
         "## tprof's cost by switch rate\n\n\
          The paced, pinned job tuned to each rate; {rounds} rounds of untraced and \
          `tprof record` (default settings) alternating.\n\n\
-         | switches/s asked | WORK | untraced switches/s | untraced round trips/s | tprof round trips/s | throughput loss | tprof CPU s (median) |\n\
-         |---|---|---|---|---|---|---|\n"
+         | switches/s asked | WORK | untraced switches/s | untraced round trips/s | tprof round trips/s | throughput loss | tprof CPU ms/s, steady (median) | tprof CPU s (median) |\n\
+         |---|---|---|---|---|---|---|---|\n"
     ));
     for switches in SWEEP_SWITCHES {
         let job = calibrate(
@@ -416,12 +423,13 @@ fn rate_sweep(paths: &Paths, base: Job, rounds: usize, md: &mut String) -> Resul
         let runs = alternate(paths, job, &[Tool::None, Tool::Tprof], rounds)?;
         let ratio = median_ratio(&runs[1], &runs[0]);
         md.push_str(&format!(
-            "| {switches} | {} | {:.0} | {:.0} | {:.0} | {:.1}% | {:.2} |\n",
+            "| {switches} | {} | {:.0} | {:.0} | {:.0} | {:.1}% | {:.1} | {:.2} |\n",
             job.work,
             median(runs[0].iter().map(|r| r.switches).collect()),
             median(runs[0].iter().map(|r| r.rate).collect()),
             median(runs[1].iter().map(|r| r.rate).collect()),
             100.0 * (1.0 - ratio),
+            median(runs[1].iter().map(|r| r.tool_cpu_ms_per_s).collect()),
             median(runs[1].iter().map(|r| r.tool_cpu_s).collect()),
         ));
     }
@@ -472,11 +480,13 @@ fn run_once(paths: &Paths, tool: Tool, job_kind: Job) -> Result<Run> {
     let mut job = job_kind.spawn(paths, RUN_S)?;
     std::thread::sleep(Duration::from_millis(300));
     let tools = start_tool(paths, tool, job.id())?;
-    let counts = read_counts(&mut job)?;
+    let pids: Vec<u32> = tools.iter().map(Child::id).collect();
+    let counts = read_counts(&mut job, &pids)?;
     job.wait()?;
     let mut run = Run {
         rate: rate(&counts, |c| c.round_trips),
         switches: rate(&counts, |c| c.ctxt),
+        tool_cpu_ms_per_s: rate(&counts, |c| c.tool_cpu_ns) / 1e6,
         ..Run::default()
     };
     for child in tools {
@@ -553,15 +563,20 @@ fn start_tool(paths: &Paths, tool: Tool, pid: u32) -> Result<Vec<Child>> {
     })
 }
 
-/// The job's per-second cumulative round-trip counts.
-/// One second's line of pingpong's output.
+/// One second's line of pingpong's output, and the tools' CPU when it
+/// came.
 struct Count {
     t: u64,
     round_trips: u64,
     ctxt: u64,
+    /// CPU nanoseconds the tools' processes had used when the line was
+    /// read.
+    tool_cpu_ns: u64,
 }
 
-fn read_counts(job: &mut Child) -> Result<Vec<Count>> {
+/// The job's per-second cumulative counts, each with the CPU the
+/// processes `tools` had used by then.
+fn read_counts(job: &mut Child, tools: &[u32]) -> Result<Vec<Count>> {
     let stdout = job.stdout.take().context("pingpong stdout")?;
     let mut counts = Vec::new();
     for line in BufReader::new(stdout).lines() {
@@ -572,9 +587,25 @@ fn read_counts(job: &mut Child) -> Result<Vec<Count>> {
             t: field("t"),
             round_trips: field("round_trips"),
             ctxt: field("ctxt"),
+            tool_cpu_ns: tools.iter().map(|&pid| cpu_ns(pid)).sum(),
         });
     }
     Ok(counts)
+}
+
+/// CPU nanoseconds process `pid`'s live threads have used (the first
+/// field of each `/proc/PID/task/TID/schedstat`): exact to the
+/// nanosecond, where `/proc/PID/stat` counts 10 ms ticks. 0 once the
+/// process is gone.
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// Per-second rate of a cumulative count over the measured seconds.
@@ -658,7 +689,8 @@ fn median(mut values: Vec<f64>) -> f64 {
 fn capacity(paths: &Paths, md: &mut String) -> Result<()> {
     md.push_str(
         "## Capacity, recording size, analysis speed\n\n\
-         tprof record -p on pingpong with more pairs each row (default settings).\n\n\
+         tprof record -p on pingpong with more pairs each row (default settings); \
+         tprof CPU % is of one core over the measured seconds, start-up excluded.\n\n\
          | pairs | events/s | lost | bytes/event | recording MB/s | tprof CPU % | \
          report M events/s | report peak RSS MiB (x recording) | \
          timeline M events/s | timeline peak RSS MiB (x recording) |\n\
@@ -696,7 +728,7 @@ fn capacity(paths: &Paths, md: &mut String) -> Result<()> {
             events / duration,
             bytes / events.max(1.0),
             bytes / duration / 1e6,
-            100.0 * run.tool_cpu_s / duration,
+            run.tool_cpu_ms_per_s / 10.0,
             rate(&report),
             rss(&report),
             rate(&timeline),

@@ -198,7 +198,7 @@ fn paced_cost(paths: &Paths, args: &Args, md: &mut String) -> Result<()> {
                 let mut tprof = c.spawn().context("start tprof record -p")?;
                 wait_polling(&mut tprof)?
             };
-            let counts = read_counts(&mut child)?;
+            let counts = read_counts(&mut child, &[])?;
             child.wait()?;
             let (switch_ns, switch_cnt) = per_run(&stats, "tprof_switch_r");
             let (sample_ns, sample_runs) = per_run(&stats, "tprof_sample");

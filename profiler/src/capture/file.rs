@@ -16,7 +16,7 @@ use anyhow::{Context as _, Result, anyhow};
 
 use super::resolve::Resolved;
 use super::sink::{Sink, encode};
-use tprof_core::recording::{Writer, record};
+use tprof_core::recording::{Writer, record, writer};
 
 /// Removes the output file of a recording that failed to start, when
 /// dropped; forgotten once it starts.
@@ -58,7 +58,8 @@ impl RecordingFile {
     /// Starts the recording in `file` (its preamble, buffered).
     pub(super) fn create(file: File, path: PathBuf) -> Result<RecordingFile> {
         let failed = failed(&path);
-        let writer = Writer::new(BufWriter::with_capacity(1 << 20, file)).context(failed)?;
+        let writer =
+            Writer::new(BufWriter::with_capacity(writer::FILE_BUFFER, file)).context(failed)?;
         Ok(RecordingFile { writer, path })
     }
 }

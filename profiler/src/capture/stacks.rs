@@ -345,14 +345,16 @@ impl StackResolver {
         if plain && walked {
             return self.walked_user_stack(tgid, reference);
         }
+        if plain {
+            // Most switch-outs: the copy's stack as it is, its frames not
+            // needed (nor their Rc's count touched).
+            return self.copied(tid, reference).map_or(-1, |c| c.stack);
+        }
         let copied = if walked {
             None
         } else {
-            self.copied(tid, reference)
+            self.copied(tid, reference).cloned()
         };
-        if plain {
-            return copied.map_or(-1, |c| c.stack);
-        }
         let native_key = match &copied {
             _ if walked => reference,
             Some(c) => c.stack,
@@ -383,13 +385,13 @@ impl StackResolver {
 
     /// Copy mode: the copy an event refers to, if the stage got it
     /// (counted when not).
-    fn copied(&mut self, tid: u32, reference: i32) -> Option<Copied> {
+    fn copied(&mut self, tid: u32, reference: i32) -> Option<&Copied> {
         if reference < 0 {
             return None;
         }
         let (seq, slot) = copy_ref_parts(reference);
         match self.copies.get(&tid).and_then(|s| s.get(slot as usize)) {
-            Some(Some(copy)) if copy.seq == seq => Some(copy.clone()),
+            Some(Some(copy)) if copy.seq == seq => Some(copy),
             _ => {
                 self.counts.unmatched += 1;
                 None

@@ -22,7 +22,9 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use tprof_core::recording::{ClockAnchor, FrameBatch, LostCounts, StackBatch, Writer, record};
+use tprof_core::recording::{
+    ClockAnchor, FrameBatch, LostCounts, StackBatch, Writer, record, writer,
+};
 
 use super::window::Window;
 
@@ -42,7 +44,8 @@ impl Tee {
     pub(super) fn start(path: &Path, force: bool, window: &Window) -> Result<Tee> {
         let file = profiler::output::create(path, force)?;
         let failed = || format!("writing the recording to {} failed", path.display());
-        let writer = Writer::new(BufWriter::with_capacity(1 << 20, file)).with_context(failed)?;
+        let writer = Writer::new(BufWriter::with_capacity(writer::FILE_BUFFER, file))
+            .with_context(failed)?;
         let mut tee = Tee {
             writer,
             path: path.to_path_buf(),

@@ -7,7 +7,8 @@
 //!
 //! [`attach`] says which program attaches where, [`stacks`] reads the
 //! stack map, [`info`] what aya does not expose about a program,
-//! [`release`] hands the kernel's part of detaching to a helper process.
+//! [`release`] hands the kernel's part of detaching to a helper process,
+//! [`ring`] reads the ring buffers in place.
 //!
 //! Loading, in named steps: `sched_offsets` picks the raw or classic
 //! scheduler programs (raw where the kernel's BTF gives the `task_struct`
@@ -29,6 +30,7 @@ mod info;
 mod links;
 mod object;
 mod release;
+mod ring;
 mod stacks;
 
 pub(super) use attach::CudaProbes;

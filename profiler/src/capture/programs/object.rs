@@ -8,7 +8,7 @@ use std::{collections::BTreeMap, time::Duration};
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap, MapData, MapError, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
+    maps::{HashMap, Map, MapData, MapError, PerCpuArray, PerCpuHashMap, StackTraceMap},
     programs::Program,
     util::{nr_cpus, online_cpus},
 };
@@ -23,6 +23,7 @@ use profiler_ebpf::{
 use super::attach::{COMPLETE, SCHED};
 use super::in_flight::{Expired, InFlight};
 use super::links::Links;
+use super::ring::Ring;
 use super::stacks::StackSource;
 use crate::capture::{btf, procfs};
 use tprof_core::recording::{LostCounts, UserStacks, events::kind_name};
@@ -125,9 +126,9 @@ pub struct KernelPrograms {
     /// Every attachment, detached together.
     pub(super) links: Links,
     /// The event shards, `EVENTS0`… (CPU c writes to shard c % EVENT_SHARDS).
-    events: Vec<RingBuf<MapData>>,
+    events: Vec<Ring>,
     /// The stack copy shards, `COPIES0`…, likewise.
-    copies: Vec<RingBuf<MapData>>,
+    copies: Vec<Ring>,
     tracked_tgids: HashMap<MapData, u32, u8>,
     /// tid → the thread's state in the kernel.
     tracked_tids: HashMap<MapData, u32, ThreadState>,
@@ -400,9 +401,7 @@ impl KernelPrograms {
     /// handed over too (this drain or the one before).
     pub fn drain_events(&mut self, each: &mut dyn FnMut(&[u8])) {
         for shard in self.events.iter_mut().chain(&mut self.copies) {
-            while let Some(item) = shard.next() {
-                each(&item);
-            }
+            shard.drain(each);
         }
     }
 
@@ -732,10 +731,13 @@ fn load_raw(ebpf: &mut Ebpf, raw: &str) -> Result<()> {
     load_program(raw, find_program(ebpf, raw)?)
 }
 
-fn take_ring_buffers(ebpf: &mut Ebpf, names: &[&str]) -> Result<Vec<RingBuf<MapData>>> {
+fn take_ring_buffers(ebpf: &mut Ebpf, names: &[&str]) -> Result<Vec<Ring>> {
     names
         .iter()
-        .map(|name| Ok(RingBuf::try_from(take_map(ebpf, name)?)?))
+        .map(|name| match take_map(ebpf, name)? {
+            Map::RingBuf(data) => Ring::new(name, data),
+            _ => bail!("map {name} is not a ring buffer"),
+        })
         .collect()
 }
 

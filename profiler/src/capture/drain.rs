@@ -33,6 +33,11 @@ pub(super) struct DrainBatch {
     /// CLOCK_MONOTONIC when the drain began: the batches up to this one
     /// hold every event stamped before then (a live view's watermark).
     drained_ns: u64,
+    /// Its events and copies, counted as they came.
+    counts: Drained,
+    /// It holds a fork, exec or executable mapping, which the session
+    /// reads in order ([`DrainBatch::has_process_records`]).
+    process_records: bool,
 }
 
 impl DrainBatch {
@@ -42,11 +47,22 @@ impl DrainBatch {
         self.bytes.clear();
         self.order.clear();
         self.drained_ns = monotonic_ns();
+        self.counts = Drained::default();
+        self.process_records = false;
         drain(&mut |bytes| {
             let ts = bytes
                 .get(..8)
                 .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
-            let copy = bytes.get(8..10) == Some(&kind::STACK_COPY.to_le_bytes()[..]);
+            let kind = bytes
+                .get(8..10)
+                .map_or(0, |b| u16::from_le_bytes(b.try_into().expect("2 bytes")));
+            let copy = kind == kind::STACK_COPY;
+            // Counted here, where the record was just read, rather than in
+            // a pass over the sorted batch, which jumps about its memory.
+            self.process_records |= matches!(kind, kind::FORK | kind::EXEC | kind::EXEC_MAP);
+            if kind != kind::EXEC_MAP {
+                self.counts.count(bytes);
+            }
             // Boot-time nanoseconds: 2^63 of them is 292 years.
             let key = (ts << 1) | u64::from(!copy);
             // A drain holds at most what the shards hold: under 2 GiB of
@@ -72,6 +88,19 @@ impl DrainBatch {
         self.drained_ns
     }
 
+    /// Its events and stack copies (executable mappings, which the
+    /// session uses up, left out).
+    pub(super) fn counts(&self) -> Drained {
+        self.counts
+    }
+
+    /// Whether it holds a record the session must read in order: a fork,
+    /// an exec or an executable mapping (in a busy job's steady state,
+    /// seldom).
+    pub(super) fn has_process_records(&self) -> bool {
+        self.process_records
+    }
+
     pub(super) fn in_order(&self) -> impl Iterator<Item = &[u8]> {
         self.order
             .iter()
@@ -90,6 +119,12 @@ pub(super) struct Drained {
 }
 
 impl Drained {
+    pub(super) fn add(&mut self, other: Drained) {
+        self.events += other.events;
+        self.copies += other.copies;
+        self.copy_bytes += other.copy_bytes;
+    }
+
     pub(super) fn count(&mut self, record: &[u8]) {
         if is_stack_copy(record) {
             self.copies += 1;
@@ -226,6 +261,37 @@ mod tests {
             (drained.events, drained.copies, drained.copy_bytes),
             (1, 1, 10)
         );
+    }
+
+    /// A record of `kind` at `ts`, `len` bytes long.
+    fn of_kind(ts: u64, kind: u16, len: usize) -> Vec<u8> {
+        let mut bytes = ts.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&kind.to_le_bytes());
+        bytes.resize(len, 0);
+        bytes
+    }
+
+    /// The counts are taken as the records come, executable mappings left
+    /// out, and a batch says whether it holds a record about processes.
+    #[test]
+    fn counts_records_and_tells_of_process_records() {
+        let mut batch = DrainBatch::default();
+        let plain = of_kind(10, kind::SWITCH, 40);
+        batch.gather(|push| {
+            push(&plain);
+            push(&of_kind(11, kind::STACK_COPY, 100));
+            push(&of_kind(12, kind::FORK, 56));
+            push(&of_kind(13, kind::EXEC_MAP, 40));
+        });
+        let counts = batch.counts();
+        assert_eq!(
+            (counts.events, counts.copies, counts.copy_bytes),
+            (2, 1, 100)
+        );
+        assert!(batch.has_process_records());
+        batch.gather(|push| push(&plain));
+        assert_eq!(batch.counts().events, 1);
+        assert!(!batch.has_process_records());
     }
 
     /// A stack copy drained after the events goes before the event of its

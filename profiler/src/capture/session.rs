@@ -30,7 +30,7 @@ use anyhow::{Result, bail};
 use tprof_core::recording::{ClockAnchor, Footer, GpuInfo, LostCounts, record};
 
 use super::clock::{self, anchor, monotonic_ns};
-use super::drain::{Drained, exec_mapped, process_change};
+use super::drain::{DrainBatch, Drained, exec_mapped, process_change};
 use super::file::cut_short_error;
 use super::gpu::{self, GpuSampler};
 use super::header::header;
@@ -399,22 +399,12 @@ impl Session {
         }
         let mut batch = self.out.empty_batch();
         batch.gather(|push| self.programs.drain_events(push));
-        let mut appeared = Vec::new();
-        let mut mapped = Vec::new();
-        for record in batch.in_order() {
-            if let Some(pid) = exec_mapped(record) {
-                if !mapped.contains(&pid) {
-                    mapped.push(pid);
-                }
-                continue;
-            }
-            self.drained.count(record);
-            if let Some(change) = process_change(record) {
-                let (pid, parent, ts) = (change.pid, change.parent, change.ts);
-                self.tracker.changed(&mut self.out, pid, parent, ts)?;
-                appeared.push(pid);
-            }
-        }
+        self.drained.add(batch.counts());
+        let (appeared, mapped) = if batch.has_process_records() {
+            self.process_records(&batch)?
+        } else {
+            (Vec::new(), Vec::new())
+        };
         if !mapped.is_empty() {
             // Used up here: the maps are read below, before the events.
             batch.rewrite(|record| exec_mapped(record).is_none());
@@ -424,6 +414,25 @@ impl Session {
         out.send_events(batch)?;
         self.tracker.look_for_python(programs, out)?;
         self.tracker.write_changes(out)
+    }
+
+    /// The processes a batch's records say appeared (forked or exec'd,
+    /// each told to the tracker in order) and those that mapped new code.
+    fn process_records(&mut self, batch: &DrainBatch) -> Result<(Vec<u32>, Vec<u32>)> {
+        let mut appeared = Vec::new();
+        let mut mapped = Vec::new();
+        for record in batch.in_order() {
+            if let Some(pid) = exec_mapped(record) {
+                if !mapped.contains(&pid) {
+                    mapped.push(pid);
+                }
+            } else if let Some(change) = process_change(record) {
+                let (pid, parent, ts) = (change.pid, change.parent, change.ts);
+                self.tracker.changed(&mut self.out, pid, parent, ts)?;
+                appeared.push(pid);
+            }
+        }
+        Ok((appeared, mapped))
     }
 
     /// Moves the GPU samples gathered so far into the pipeline.

@@ -59,6 +59,27 @@ pub fn stat(pid: u32) -> Option<Stat> {
     parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// Whether process `pid` has exited: it is gone, or a zombie. Only a
+/// stat the kernel says does not exist counts as gone; one that cannot be
+/// read for another reason is asked of `kill(pid, 0)`, so a read that
+/// fails for a moment does not end a recording. (A live `-p` target was
+/// once reported as exited while tprof attached, cause not found; this
+/// rules a failed read out.)
+pub fn has_exited(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(line) => parse_stat(&line).is_some_and(|s| s.is_dead()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+        Err(_) => {
+            let Ok(pid) = libc::pid_t::try_from(pid) else {
+                return true;
+            };
+            // SAFETY: signal 0 only checks that the process exists.
+            let rc = unsafe { libc::kill(pid, 0) };
+            rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        }
+    }
+}
+
 pub fn task_stat(pid: u32, tid: u32) -> Option<Stat> {
     parse_stat(&fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?)
 }
@@ -258,6 +279,25 @@ pub fn exists(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_live_process_has_not_exited_and_a_zombie_or_unknown_pid_has() {
+        assert!(!has_exited(std::process::id()));
+        // Past the largest pid_max (2^22).
+        assert!(has_exited(5_000_000));
+        let child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id();
+        // Not reaped until it is checked: a zombie.
+        while stat(pid).is_some_and(|s| !s.is_dead()) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(has_exited(pid));
+        let mut child = child;
+        child.wait().expect("reap");
+        assert!(has_exited(pid));
+    }
 
     #[test]
     fn parses_stat_with_awkward_comm() {

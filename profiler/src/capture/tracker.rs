@@ -633,8 +633,6 @@ impl Tracker {
     /// Every root has exited (for `-p`; a launched command is reaped
     /// instead).
     pub(super) fn roots_gone(&self) -> bool {
-        self.roots
-            .iter()
-            .all(|&pid| procfs::stat(pid).is_none_or(|s| s.is_dead()))
+        self.roots.iter().all(|&pid| procfs::has_exited(pid))
     }
 }

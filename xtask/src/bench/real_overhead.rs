@@ -62,8 +62,8 @@ pub(super) fn overhead(python: &Path, tprof: &Path, rounds: usize, md: &mut Stri
         "## The real PyTorch job\n\n\
          The suite's DataLoader job untraced, under `tprof record`, under \
          `tprof top --batch` and under `perf record -F 99 --call-graph dwarf`; \
-         rounds rotate the order; the tool's CPU is its process's utime + stime \
-         over the job's timed iterations.\n\n",
+         rounds rotate the order; the tool's CPU is its process's threads' CPU \
+         time (schedstat) over the job's timed iterations.\n\n",
     );
     for job in &JOBS {
         let mut script = command("python3");

@@ -24,6 +24,8 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use aya::maps::MapData;
+
+use crate::capture::procfs;
 use memmap2::{MmapOptions, MmapRaw};
 
 const BUSY_BIT: u32 = 1 << 31;
@@ -50,7 +52,7 @@ impl Ring {
     pub(super) fn new(name: &str, map: MapData) -> Result<Ring> {
         let failed = || format!("cannot map ring buffer {name}");
         let size = map.info().with_context(failed)?.max_entries() as usize;
-        let page = page_size();
+        let page = procfs::page_size() as usize;
         let fd = map.fd().as_fd().as_raw_fd();
         let consumer = MmapOptions::new()
             .len(page)
@@ -147,11 +149,6 @@ fn walk(
         pos += (HEADER_BYTES + len).next_multiple_of(8);
     }
     pos
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no memory preconditions.
-    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
 }
 
 #[cfg(test)]

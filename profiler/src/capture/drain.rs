@@ -53,16 +53,12 @@ impl DrainBatch {
             let ts = bytes
                 .get(..8)
                 .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
-            let kind = bytes
-                .get(8..10)
-                .map_or(0, |b| u16::from_le_bytes(b.try_into().expect("2 bytes")));
+            let kind = record_kind(bytes);
             let copy = kind == kind::STACK_COPY;
             // Counted here, where the record was just read, rather than in
             // a pass over the sorted batch, which jumps about its memory.
             self.process_records |= matches!(kind, kind::FORK | kind::EXEC | kind::EXEC_MAP);
-            if kind != kind::EXEC_MAP {
-                self.counts.count(bytes);
-            }
+            self.counts.count(kind, bytes.len());
             // Boot-time nanoseconds: 2^63 of them is 292 years.
             let key = (ts << 1) | u64::from(!copy);
             // A drain holds at most what the shards hold: under 2 GiB of
@@ -125,20 +121,26 @@ impl Drained {
         self.copy_bytes += other.copy_bytes;
     }
 
-    pub(super) fn count(&mut self, record: &[u8]) {
-        if is_stack_copy(record) {
-            self.copies += 1;
-            self.copy_bytes += record.len() as u64;
-        } else {
-            self.events += 1;
+    /// Counts a record of `kind`, `len` bytes long. A stack copy is
+    /// unwound by the resolve stage, not written, so not an event of the
+    /// recording; an executable mapping is used up by the session.
+    pub(super) fn count(&mut self, kind: u16, len: usize) {
+        match kind {
+            kind::STACK_COPY => {
+                self.copies += 1;
+                self.copy_bytes += len as u64;
+            }
+            kind::EXEC_MAP => {}
+            _ => self.events += 1,
         }
     }
 }
 
-/// A stack copy: unwound by the resolve stage, not written, so not an
-/// event of the recording.
-fn is_stack_copy(record: &[u8]) -> bool {
-    record.get(8..10) == Some(&kind::STACK_COPY.to_le_bytes()[..])
+/// A record's kind (after its 8-byte timestamp); 0 for one too short.
+fn record_kind(record: &[u8]) -> u16 {
+    record
+        .get(8..10)
+        .map_or(0, |b| u16::from_le_bytes(b.try_into().expect("2 bytes")))
 }
 
 /// A process a drained event says was created or exec'd.
@@ -250,13 +252,13 @@ mod tests {
     fn a_stack_copy_is_told_from_an_event_by_its_kind() {
         let mut copy = 7u64.to_le_bytes().to_vec();
         copy.extend_from_slice(&kind::STACK_COPY.to_le_bytes());
-        assert!(is_stack_copy(&copy));
+        assert_eq!(record_kind(&copy), kind::STACK_COPY);
         let mut fork = 7u64.to_le_bytes().to_vec();
         fork.extend_from_slice(&kind::FORK.to_le_bytes());
-        assert!(!is_stack_copy(&fork));
+        assert_ne!(record_kind(&fork), kind::STACK_COPY);
         let mut drained = Drained::default();
-        drained.count(&copy);
-        drained.count(&fork);
+        drained.count(record_kind(&copy), copy.len());
+        drained.count(record_kind(&fork), fork.len());
         assert_eq!(
             (drained.events, drained.copies, drained.copy_bytes),
             (1, 1, 10)

@@ -56,7 +56,16 @@ pub fn parse_stat(line: &str) -> Option<Stat> {
 }
 
 pub fn stat(pid: u32) -> Option<Stat> {
-    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    read_stat(pid).ok()
+}
+
+/// `/proc/PID/stat`, with why it could not be had: NotFound once the
+/// process is gone, InvalidData for a line that does not parse, the read's
+/// own error otherwise.
+pub fn read_stat(pid: u32) -> std::io::Result<Stat> {
+    let line = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_stat(&line)
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "unparsable stat line"))
 }
 
 /// Whether process `pid` has exited: it is gone, or a zombie. Only a
@@ -66,18 +75,21 @@ pub fn stat(pid: u32) -> Option<Stat> {
 /// once reported as exited while tprof attached, cause not found; this
 /// rules a failed read out.)
 pub fn has_exited(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(line) => parse_stat(&line).is_some_and(|s| s.is_dead()),
+    match read_stat(pid) {
+        Ok(stat) => stat.is_dead(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
-        Err(_) => {
-            let Ok(pid) = libc::pid_t::try_from(pid) else {
-                return true;
-            };
-            // SAFETY: signal 0 only checks that the process exists.
-            let rc = unsafe { libc::kill(pid, 0) };
-            rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-        }
+        Err(_) => !is_alive(pid),
     }
+}
+
+/// `kill(pid, 0)`: whether a process `pid` exists (a zombie included).
+fn is_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 pub fn task_stat(pid: u32, tid: u32) -> Option<Stat> {

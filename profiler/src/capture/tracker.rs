@@ -50,8 +50,14 @@ const PYTHON_WATCH_FOR: Duration = Duration::from_millis(300);
 /// Refuses targets that cannot be profiled, each with the reason.
 pub(super) fn check_targets(pids: &[u32]) -> Result<()> {
     for &pid in pids {
-        let Some(stat) = procfs::stat(pid) else {
-            bail!("no such process: {pid}; check the PID with `ps -p {pid}`");
+        let stat = match procfs::read_stat(pid) {
+            Ok(stat) => stat,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("no such process: {pid}; check the PID with `ps -p {pid}`")
+            }
+            // Not taken for "no such process" (see `procfs::has_exited`):
+            // the error says what the read met.
+            Err(e) => bail!("cannot read /proc/{pid}/stat: {e}; run tprof again"),
         };
         if pid == std::process::id() {
             bail!("process {pid} is tprof itself; give the PID of the job to profile");

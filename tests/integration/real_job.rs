@@ -386,7 +386,8 @@ fn check_python_frames(run: &RealRun) {
 /// recording does; `--steps A-B` and `--slowest N` hold the trainer's time
 /// in exactly the steps the JSON lists (its wall time there is theirs: off
 /// CPU each switch's stack, on CPU its scheduled time shared out over its
-/// samples); the Python view keeps every Python
+/// samples; to within 0.1%, which is rounding: a switch-in the kernel did
+/// not trace once lost 8 ms of a 0.6 s step); the Python view keeps every Python
 /// frame and every leaf of the interleaved view, in order.
 fn check_stack_filters(run: &RealRun) {
     let imports = |lines: &[(String, u64)]| weight(lines, |s| s.contains("_find_and_load"));
@@ -409,7 +410,7 @@ fn check_stack_filters(run: &RealRun) {
     let listed: f64 = items[a - 1..b].iter().map(|i| i.duration_s * 1e6).sum();
     let cut = wall_us(&["--steps", &format!("{a}-{b}")]);
     assert!(
-        (cut - listed).abs() <= 0.01 * listed,
+        (cut - listed).abs() <= 0.001 * listed,
         "--steps {a}-{b}: the trainer's wall time {cut:.0} µs against the steps' {listed:.0} µs"
     );
     let mut durations: Vec<f64> = items.iter().map(|i| i.duration_s * 1e6).collect();
@@ -417,7 +418,7 @@ fn check_stack_filters(run: &RealRun) {
     let slowest: f64 = durations.iter().take(3).sum();
     let cut = wall_us(&["--slowest", "3"]);
     assert!(
-        (cut - slowest).abs() <= 0.01 * slowest,
+        (cut - slowest).abs() <= 0.001 * slowest,
         "--slowest 3: the trainer's wall time {cut:.0} µs against the slowest steps' {slowest:.0} µs"
     );
 

@@ -283,6 +283,9 @@ impl<'a> Assembly<'a> {
         if let Some(stacks) = &mut self.stacks {
             let window_start = self.model.window_start_ns;
             let threads = &self.threads;
+            if let Some((tid, arrived)) = threads.last_placed_switch_in() {
+                stacks.switched_in_unseen(tid, arrived);
+            }
             stacks.apply(event, |tid| threads.start_of(tid).unwrap_or(window_start));
         }
     }

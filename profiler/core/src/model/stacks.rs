@@ -83,9 +83,11 @@ impl StackAssembly {
                 // both (a switch from itself to itself is not traced).
                 self.close(next_tid, ts);
                 match prev_stacks {
-                    // A switch-out while one is open means its switch-in
-                    // was not seen (a lost event): that interval's end is
-                    // unknown, so it is dropped rather than guessed.
+                    // A switch-out while one is still open means its
+                    // switch-in was not seen and the thread model could
+                    // not place it ([`Self::switched_in_unseen`] closes
+                    // the others): that interval's end is unknown, so it
+                    // is dropped rather than guessed.
                     Some(stacks) => {
                         let start = start_of(prev_tid);
                         self.open.insert(prev_tid, (prev_tgid, start, ts, stacks));
@@ -100,6 +102,15 @@ impl StackAssembly {
             }
             _ => {}
         }
+    }
+
+    /// A switch-in no traced switch showed, placed at `arrived` by the
+    /// thread model (the kernel does not trace a switch away from some
+    /// tasks; see docs/diagnosis.md): the thread's off-CPU interval ends
+    /// there, as its scheduler intervals say, rather than being dropped at
+    /// its next switch-out.
+    pub(super) fn switched_in_unseen(&mut self, tid: u32, arrived: u64) {
+        self.close(tid, arrived);
     }
 
     fn close(&mut self, tid: u32, now: u64) {
@@ -381,5 +392,20 @@ mod tests {
         let table = asm.finish(&dictionary(), 99, 600);
         let weights: Vec<(u32, u64)> = table.samples.iter().map(|s| (s.tid, s.weight)).collect();
         assert_eq!(weights, [(11, 100)]);
+    }
+
+    /// The thread model placed 11's unseen switch-in at 450 (the kernel's
+    /// account of its run): its off-CPU time ends there, and the next
+    /// switch-out opens a new interval.
+    #[test]
+    fn an_unseen_switch_in_ends_the_open_interval_where_it_was_placed() {
+        let mut asm = StackAssembly::default();
+        asm.apply(&switch(300, 11, 0, Some(SLEEP)), |_| 0);
+        asm.switched_in_unseen(11, 450);
+        asm.apply(&switch(500, 11, 0, Some(SLEEP)), |_| 0);
+        let table = asm.finish(&dictionary(), 99, 600);
+        let spans: Vec<(u64, u64)> = table.timed.iter().map(|t| (t.start_ns, t.end_ns)).collect();
+        assert_eq!(spans, [(300, 450), (500, 600)]);
+        assert_eq!(table.samples[0].weight, 150 + 100);
     }
 }

@@ -500,6 +500,9 @@ pub(super) struct Builder {
     /// Of those, the ones placed by the kernel's account of the run
     /// (`Event::Arrival`).
     placed_by_kernel: u64,
+    /// Where the last event applied placed an unseen switch-in: (tid, when
+    /// it arrived).
+    last_placed: Option<(u32, u64)>,
 }
 
 impl Builder {
@@ -512,6 +515,7 @@ impl Builder {
             untracked_since: Vec::new(),
             untraced_switch_ins: 0,
             placed_by_kernel: 0,
+            last_placed: None,
         };
         for t in initial {
             b.spawn(t.tid, t.pid, &t.comm, window_start_ns, None, t.state);
@@ -520,6 +524,7 @@ impl Builder {
     }
 
     pub(super) fn apply(&mut self, event: &Event) {
+        self.last_placed = None;
         match event {
             Event::Switch {
                 ts,
@@ -614,6 +619,15 @@ impl Builder {
         self.placed_by_kernel
     }
 
+    /// The switch-in the last event applied placed where no traced switch
+    /// showed it (`arrival`, or `switch_out`'s estimate): (tid, when the
+    /// thread came back on a CPU). The stack assembly ends the thread's
+    /// off-CPU interval there, so its off-CPU stacks and its scheduler
+    /// intervals tell the same time.
+    pub(super) fn last_placed_switch_in(&self) -> Option<(u32, u64)> {
+        self.last_placed
+    }
+
     /// Closes every thread still alive at the window's end.
     pub(super) fn finish(mut self, window_end_ns: u64) -> Vec<Thread> {
         let live: Vec<Live> = self.live.drain().map(|(_, l)| l).collect();
@@ -693,6 +707,7 @@ impl Builder {
             self.untraced_switch_ins += 1;
             let resumed = untracked_since.map_or(ts, |t| t.clamp(since, ts));
             transition(live, resumed, state, ThreadState::Running);
+            self.last_placed = Some((tid, resumed));
         }
         match SwitchOut::classify(prev_state) {
             SwitchOut::Preempted => {
@@ -734,6 +749,7 @@ impl Builder {
         let earliest = untracked_since.map_or(since, |t| t.max(since)).min(ts);
         let arrived = ts.saturating_sub(run_ns).clamp(earliest, ts);
         transition(live, arrived, state, ThreadState::Running);
+        self.last_placed = Some((tid, arrived));
     }
 
     fn switch_in(&mut self, ts: u64, tid: u32, tgid: u32) {
@@ -1083,6 +1099,36 @@ mod tests {
         let mut stale = events.clone();
         stale[2] = arrival(50, 45);
         assert_eq!(ran(&stale), 10 + 30);
+    }
+
+    /// Where an unseen switch-in was placed is told to the stack assembly
+    /// by the event that placed it (the arrival, or the switch-out's
+    /// estimate without one), and by no other.
+    #[test]
+    fn the_event_that_places_an_unseen_switch_in_tells_where() {
+        let arrival = Event::Arrival {
+            ts: 50,
+            cpu: 1,
+            tid: 2,
+            tgid: 1,
+            run_ns: 4,
+        };
+        let placed = |events: &[Event]| {
+            let mut b = Builder::new(0, &[info(2, 'R'), info(3, 'R')]);
+            events
+                .iter()
+                .map(|e| {
+                    b.apply(e);
+                    b.last_placed_switch_in()
+                })
+                .collect::<Vec<_>>()
+        };
+        let before = [switch_on(1, 10, 2, 0x100, 3), switch_on(1, 20, 3, 0x100, 0)];
+        let leaves = switch_on(1, 50, 2, 0x100, 0);
+        let with = [&before[..], &[arrival, leaves.clone()]].concat();
+        assert_eq!(placed(&with), [None, None, Some((2, 46)), None]);
+        let without = [&before[..], &[leaves]].concat();
+        assert_eq!(placed(&without), [None, None, Some((2, 20))]);
     }
 
     /// An arrival for a thread the events already have on a CPU, or whose

@@ -84,9 +84,11 @@ pub(crate) fn tprof_sample(ctx: PerfEventContext) -> u32 {
     };
     // Python frames lost: the native stack goes with them, so no stack
     // goes out with its Python part missing.
-    if python::record(&mut state.py, tid, tgid, now).is_none() {
+    let position = python::record(&mut state.py, tid, tgid, now);
+    if position.is_none() {
         user_stack = -1;
     }
+    lend_to_preemption(state, user_stack, kernel_stack, position, now);
     emit(SampleEvent {
         hdr: header_at::<SampleEvent>(now),
         tid,
@@ -95,6 +97,38 @@ pub(crate) fn tprof_sample(ctx: PerfEventContext) -> u32 {
         kernel_stack,
     });
     0
+}
+
+/// An on-CPU sample's stacks stand for where the thread is preempted in
+/// the next sampling period or so (drawn as [`recent_preemption`]'s reuse
+/// is), as a preemption's own stacks do: either is where the thread was
+/// running in this stretch on the CPU, at most about a period ago, and the
+/// thread's blocking ends the loan as it ends a preemption's. On the real
+/// job (8 workers on 2 cores) preemptions made half of all stack copies
+/// (4,534 of 9,455 in a 200-iteration run), each a copy in the kernel and
+/// an unwind in userspace; a busy thread sampled at 99 Hz needs few of its
+/// own. A sample whose stacks were lost lends nothing and ends the loan
+/// (its copy replaced the one lent in the sample slot).
+#[inline(always)]
+fn lend_to_preemption(
+    state: &mut ThreadState,
+    user_stack: i32,
+    kernel_stack: i32,
+    position: Option<u64>,
+    now: u64,
+) {
+    match position.filter(|_| user_stack >= 0) {
+        Some(py_position) => {
+            state.last_stacks[stack_kind::RUNNABLE as usize % STACK_KINDS] = LastStacks {
+                walked_ns: now,
+                user_stack_id: user_stack,
+                kernel_stack_id: kernel_stack,
+                py_position,
+            };
+            state.preempt_reuse_until_ns = about_a_period_after(now);
+        }
+        None => state.preempt_reuse_until_ns = 0,
+    }
 }
 
 /// An on-CPU sample's copy of the user stack: always a new one (the
@@ -197,7 +231,8 @@ fn about_a_period_after(now: u64) -> u64 {
 }
 
 /// The stacks a preemption takes from the last preemption whose stacks were
-/// taken, when that was in the same stretch on the CPU (the thread has not
+/// taken, or the last on-CPU sample ([`lend_to_preemption`]), when that was
+/// in the same stretch on the CPU (the thread has not
 /// blocked since) and under about `PREEMPT_STACK_GAP_NS` (one sampling
 /// period, drawn between a half and one and a half) ago. A preempted
 /// thread stands wherever it was running, so its every preemption is a
@@ -205,8 +240,8 @@ fn about_a_period_after(now: u64) -> u64 {
 /// real job, with more threads than cores, 69% of the switch-out copies,
 /// 5 µs in the kernel and 25 in userspace each). Taken about once a
 /// period, where it waits for a CPU is sampled as where it runs is, and
-/// its runnable time goes to the stacks of the last preemption, with
-/// their own Python frames.
+/// its runnable time goes to the stacks of the last preemption or sample,
+/// with their own Python frames.
 #[inline(always)]
 fn recent_preemption(state: &ThreadState, now: u64) -> Option<(i32, i32)> {
     let last = &state.last_stacks[stack_kind::RUNNABLE as usize % STACK_KINDS];

@@ -268,7 +268,9 @@ impl StackResolver {
             }
             kind::SAMPLE if event.len() >= size_of::<SampleEvent>() => {
                 let mut e: SampleEvent = read(event).expect("length checked");
-                let python = self.python.for_sample(e.tid, hdr.ts_ns);
+                let python = self
+                    .python
+                    .for_sample(e.tid, hdr.ts_ns, e.user_stack, e.kernel_stack);
                 e.user_stack = self.user_stack(e.tgid, e.tid, e.user_stack, python);
                 e.kernel_stack = self.kernel_stack(e.kernel_stack, false);
                 write(event, &e);

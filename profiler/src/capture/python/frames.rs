@@ -19,6 +19,7 @@ use foldhash::HashMap;
 use profiler_ebpf::{
     PyStackEvent,
     python::{PY_FAULT, PY_NO_THREAD, PY_TRUNCATED, PyFrame},
+    stack_kind,
 };
 
 use super::code::{CodeInfo, read_code};
@@ -118,9 +119,24 @@ impl PythonFrames {
             .insert(head.tid, (head.hdr.ts_ns, Rc::new(stack)));
     }
 
-    /// The Python frames of an on-CPU sample of `tid` at `ts`.
-    pub(crate) fn for_sample(&mut self, tid: u32, ts: u64) -> Option<Rc<PyStack>> {
-        self.paired(tid, ts)
+    /// The Python frames of an on-CPU sample of `tid` at `ts`, whose native
+    /// stacks are `user` and `kernel` (kernel ids). They are the thread's
+    /// last walk for a preemption too: the kernel lends a sample's stacks to
+    /// the preemptions that follow it (`lend_to_preemption`), with no
+    /// frames of their own.
+    pub(crate) fn for_sample(
+        &mut self,
+        tid: u32,
+        ts: u64,
+        user: i32,
+        kernel: i32,
+    ) -> Option<Rc<PyStack>> {
+        let stack = self.paired(tid, ts)?;
+        self.last_walk.insert(
+            (tid, stack_kind::RUNNABLE),
+            (user, kernel, Rc::clone(&stack)),
+        );
+        Some(stack)
     }
 
     /// The Python frames of a switch-out of `tid` at `ts` for off-CPU kind
@@ -387,17 +403,30 @@ mod tests {
         let mut py = PythonFrames::default();
         py.take_record(&record(5, 100, 0, &[FRAME]));
         assert_eq!(
-            py.for_sample(5, 90),
+            py.for_sample(5, 90, 11, -1),
             None,
             "an earlier event keeps it waiting"
         );
-        let stack = py.for_sample(5, 100).expect("paired");
+        let stack = py.for_sample(5, 100, 11, -1).expect("paired");
         assert_eq!(stack.frames, [FRAME]);
-        assert_eq!(py.for_sample(5, 100), None);
+        assert_eq!(py.for_sample(5, 100, 11, -1), None);
         // A record whose event never came is dropped by a later event.
         py.take_record(&record(5, 200, 0, &[FRAME]));
-        assert_eq!(py.for_sample(5, 300), None);
-        assert_eq!(py.for_sample(5, 200), None);
+        assert_eq!(py.for_sample(5, 300, 13, -1), None);
+        assert_eq!(py.for_sample(5, 200, 13, -1), None);
+    }
+
+    /// A preemption that borrows a sample's stacks gets its frames; one
+    /// with its own walk, or other ids, does not.
+    #[test]
+    fn a_preemption_gets_the_frames_of_the_sample_it_borrows() {
+        let mut py = PythonFrames::default();
+        let runnable = stack_kind::RUNNABLE;
+        py.take_record(&record(5, 100, 0, &[FRAME]));
+        let sampled = py.for_sample(5, 100, 21, -1).expect("paired");
+        assert_eq!(py.for_switch(5, 120, runnable, 21, -1), Some(sampled));
+        assert_eq!(py.for_switch(5, 130, runnable, 22, -1), None);
+        assert_eq!(py.for_switch(5, 140, stack_kind::SLEEP, 21, -1), None);
     }
 
     #[test]

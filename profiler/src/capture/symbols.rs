@@ -74,12 +74,17 @@ impl AddressSpaces {
     /// nearest ancestor's (a forked child maps what its parent mapped), as
     /// (whose, generation, mappings).
     pub(super) fn mappings(&self, pid: u32) -> Option<(u32, u64, &[Mapping])> {
-        let owner = self
-            .lineage(pid)
-            .into_iter()
-            .find(|p| self.maps.contains_key(p))?;
-        let generation = self.generations.get(&owner).copied().unwrap_or_default();
-        Some((owner, generation, &self.maps[&owner]))
+        // Up the parents as `lineage` goes, without its vector: this is
+        // asked at every unwind.
+        let mut owner = pid;
+        for _ in 0..16 {
+            if let Some(maps) = self.maps.get(&owner) {
+                let generation = self.generations.get(&owner).copied().unwrap_or_default();
+                return Some((owner, generation, maps));
+            }
+            owner = *self.parents.get(&owner)?;
+        }
+        None
     }
 
     /// True when `addr` lies in an executable mapping of `pid` (or of the

@@ -43,14 +43,30 @@ pub(super) struct Trail {
 }
 
 impl Trail {
-    /// A walk from the leaf `regs`, under mappings `stamp`.
-    pub(super) fn new(stamp: u64, leaf: FrameRegs) -> Trail {
-        Trail {
-            stamp,
-            regs: vec![leaf],
-            addrs: vec![leaf[0]],
-            ..Trail::default()
-        }
+    /// Starts a walk from the leaf `regs`, under mappings `stamp`, in this
+    /// trail's vectors, which keep their capacity (every field named, so
+    /// that a new one cannot be left over from the last walk).
+    pub(super) fn restart(&mut self, stamp: u64, leaf: FrameRegs) {
+        let Trail {
+            stamp: at,
+            regs,
+            addrs,
+            slots,
+            reads,
+            starts,
+            end,
+            end_unknown,
+        } = self;
+        *at = stamp;
+        regs.clear();
+        regs.push(leaf);
+        addrs.clear();
+        addrs.push(leaf[0]);
+        slots.clear();
+        reads.clear();
+        starts.clear();
+        *end = None;
+        *end_unknown = false;
     }
 
     /// A step to a caller at `ra`, whose return address lay at `slot`,

@@ -6,7 +6,7 @@
 //! /sys/class/block device names, executable mappings, and the online CPUs
 //! (`sysconf(_SC_NPROCESSORS_ONLN)`, not tprof's own affinity).
 
-use std::{collections::HashMap, fs, path::Path, sync::Arc};
+use std::{collections::HashMap, fs, sync::Arc};
 
 use tprof_core::recording::SystemSample;
 
@@ -68,22 +68,44 @@ pub fn read_stat(pid: u32) -> std::io::Result<Stat> {
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "unparsable stat line"))
 }
 
-/// Whether process `pid` has exited: it is gone, or a zombie. Only a
-/// stat the kernel says does not exist counts as gone; one that cannot be
-/// read for another reason is asked of `kill(pid, 0)`, so a read that
-/// fails for a moment does not end a recording. (A live `-p` target was
-/// once reported as exited while tprof attached, cause not found; this
-/// rules a failed read out.)
+/// `/proc/PID/stat` of a process the kernel says exists: a NotFound while
+/// `kill(pid, 0)` finds the process is tried again, a few times 10 ms
+/// apart. On the development machine (pid_max 32,768, so pids are reused
+/// within minutes under the test suite) procfs twice said a live target's
+/// stat did not exist, once as tprof checked it and once as tprof
+/// attached: in the bench, a pingpong that went on to run its whole 8 s.
+pub fn read_stat_of_live(pid: u32) -> std::io::Result<Stat> {
+    let mut stat = read_stat(pid);
+    for _ in 0..STAT_RETRIES {
+        match &stat {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && exists(pid) => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                stat = read_stat(pid);
+            }
+            _ => break,
+        }
+    }
+    stat
+}
+
+/// Reads of a live process's stat tried again after a NotFound.
+const STAT_RETRIES: u32 = 5;
+
+/// Whether process `pid` has exited: it is gone, or a zombie. It is gone
+/// only when its stat cannot be found and `kill(pid, 0)` agrees; a stat
+/// that cannot be read for another reason is asked of `kill(pid, 0)` alone,
+/// so a read that fails for a moment does not end a recording (see
+/// [`read_stat_of_live`]).
 pub fn has_exited(pid: u32) -> bool {
     match read_stat(pid) {
         Ok(stat) => stat.is_dead(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
-        Err(_) => !is_alive(pid),
+        Err(_) => !exists(pid),
     }
 }
 
-/// `kill(pid, 0)`: whether a process `pid` exists (a zombie included).
-fn is_alive(pid: u32) -> bool {
+/// `kill(pid, 0)`: whether a process `pid` exists (a zombie included),
+/// what a stat that says NotFound is checked against.
+pub fn exists(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };
@@ -284,13 +306,21 @@ pub fn page_size() -> u32 {
     u32::try_from(size).unwrap_or(4096).max(4096)
 }
 
-pub fn exists(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A live process's stat is read; a pid the kernel does not know is
+    /// NotFound, and `kill(pid, 0)` agrees.
+    #[test]
+    fn a_live_stat_is_read_and_an_unknown_pid_is_not_found() {
+        let own = read_stat_of_live(std::process::id()).expect("own stat");
+        assert!(!own.is_dead());
+        assert!(exists(std::process::id()));
+        let unknown = read_stat_of_live(5_000_000).expect_err("no such pid");
+        assert_eq!(unknown.kind(), std::io::ErrorKind::NotFound);
+        assert!(!exists(5_000_000));
+    }
 
     #[test]
     fn a_live_process_has_not_exited_and_a_zombie_or_unknown_pid_has() {

@@ -50,9 +50,9 @@ const PYTHON_WATCH_FOR: Duration = Duration::from_millis(300);
 /// Refuses targets that cannot be profiled, each with the reason.
 pub(super) fn check_targets(pids: &[u32]) -> Result<()> {
     for &pid in pids {
-        let stat = match procfs::read_stat(pid) {
+        let stat = match procfs::read_stat_of_live(pid) {
             Ok(stat) => stat,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !procfs::exists(pid) => {
                 bail!("no such process: {pid}; check the PID with `ps -p {pid}`")
             }
             // Not taken for "no such process" (see `procfs::has_exited`):

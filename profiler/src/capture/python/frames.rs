@@ -58,8 +58,17 @@ pub(crate) struct PythonFrames {
     /// the same code at the same address, from before their forks. Never
     /// consulted for the ancestor itself, whose memory went its own way.
     family: HashMap<(u32, u64, u32), Arc<CodeInfo>>,
-    /// (process, code object, fingerprint, instruction) → frame id.
+    /// (process, code object, fingerprint, instruction) → frame id, for
+    /// a process with no known parent.
     frame_ids: HashMap<(u32, u64, u32, i32), u32>,
+    /// (oldest known ancestor, code object, fingerprint, instruction) → the
+    /// frame id a descendant named, as `family` keeps code objects: every
+    /// DataLoader worker of every epoch names the same frames, and naming
+    /// each again in each new worker (its code object looked up, its line,
+    /// the hash of its strings) was most of the Python frames' cost on the
+    /// real job. Only named frames: one a worker could not read may be
+    /// readable in the next.
+    family_frame_ids: HashMap<(u32, u64, u32, i32), u32>,
 }
 
 /// Python frames whose ids [`PythonFrames`] keeps before it starts again.
@@ -90,6 +99,7 @@ impl PythonFrames {
         self.codes.retain(|&(pid, _, _), _| pid != tgid);
         self.family.retain(|&(root, _, _), _| root != tgid);
         self.frame_ids.retain(|&(pid, ..), _| pid != tgid);
+        self.family_frame_ids.retain(|&(root, ..), _| root != tgid);
     }
 
     /// A thread exited: its pending and reusable walks go with it.
@@ -203,11 +213,12 @@ impl PythonFrames {
         if python.flags & (PY_TRUNCATED | PY_FAULT) != 0 {
             out.push(frames.intern(Site::Marker(marker::TRUNCATED)));
         }
+        let root = self.root(tgid);
         let entries: Vec<PyEntry<u32>> = python
             .frames
             .iter()
             .map(|frame| PyEntry {
-                site: self.frame_id(tgid, frame, frames),
+                site: self.frame_id(tgid, root, frame, frames),
                 boundary: frame.is_boundary(),
             })
             .collect();
@@ -220,21 +231,44 @@ impl PythonFrames {
     }
 
     /// The frame id of one Python frame: its code object named, at its
-    /// line. Remembered by (process, code object, fingerprint, instruction):
-    /// the same frames come in walk after walk, and naming one (its code
-    /// object found, its line looked up, its site's strings hashed) was
-    /// most of what splicing cost.
-    fn frame_id(&mut self, tgid: u32, frame: &PyFrame, frames: &mut Interner) -> u32 {
-        let key = (tgid, frame.code_object(), frame.fingerprint, frame.lasti);
-        if let Some(&id) = self.frame_ids.get(&key) {
+    /// line. Remembered by (process, code object, fingerprint, instruction),
+    /// or for a process forked from another by (its oldest known ancestor,
+    /// …) in `family_frame_ids`: the same frames come in walk after walk,
+    /// and naming one (its code object found, its line looked up, its
+    /// site's strings hashed) was most of what splicing cost.
+    fn frame_id(&mut self, tgid: u32, root: u32, frame: &PyFrame, frames: &mut Interner) -> u32 {
+        let descendant = root != tgid;
+        let owner = if descendant { root } else { tgid };
+        let key = (owner, frame.code_object(), frame.fingerprint, frame.lasti);
+        let known = if descendant {
+            self.family_frame_ids.get(&key)
+        } else {
+            self.frame_ids.get(&key)
+        };
+        if let Some(&id) = known {
             return id;
         }
-        if self.frame_ids.len() >= FRAME_IDS_LIMIT {
-            self.frame_ids.clear();
+        let site = self.site(tgid, frame);
+        let named = matches!(site, Site::Python(..));
+        let id = frames.intern(site);
+        let ids = if descendant {
+            &mut self.family_frame_ids
+        } else {
+            &mut self.frame_ids
+        };
+        if ids.len() >= FRAME_IDS_LIMIT {
+            ids.clear();
         }
-        let id = frames.intern(self.site(tgid, frame));
-        self.frame_ids.insert(key, id);
+        if named || !descendant {
+            ids.insert(key, id);
+        }
         id
+    }
+
+    /// `pid`'s oldest known ancestor (itself when it has no known parent),
+    /// as [`Self::code`] finds it for `family`.
+    fn root(&self, pid: u32) -> u32 {
+        *self.lineage(pid).last().expect("not empty")
     }
 
     /// Whether every user stack of `tgid` gets a marker: it runs a CPython
@@ -336,6 +370,7 @@ mod tests {
     use super::*;
     use crate::capture::python::elf::Build;
     use crate::capture::python::layout::{self, Unsupported, Version};
+    use crate::capture::python::lines::LineMap;
     use profiler_ebpf::{EventHeader, kind, python::PY_BOUNDARY};
 
     /// No such process: its memory cannot be read.
@@ -489,6 +524,54 @@ mod tests {
         // Python frames without a native stack still make a stack.
         let sites = user_sites((&mut py, &mut frames), GONE, None, Some(&stack)).unwrap();
         assert_eq!(sites.len(), 2);
+    }
+
+    /// Workers forked from one trainer share the ids of the frames one of
+    /// them named; a frame one could not name is not lent to the others,
+    /// and the trainer's own frames are its own.
+    #[test]
+    fn forked_siblings_share_named_frames() {
+        let (mut py, mut frames) = (PythonFrames::default(), Interner::default());
+        let (trainer, first, second) = (GONE, GONE + 1, GONE + 2);
+        py.add_interpreter(interpreter(
+            trainer,
+            layout::layout(Version::new(3, 11), None),
+        ));
+        py.set_parent(first, trainer);
+        py.set_parent(second, trainer);
+        let stack = PyStack {
+            flags: 0,
+            frames: vec![FRAME],
+        };
+        // Unreadable everywhere (GONE has no memory): named in none.
+        let unread = py.user_frames(first, None, Some(&stack), &mut frames);
+        assert!(py.family_frame_ids.is_empty(), "a marker is not lent");
+        // The trainer's code object, read: the first worker names the
+        // frame through it, and the second gets that id from the family.
+        let code = CodeInfo {
+            name: "step".into(),
+            file: "train.py".into(),
+            lines: LineMap::new(layout::LineTable::Locations, &[], 7),
+        };
+        let key = (trainer, FRAME.code_object(), FRAME.fingerprint);
+        py.codes.insert(key, Some(Arc::new(code)));
+        py.codes.retain(|&(pid, ..), _| pid == trainer);
+        let named = py.user_frames(first, None, Some(&stack), &mut frames);
+        assert_ne!(named, unread);
+        assert_eq!(py.family_frame_ids.len(), 1);
+        py.codes.clear();
+        assert_eq!(
+            py.user_frames(second, None, Some(&stack), &mut frames),
+            named
+        );
+        // The trainer's own frame: its own key, its own naming (its code
+        // unreadable now).
+        assert_eq!(
+            py.user_frames(trainer, None, Some(&stack), &mut frames),
+            unread
+        );
+        py.exec(trainer, u64::MAX);
+        assert!(py.family_frame_ids.is_empty());
     }
 
     /// A Python frame is named once per process and instruction, and

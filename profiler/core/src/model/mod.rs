@@ -279,11 +279,11 @@ impl<'a> Assembly<'a> {
         }
         self.model.apply_process_event(event);
         self.model.collect(event, &mut self.cuda_raw);
-        self.threads.apply(event);
+        let placed = self.threads.apply(event);
         if let Some(stacks) = &mut self.stacks {
             let window_start = self.model.window_start_ns;
             let threads = &self.threads;
-            if let Some((tid, arrived)) = threads.last_placed_switch_in() {
+            if let Some((tid, arrived)) = placed {
                 stacks.switched_in_unseen(tid, arrived);
             }
             stacks.apply(event, |tid| threads.start_of(tid).unwrap_or(window_start));

@@ -500,9 +500,6 @@ pub(super) struct Builder {
     /// Of those, the ones placed by the kernel's account of the run
     /// (`Event::Arrival`).
     placed_by_kernel: u64,
-    /// Where the last event applied placed an unseen switch-in: (tid, when
-    /// it arrived).
-    last_placed: Option<(u32, u64)>,
 }
 
 impl Builder {
@@ -515,7 +512,6 @@ impl Builder {
             untracked_since: Vec::new(),
             untraced_switch_ins: 0,
             placed_by_kernel: 0,
-            last_placed: None,
         };
         for t in initial {
             b.spawn(t.tid, t.pid, &t.comm, window_start_ns, None, t.state);
@@ -523,8 +519,12 @@ impl Builder {
         b
     }
 
-    pub(super) fn apply(&mut self, event: &Event) {
-        self.last_placed = None;
+    /// Applies an event; returns the switch-in it placed where no traced
+    /// switch showed one ([`Builder::arrival`], or [`Builder::switch_out`]'s
+    /// estimate): (tid, when the thread came back on a CPU). The stack
+    /// assembly ends the thread's off-CPU interval there, so its off-CPU
+    /// stacks and its scheduler intervals tell the same time.
+    pub(super) fn apply(&mut self, event: &Event) -> Option<(u32, u64)> {
         match event {
             Event::Switch {
                 ts,
@@ -539,7 +539,8 @@ impl Builder {
                 if cpu >= self.untracked_since.len() {
                     self.untracked_since.resize(cpu + 1, None);
                 }
-                self.switch_out(*ts, *prev_tid, *prev_state, self.untracked_since[cpu]);
+                let placed =
+                    self.switch_out(*ts, *prev_tid, *prev_state, self.untracked_since[cpu]);
                 // A thread of the job that the kernel does not track yet
                 // (userspace is still adding the threads it found at
                 // attach) comes in with no tgid, but it is the same thread.
@@ -549,6 +550,7 @@ impl Builder {
                 } else {
                     self.untracked_since[cpu] = Some(*ts);
                 }
+                return placed.map(|at| (*prev_tid, at));
             }
             Event::Arrival {
                 ts,
@@ -558,7 +560,8 @@ impl Builder {
                 ..
             } => {
                 let untracked_since = self.untracked_since.get(usize::from(*cpu)).copied();
-                self.arrival(*ts, *tid, *run_ns, untracked_since.flatten());
+                let placed = self.arrival(*ts, *tid, *run_ns, untracked_since.flatten());
+                return placed.map(|at| (*tid, at));
             }
             Event::Wakeup { ts, tid, tgid, .. } => self.wakeup(*ts, *tid, *tgid),
             Event::Fork {
@@ -605,6 +608,7 @@ impl Builder {
             | Event::Mark { .. }
             | Event::Pipe { .. } => {}
         }
+        None
     }
 
     /// How many threads left a CPU without their arrival on it having been
@@ -617,15 +621,6 @@ impl Builder {
     /// of the thread's run placed ([`Builder::arrival`]).
     pub(super) fn placed_by_kernel(&self) -> u64 {
         self.placed_by_kernel
-    }
-
-    /// The switch-in the last event applied placed where no traced switch
-    /// showed it (`arrival`, or `switch_out`'s estimate): (tid, when the
-    /// thread came back on a CPU). The stack assembly ends the thread's
-    /// off-CPU interval there, so its off-CPU stacks and its scheduler
-    /// intervals tell the same time.
-    pub(super) fn last_placed_switch_in(&self) -> Option<(u32, u64)> {
-        self.last_placed
     }
 
     /// Closes every thread still alive at the window's end.
@@ -696,18 +691,23 @@ impl Builder {
     /// the earliest it can have come back, so its running time is high by
     /// whatever else ran there unseen, microseconds on an idle machine,
     /// tens of ms on a loaded one), or, with nothing known of the CPU, it
-    /// is given no running time.
-    fn switch_out(&mut self, ts: u64, tid: u32, prev_state: u64, untracked_since: Option<u64>) {
-        let Some(live) = self.live.get_mut(&tid) else {
-            return;
-        };
+    /// is given no running time. Returns when it placed such a switch-in.
+    fn switch_out(
+        &mut self,
+        ts: u64,
+        tid: u32,
+        prev_state: u64,
+        untracked_since: Option<u64>,
+    ) -> Option<u64> {
+        let live = self.live.get_mut(&tid)?;
+        let mut placed = None;
         if let Some((state, since)) = live.current
             && state != ThreadState::Running
         {
             self.untraced_switch_ins += 1;
             let resumed = untracked_since.map_or(ts, |t| t.clamp(since, ts));
             transition(live, resumed, state, ThreadState::Running);
-            self.last_placed = Some((tid, resumed));
+            placed = Some(resumed);
         }
         match SwitchOut::classify(prev_state) {
             SwitchOut::Preempted => {
@@ -721,6 +721,7 @@ impl Builder {
             // The exit event closes the thread; until then it is running.
             SwitchOut::Dead => {}
         }
+        placed
     }
 
     /// A tracked thread is about to leave a CPU that no traced switch put
@@ -733,23 +734,25 @@ impl Builder {
     /// untracked task: the kernel's figure is the scheduler's since it last
     /// picked the thread, which another scheduling class may not have
     /// updated. A thread whose state is not known yet is left to its
-    /// switch-out.
-    fn arrival(&mut self, ts: u64, tid: u32, run_ns: u64, untracked_since: Option<u64>) {
-        let Some(live) = self.live.get_mut(&tid) else {
-            return;
-        };
-        let Some((state, since)) = live.current else {
-            return;
-        };
+    /// switch-out. Returns when it arrived, where it placed it.
+    fn arrival(
+        &mut self,
+        ts: u64,
+        tid: u32,
+        run_ns: u64,
+        untracked_since: Option<u64>,
+    ) -> Option<u64> {
+        let live = self.live.get_mut(&tid)?;
+        let (state, since) = live.current?;
         if state == ThreadState::Running {
-            return;
+            return None;
         }
         self.untraced_switch_ins += 1;
         self.placed_by_kernel += 1;
         let earliest = untracked_since.map_or(since, |t| t.max(since)).min(ts);
         let arrived = ts.saturating_sub(run_ns).clamp(earliest, ts);
         transition(live, arrived, state, ThreadState::Running);
-        self.last_placed = Some((tid, arrived));
+        Some(arrived)
     }
 
     fn switch_in(&mut self, ts: u64, tid: u32, tgid: u32) {
@@ -1115,13 +1118,7 @@ mod tests {
         };
         let placed = |events: &[Event]| {
             let mut b = Builder::new(0, &[info(2, 'R'), info(3, 'R')]);
-            events
-                .iter()
-                .map(|e| {
-                    b.apply(e);
-                    b.last_placed_switch_in()
-                })
-                .collect::<Vec<_>>()
+            events.iter().map(|e| b.apply(e)).collect::<Vec<_>>()
         };
         let before = [switch_on(1, 10, 2, 0x100, 3), switch_on(1, 20, 3, 0x100, 0)];
         let leaves = switch_on(1, 50, 2, 0x100, 0);

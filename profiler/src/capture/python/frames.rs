@@ -58,18 +58,17 @@ pub(crate) struct PythonFrames {
     /// the same code at the same address, from before their forks. Never
     /// consulted for the ancestor itself, whose memory went its own way.
     family: HashMap<(u32, u64, u32), Arc<CodeInfo>>,
-    /// (process, code object, fingerprint, instruction) → frame id, for
-    /// a process with no known parent.
-    frame_ids: HashMap<(u32, u64, u32, i32), u32>,
-    /// (oldest known ancestor, code object, fingerprint, instruction) → the
-    /// frame id a descendant named, as `family` keeps code objects: every
-    /// DataLoader worker of every epoch names the same frames, and naming
-    /// each again in each new worker (its code object looked up, its line,
-    /// the hash of its strings) was most of the Python frames' cost on the
-    /// real job. Only named frames: one a worker could not read may be
+    /// (process, false, code object, fingerprint, instruction) → frame id;
+    /// for a process forked from another, (its oldest known ancestor, true,
+    /// …), shared with its siblings as `family` shares code objects: every
+    /// DataLoader worker of every epoch names the same frames. A family's
+    /// holds named frames only: one a worker could not read may be
     /// readable in the next.
-    family_frame_ids: HashMap<(u32, u64, u32, i32), u32>,
+    frame_ids: HashMap<FrameKey, u32>,
 }
+
+/// A [`PythonFrames::frame_ids`] key.
+type FrameKey = (u32, bool, u64, u32, i32);
 
 /// Python frames whose ids [`PythonFrames`] keeps before it starts again.
 const FRAME_IDS_LIMIT: usize = 1 << 18;
@@ -99,7 +98,6 @@ impl PythonFrames {
         self.codes.retain(|&(pid, _, _), _| pid != tgid);
         self.family.retain(|&(root, _, _), _| root != tgid);
         self.frame_ids.retain(|&(pid, ..), _| pid != tgid);
-        self.family_frame_ids.retain(|&(root, ..), _| root != tgid);
     }
 
     /// A thread exited: its pending and reusable walks go with it.
@@ -232,35 +230,30 @@ impl PythonFrames {
 
     /// The frame id of one Python frame: its code object named, at its
     /// line. Remembered by (process, code object, fingerprint, instruction),
-    /// or for a process forked from another by (its oldest known ancestor,
-    /// …) in `family_frame_ids`: the same frames come in walk after walk,
-    /// and naming one (its code object found, its line looked up, its
-    /// site's strings hashed) was most of what splicing cost.
+    /// a forked process's by its oldest known ancestor's (`frame_ids`): the
+    /// same frames come in walk after walk, and naming one (its code object
+    /// found, its line looked up, its site's strings hashed) was most of
+    /// what splicing cost.
     fn frame_id(&mut self, tgid: u32, root: u32, frame: &PyFrame, frames: &mut Interner) -> u32 {
-        let descendant = root != tgid;
-        let owner = if descendant { root } else { tgid };
-        let key = (owner, frame.code_object(), frame.fingerprint, frame.lasti);
-        let known = if descendant {
-            self.family_frame_ids.get(&key)
-        } else {
-            self.frame_ids.get(&key)
-        };
-        if let Some(&id) = known {
+        let family = root != tgid;
+        let key = (
+            root,
+            family,
+            frame.code_object(),
+            frame.fingerprint,
+            frame.lasti,
+        );
+        if let Some(&id) = self.frame_ids.get(&key) {
             return id;
+        }
+        if self.frame_ids.len() >= FRAME_IDS_LIMIT {
+            self.frame_ids.clear();
         }
         let site = self.site(tgid, frame);
         let named = matches!(site, Site::Python(..));
         let id = frames.intern(site);
-        let ids = if descendant {
-            &mut self.family_frame_ids
-        } else {
-            &mut self.frame_ids
-        };
-        if ids.len() >= FRAME_IDS_LIMIT {
-            ids.clear();
-        }
-        if named || !descendant {
-            ids.insert(key, id);
+        if named || !family {
+            self.frame_ids.insert(key, id);
         }
         id
     }
@@ -545,7 +538,7 @@ mod tests {
         };
         // Unreadable everywhere (GONE has no memory): named in none.
         let unread = py.user_frames(first, None, Some(&stack), &mut frames);
-        assert!(py.family_frame_ids.is_empty(), "a marker is not lent");
+        assert!(py.frame_ids.is_empty(), "a marker is not lent");
         // The trainer's code object, read: the first worker names the
         // frame through it, and the second gets that id from the family.
         let code = CodeInfo {
@@ -558,7 +551,7 @@ mod tests {
         py.codes.retain(|&(pid, ..), _| pid == trainer);
         let named = py.user_frames(first, None, Some(&stack), &mut frames);
         assert_ne!(named, unread);
-        assert_eq!(py.family_frame_ids.len(), 1);
+        assert_eq!(py.frame_ids.len(), 1);
         py.codes.clear();
         assert_eq!(
             py.user_frames(second, None, Some(&stack), &mut frames),
@@ -571,7 +564,7 @@ mod tests {
             unread
         );
         py.exec(trainer, u64::MAX);
-        assert!(py.family_frame_ids.is_empty());
+        assert!(py.frame_ids.is_empty());
     }
 
     /// A Python frame is named once per process and instruction, and

@@ -74,17 +74,11 @@ impl AddressSpaces {
     /// nearest ancestor's (a forked child maps what its parent mapped), as
     /// (whose, generation, mappings).
     pub(super) fn mappings(&self, pid: u32) -> Option<(u32, u64, &[Mapping])> {
-        // Up the parents as `lineage` goes, without its vector: this is
-        // asked at every unwind.
-        let mut owner = pid;
-        for _ in 0..16 {
-            if let Some(maps) = self.maps.get(&owner) {
-                let generation = self.generations.get(&owner).copied().unwrap_or_default();
-                return Some((owner, generation, maps));
-            }
-            owner = *self.parents.get(&owner)?;
-        }
-        None
+        let (owner, maps) = self
+            .ancestors(pid)
+            .find_map(|p| Some((p, self.maps.get(&p)?)))?;
+        let generation = self.generations.get(&owner).copied().unwrap_or_default();
+        Some((owner, generation, maps))
     }
 
     /// True when `addr` lies in an executable mapping of `pid` (or of the
@@ -102,21 +96,12 @@ impl AddressSpaces {
     /// may have: its mappings, an ancestor's that stand for some of them,
     /// or its parent link changed. Generations only grow, so the largest
     /// along the lineage moves whenever any of them does.
-    /// Asked at every stack copy: up the parents in place, not through
-    /// `lineage`'s list (16 steps, as `lookup` takes, also end a cycle).
     pub(super) fn stamp(&self, pid: u32) -> u64 {
         let of = |map: &HashMap<u32, u64>, p: u32| map.get(&p).copied().unwrap_or_default();
-        let (mut stamp, mut cur) = (0, pid);
-        for _ in 0..16 {
-            stamp = stamp
-                .max(of(&self.generations, cur))
-                .max(of(&self.relinked, cur));
-            match self.parents.get(&cur) {
-                Some(&parent) => cur = parent,
-                None => break,
-            }
-        }
-        stamp
+        self.ancestors(pid)
+            .map(|p| of(&self.generations, p).max(of(&self.relinked, p)))
+            .max()
+            .unwrap_or_default()
     }
 
     fn relink(&mut self, pid: u32) {
@@ -134,37 +119,25 @@ impl AddressSpaces {
         self.relink(pid);
     }
 
-    /// `pid` and its known ancestors, nearest first.
-    fn lineage(&self, pid: u32) -> Vec<u32> {
-        let mut out = vec![pid];
-        while let Some(&parent) = self.parents.get(out.last().expect("not empty")) {
-            if out.len() >= 16 || out.contains(&parent) {
-                break;
-            }
-            out.push(parent);
-        }
-        out
+    /// `pid` and its known ancestors, nearest first, walked in place (this
+    /// is asked at every stack copy and unwind); 16 of them at most, which
+    /// also ends a cycle.
+    fn ancestors(&self, pid: u32) -> impl Iterator<Item = u32> + '_ {
+        std::iter::successors(Some(pid), |p| self.parents.get(p).copied()).take(16)
     }
 
     /// The mapping holding `addr` in `pid`, or in its nearest ancestor with a
     /// snapshot.
     fn lookup(&self, pid: u32, addr: u64) -> Option<(u32, &Mapping)> {
-        let mut cur = pid;
-        for _ in 0..16 {
-            if let Some(maps) = self.maps.get(&cur) {
-                // The last mapping starting at or below `addr`: a torch
-                // process has over a thousand, and every unwinding step
-                // looks one up.
-                let at = maps.partition_point(|m| m.start <= addr);
-                if let Some(m) = at.checked_sub(1).map(|i| &maps[i])
-                    && addr < m.end
-                {
-                    return Some((cur, m));
-                }
-            }
-            cur = *self.parents.get(&cur)?;
-        }
-        None
+        self.ancestors(pid).find_map(|p| {
+            let maps = self.maps.get(&p)?;
+            // The last mapping starting at or below `addr`: a torch
+            // process has over a thousand, and every unwinding step looks
+            // one up.
+            let at = maps.partition_point(|m| m.start <= addr);
+            let m = &maps[at.checked_sub(1)?];
+            (addr < m.end).then_some((p, m))
+        })
     }
 }
 
@@ -359,7 +332,7 @@ impl Namer {
     /// ancestor (a forked worker runs code its parent JIT-compiled, which
     /// may be listed only in the parent's perf map).
     fn jit_frame(&mut self, spaces: &AddressSpaces, pid: u32, addr: u64) -> Frame {
-        for owner in spaces.lineage(pid) {
+        for owner in spaces.ancestors(pid) {
             let found = jit_frame(self.perf_map(owner), addr);
             if found.symbol.is_some() {
                 return found;

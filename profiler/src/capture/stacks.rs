@@ -297,9 +297,7 @@ impl StackResolver {
 
     /// The frames and stacks interned since the last call, the frames named
     /// now (while the processes' files are surely there), for the sink to
-    /// take before the events that refer to them. A native frame without a
-    /// symbol is named by the start of its function (from its file's CFI),
-    /// so its samples add up under one name.
+    /// take before the events that refer to them.
     /// `cpu_since` is the thread's CPU time when the batch's resolving
     /// began ([`StackCounts::resolve_cpu_ns`]).
     pub(super) fn take_new(&mut self, cpu_since: u64) -> (Option<FrameBatch>, Option<StackBatch>) {
@@ -308,14 +306,10 @@ impl StackResolver {
         let frames = (!self.frames.new_sites().is_empty()).then(|| {
             let first = self.frames.first_new as u32;
             let new = self.frames.new_sites();
-            let mut frames = self.namer.frames(new, &self.spaces);
-            for (frame, site) in frames.iter_mut().zip(new) {
-                if let (None, Site::File(path, offset)) = (&frame.symbol, site)
-                    && let Some(start) = self.unwinder.function_start(path, *offset)
-                {
-                    frame.offset = start;
-                }
-            }
+            let unwinder = &mut self.unwinder;
+            let frames = self.namer.frames(new, &self.spaces, &mut |path, offset| {
+                unwinder.function_start(path, offset)
+            });
             self.frames.taken();
             FrameBatch { first, frames }
         });

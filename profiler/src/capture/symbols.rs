@@ -28,7 +28,10 @@ use blazesym::symbolize::{
 };
 use blazesym::{MaybeDefault, Pid};
 
+mod functions;
+
 use super::procfs::{self, Mapping};
+use functions::{Functions, Named};
 use tprof_core::recording::{Frame, FrameKind};
 
 /// The executable mappings of every tracked process, as last seen alive.
@@ -197,6 +200,7 @@ pub(super) struct Namer {
     /// which is what the frames are of.
     symbolizer: Symbolizer,
     demangled: Demangled,
+    functions: Functions,
     /// Each process's perf map with the file length it was read at: re-read
     /// when it grew (JITs append as they compile).
     perf_maps: HashMap<u32, (u64, Vec<PerfMapEntry>)>,
@@ -210,6 +214,7 @@ impl Default for Namer {
                 .enable_auto_reload(false)
                 .build(),
             demangled: Demangled::default(),
+            functions: Functions::default(),
             perf_maps: HashMap::new(),
         }
     }
@@ -250,14 +255,29 @@ fn demangle(name: &str) -> String {
 }
 
 impl Namer {
-    /// One frame per site, in order.
-    pub(super) fn frames(&mut self, sites: &[Site], spaces: &AddressSpaces) -> Vec<Frame> {
+    /// One frame per site, in order. A file's frame without a symbol is
+    /// put at the start of its function, as `function_start` finds it in
+    /// the file's CFI, so that its samples add up under one name.
+    pub(super) fn frames(
+        &mut self,
+        sites: &[Site],
+        spaces: &AddressSpaces,
+        function_start: &mut dyn FnMut(&str, u64) -> Option<u64>,
+    ) -> Vec<Frame> {
         let mut frames = vec![Frame::default(); sites.len()];
-        let mut by_file: BTreeMap<&str, Vec<(u64, usize)>> = BTreeMap::new();
+        let mut by_file: BTreeMap<&Arc<str>, Vec<(u64, usize)>> = BTreeMap::new();
         let mut kernel: Vec<(u64, usize)> = Vec::new();
         for (index, site) in sites.iter().enumerate() {
             match site {
-                Site::File(path, offset) => by_file.entry(path).or_default().push((*offset, index)),
+                Site::File(path, offset) => match self.functions.name(path, *offset) {
+                    Some(name) => frames[index] = native(path, *offset, Some(name.to_string())),
+                    None => match function_start(path, *offset) {
+                        Some(start) if self.functions.is_unnamed(path, start) => {
+                            frames[index] = native(path, start, None);
+                        }
+                        _ => by_file.entry(path).or_default().push((*offset, index)),
+                    },
+                },
                 Site::Kernel(addr) => kernel.push((*addr, index)),
                 Site::Anon(pid, addr) => frames[index] = self.jit_frame(spaces, *pid, *addr),
                 Site::Pseudo(name, offset) => {
@@ -292,18 +312,33 @@ impl Namer {
         for (path, offsets) in by_file {
             let names = resolve(
                 &self.symbolizer,
-                &Source::Elf(Elf::new(path)),
+                &Source::Elf(Elf::new(&**path)),
                 |a: &[u64]| Input::FileOffset(a),
                 &offsets,
             );
-            for ((offset, index), symbol) in offsets.iter().zip(names) {
-                frames[*index] = Frame {
-                    module: path.to_string(),
-                    offset: *offset,
-                    symbol: symbol.map(|name| self.demangled.of(&name)),
-                    kind: FrameKind::Native,
+            for ((offset, index), named) in offsets.iter().zip(names) {
+                let named = named.map(|n| Named {
+                    name: self.demangled.of(&n.name),
+                    ..n
+                });
+                frames[*index] = match named {
+                    Some(named) => {
+                        self.functions.learn(path, *offset, &named);
+                        native(path, *offset, Some(named.name))
+                    }
+                    None => match function_start(path, *offset) {
+                        Some(start) => {
+                            self.functions.learn_unnamed(path, start);
+                            native(path, start, None)
+                        }
+                        None => native(path, *offset, None),
+                    },
                 };
             }
+        }
+        if kernel.is_empty() {
+            // blazesym builds its kallsyms resolver at every call.
+            return frames;
         }
         let source = Source::Kernel(Kernel {
             // kallsyms is enough for function names; looking for a vmlinux
@@ -317,11 +352,11 @@ impl Namer {
             |a: &[u64]| Input::AbsAddr(a),
             &kernel,
         );
-        for ((addr, index), symbol) in kernel.iter().zip(names) {
+        for ((addr, index), named) in kernel.iter().zip(names) {
             frames[*index] = Frame {
                 module: "[kernel]".to_string(),
                 offset: *addr,
-                symbol,
+                symbol: named.map(|n| n.name),
                 kind: FrameKind::Kernel,
             };
         }
@@ -364,24 +399,38 @@ fn vdso_symbol(symbolizer: &Symbolizer, offset: u64) -> Option<String> {
     }
 }
 
-/// Names for a batch of addresses of one source; None where unknown (the
-/// frame then shows its module and offset).
+/// A native frame of the file at `path`.
+fn native(path: &str, offset: u64, symbol: Option<String>) -> Frame {
+    Frame {
+        module: path.to_string(),
+        offset,
+        symbol,
+        kind: FrameKind::Native,
+    }
+}
+
+/// Names for a batch of addresses of one source (not demangled); None
+/// where unknown (the frame then shows its module and offset).
 fn resolve(
     symbolizer: &Symbolizer,
     source: &Source,
     input: fn(&[u64]) -> Input<&[u64]>,
     addrs: &[(u64, usize)],
-) -> Vec<Option<String>> {
+) -> Vec<Option<Named>> {
     let raw: Vec<u64> = addrs.iter().map(|(a, _)| *a).collect();
     match symbolizer.symbolize(source, input(&raw)) {
         Ok(found) => found
             .into_iter()
             .map(|s| match s {
-                Symbolized::Sym(sym) => Some(sym.name.into_owned()),
+                Symbolized::Sym(sym) => Some(Named {
+                    name: sym.name.into_owned(),
+                    into: sym.offset as u64,
+                    size: sym.size.map(|size| size as u64),
+                }),
                 Symbolized::Unknown(_) => None,
             })
             .collect(),
-        Err(_) => vec![None; addrs.len()],
+        Err(_) => std::iter::repeat_with(|| None).take(addrs.len()).collect(),
     }
 }
 

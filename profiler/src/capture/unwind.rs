@@ -121,7 +121,7 @@ pub(super) struct Unwinder {
 /// The framehop unwinder of one process's mappings.
 struct ProcessUnwinder {
     unwinder: UnwinderX86_64<Arc<[u8]>>,
-    cache: CacheX86_64,
+    caches: RuleCaches,
     /// The generation of the mappings it was built from
     /// ([`AddressSpaces::mappings`]).
     generation: u64,
@@ -229,7 +229,7 @@ impl Unwinder {
                 owner,
                 ProcessUnwinder {
                     unwinder,
-                    cache: CacheX86_64::new(),
+                    caches: RuleCaches::default(),
                     generation,
                     last_used: 0,
                 },
@@ -247,6 +247,34 @@ impl Unwinder {
         {
             self.processes.remove(&pid);
         }
+    }
+}
+
+/// framehop's rule caches of one process, each address always in the
+/// same one. A cache holds 509 rules, one per slot of `address % 509`; the
+/// real job's walks meet more addresses than that, and a fifth of the
+/// lookups missed on another address in their slot (each miss a binary
+/// search of `.eh_frame_hdr` and a CFI evaluation, a third of the
+/// unwinding). Spreading the addresses over several caches by a
+/// different part of them gives each slot as many places.
+struct RuleCaches(Box<[CacheX86_64; RULE_CACHES]>);
+
+/// How many caches [`RuleCaches`] has per process (each 509 rules and a
+/// gimli context: tens of KB).
+const RULE_CACHES: usize = 8;
+
+impl Default for RuleCaches {
+    fn default() -> RuleCaches {
+        RuleCaches(Box::new(std::array::from_fn(|_| CacheX86_64::new())))
+    }
+}
+
+impl RuleCaches {
+    /// The cache for `address`: chosen by the bits above framehop's slot
+    /// (`address / 509`), so addresses that share a slot seldom share a
+    /// cache.
+    fn for_address(&mut self, address: u64) -> &mut CacheX86_64 {
+        &mut self.0[(address / 509 % RULE_CACHES as u64) as usize]
     }
 }
 
@@ -313,7 +341,7 @@ impl<F: Fn(u64) -> bool> Walk<'_, F> {
             let step = process.unwinder.unwind_frame_with_details(
                 address,
                 &mut walk_regs,
-                &mut process.cache,
+                process.caches.for_address(address.address()),
                 &mut read,
             );
             let next = match step {

@@ -422,3 +422,24 @@ fn a_leaf_without_cfi_gets_both_guesses() {
     assert_eq!(found.map(|(ra, _)| ra), None);
 }
 
+/// Addresses that fight over one slot of a framehop cache (509 apart) are
+/// spread over the caches, and an address always finds the cache it was
+/// put in.
+#[test]
+fn addresses_sharing_a_slot_are_spread_over_the_caches() {
+    let mut caches = RuleCaches::default();
+    let cache_of = |caches: &mut RuleCaches, address: u64| {
+        let chosen: *const CacheX86_64 = caches.for_address(address);
+        caches
+            .0
+            .iter()
+            .position(|c| std::ptr::eq(c, chosen))
+            .unwrap()
+    };
+    let base = 0x7f12_3456_7000;
+    let chosen: std::collections::HashSet<usize> = (0..RULE_CACHES as u64)
+        .map(|i| cache_of(&mut caches, base + i * 509))
+        .collect();
+    assert_eq!(chosen.len(), RULE_CACHES);
+    assert_eq!(cache_of(&mut caches, base), cache_of(&mut caches, base));
+}

@@ -13,6 +13,12 @@
 //! (`tprof-writer`), so a large batch's unwinding overlaps the writing of
 //! the one before.
 //!
+//! What the session sends during a tick waits in the pipeline until the
+//! tick's flush and crosses to the stages as one message: sent one by one
+//! (the batch, the maps of new processes, the samples, the flush), each
+//! woke the stage's thread again, a futex wake and a switch each, four a
+//! tick on the real job.
+//!
 //! The queue is bounded by batches in flight, from the drain until the
 //! sink has them: when the stages are [`MAX_IN_FLIGHT`] batches behind, the
 //! drain leaves the events in the ring buffer for a tick, so any loss
@@ -90,7 +96,9 @@ type Stage = JoinHandle<Result<Box<dyn Sink>>>;
 
 /// The drain's end of the pipeline: what the session writes goes here.
 pub(super) struct Pipeline {
-    tx: Option<mpsc::Sender<Msg>>,
+    tx: Option<mpsc::Sender<Vec<Msg>>>,
+    /// Sent since the last flush, handed over at the next.
+    pending: Vec<Msg>,
     /// Batches the sink is done with, for the drain to fill again.
     recycled: mpsc::Receiver<DrainBatch>,
     in_flight: Arc<AtomicUsize>,
@@ -137,6 +145,7 @@ impl Pipeline {
         };
         Ok(Pipeline {
             tx: Some(tx),
+            pending: Vec::new(),
             recycled,
             in_flight,
             stack_counts,
@@ -159,51 +168,60 @@ impl Pipeline {
         self.recycled.try_recv().unwrap_or_default()
     }
 
-    pub(super) fn send_events(&mut self, batch: DrainBatch) -> Result<()> {
+    pub(super) fn send_events(&mut self, batch: DrainBatch) {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
-        self.send(Msg::Events(batch))
+        self.pending.push(Msg::Events(batch));
     }
 
     pub(super) fn write_json<T: Serialize>(&mut self, kind: u32, value: &T) -> Result<()> {
         let payload = encode(value)?;
-        self.send(Msg::Record(kind, payload))
+        self.pending.push(Msg::Record(kind, payload));
+        Ok(())
     }
 
     /// Reads `pid`'s executable mappings now, for naming its frames later.
-    pub(super) fn snapshot_maps(&mut self, pid: u32) -> Result<()> {
-        match procfs::exec_maps(pid) {
-            Some(maps) => self.send_maps(pid, maps),
-            None => Ok(()), // gone; keep what we had
+    pub(super) fn snapshot_maps(&mut self, pid: u32) {
+        // None: gone; keep what we had.
+        if let Some(maps) = procfs::exec_maps(pid) {
+            self.send_maps(pid, maps);
         }
     }
 
     /// `pid`'s executable mappings as just read, for naming its frames.
-    pub(super) fn send_maps(&mut self, pid: u32, maps: Vec<Mapping>) -> Result<()> {
-        self.send(Msg::Fact(Fact::Maps(pid, maps)))
+    pub(super) fn send_maps(&mut self, pid: u32, maps: Vec<Mapping>) {
+        self.pending.push(Msg::Fact(Fact::Maps(pid, maps)));
     }
 
-    pub(super) fn set_parent(&mut self, child: u32, parent: u32) -> Result<()> {
-        self.send(Msg::Fact(Fact::Parent { child, parent }))
+    pub(super) fn set_parent(&mut self, child: u32, parent: u32) {
+        self.pending.push(Msg::Fact(Fact::Parent { child, parent }));
     }
 
-    pub(super) fn add_interpreter(&mut self, interp: Arc<Interpreter>) -> Result<()> {
-        self.send(Msg::Fact(Fact::Python(interp)))
+    pub(super) fn add_interpreter(&mut self, interp: Arc<Interpreter>) {
+        self.pending.push(Msg::Fact(Fact::Python(interp)));
     }
 
+    /// Hands everything sent since the last flush to the stages, with a
+    /// flush of the sink after it; says why when the stages stopped.
     pub(super) fn flush(&mut self) -> Result<()> {
-        self.send(Msg::Flush)
+        self.pending.push(Msg::Flush);
+        self.hand_over()
     }
 
     /// Waits for the stages to hand everything sent to the sink, and takes
     /// the sink back for the last records, with the final stack counts.
     pub(super) fn finish(mut self) -> Result<(Box<dyn Sink>, StackCounts)> {
+        self.hand_over()?;
         self.tx = None; // the stages stop when the queue is empty
         let sink = self.join()?;
         Ok((sink, self.stack_counts()))
     }
 
-    fn send(&mut self, msg: Msg) -> Result<()> {
-        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(msg).is_ok());
+    fn hand_over(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let msgs = std::mem::take(&mut self.pending);
+        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(msgs).is_ok());
         if sent {
             return Ok(());
         }
@@ -221,6 +239,19 @@ impl Pipeline {
             .take()
             .ok_or_else(|| anyhow!("the recording's writer already stopped"))?;
         join(stages)
+    }
+}
+
+/// Dropped on an error's way out: what the session sent since the last
+/// flush still goes to the stages, as it did when each message was sent
+/// at once.
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        if let Some(tx) = &self.tx
+            && !self.pending.is_empty()
+        {
+            let _ = tx.send(std::mem::take(&mut self.pending));
+        }
     }
 }
 
@@ -244,7 +275,7 @@ fn join(stage: Stage) -> Result<Box<dyn Sink>> {
 /// in order. Ends when the session's end of the queue is dropped, or when
 /// the write stage fails, with the write stage's own error.
 fn run_stages(
-    rx: mpsc::Receiver<Msg>,
+    rx: mpsc::Receiver<Vec<Msg>>,
     mut resolve: Resolve,
     mut downstream: Downstream,
 ) -> Result<Box<dyn Sink>> {
@@ -259,11 +290,11 @@ fn run_stages(
 }
 
 fn hand_on(
-    rx: mpsc::Receiver<Msg>,
+    rx: mpsc::Receiver<Vec<Msg>>,
     resolve: &mut Resolve,
     downstream: &mut Downstream,
 ) -> Result<()> {
-    for msg in rx {
+    for msg in rx.into_iter().flatten() {
         match msg {
             Msg::Events(batch) => downstream.take(Out::Events(resolve.resolve(batch)))?,
             Msg::Fact(fact) => resolve.learn(fact),
@@ -344,7 +375,7 @@ mod tests {
     #[derive(Default)]
     struct Log {
         items: Vec<String>,
-        /// Fail at the nth record, counting from 0.
+        /// Fail at a record handed after this many items.
         fail_at: Option<usize>,
     }
 
@@ -402,12 +433,12 @@ mod tests {
             let mut pipeline = Pipeline::start(sink, None, threads).unwrap();
             pipeline.write_json(1, &"header").unwrap();
             let events = batch(&pipeline, b"ab");
-            pipeline.send_events(events).unwrap();
-            pipeline.set_parent(2, 1).unwrap();
+            pipeline.send_events(events);
+            pipeline.set_parent(2, 1);
             pipeline.write_json(2, &7).unwrap();
             pipeline.flush().unwrap();
             let events = batch(&pipeline, b"c");
-            pipeline.send_events(events).unwrap();
+            pipeline.send_events(events);
             let (sink, _) = pipeline.finish().unwrap();
             sink.finish().unwrap();
             assert_eq!(
@@ -426,19 +457,19 @@ mod tests {
     }
 
     /// A sink that fails stops the pipeline with its own error, which the
-    /// session sees at its next send or at the end, on either threading.
+    /// session sees at its next flush or at the end, on either threading.
     #[test]
     fn a_failing_sink_stops_the_pipeline_with_its_error() {
         for threads in [Threads::Shared, Threads::Split] {
             let log = Arc::new(Mutex::new(Log {
-                fail_at: Some(1),
+                fail_at: Some(2), // a record, a flush, then this record
                 ..Log::default()
             }));
             let sink = Box::new(TestSink(Arc::clone(&log)));
             let mut pipeline = Pipeline::start(sink, None, threads).unwrap();
             let mut sent = Ok(());
             for i in 0..1000 {
-                sent = pipeline.write_json(1, &i);
+                sent = pipeline.write_json(1, &i).and_then(|()| pipeline.flush());
                 if sent.is_err() {
                     break;
                 }
@@ -451,6 +482,22 @@ mod tests {
         }
     }
 
+    /// A pipeline dropped on an error's way out still hands the stages
+    /// what was sent since the last flush.
+    #[test]
+    fn what_was_sent_since_the_flush_is_handed_over_when_dropped() {
+        let log = Arc::new(Mutex::new(Log::default()));
+        let sink = Box::new(TestSink(Arc::clone(&log)));
+        let mut pipeline = Pipeline::start(sink, None, Threads::Shared).unwrap();
+        pipeline.write_json(1, &"before the error").unwrap();
+        drop(pipeline);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while log.lock().unwrap().items.is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(log.lock().unwrap().items, ["record 1 \"before the error\""]);
+    }
+
     /// A batch the sink took counts no more against the bound, and is
     /// handed back for the next drain.
     #[test]
@@ -460,7 +507,7 @@ mod tests {
         let mut pipeline = Pipeline::start(sink, None, Threads::Split).unwrap();
         for _ in 0..MAX_IN_FLIGHT * 2 {
             let events = batch(&pipeline, b"x");
-            pipeline.send_events(events).unwrap();
+            pipeline.send_events(events);
         }
         // Sent to the end of the queue; then drained.
         pipeline.flush().unwrap();

@@ -267,7 +267,7 @@ impl Session {
                 reason = signals.next() => return Ok(reason),
                 job = timers.next(watching) => match job {
                     Job::WatchPython => {
-                        self.tracker.watch_python(&mut self.programs, &mut self.out)?;
+                        self.tracker.watch_python(&mut self.programs, &mut self.out);
                     }
                     Job::Tick => {
                         self.on_tick()?;
@@ -359,7 +359,7 @@ impl Session {
     fn on_tick(&mut self) -> Result<()> {
         self.drain()?;
         let (programs, out) = (&mut self.programs, &mut self.out);
-        self.tracker.refresh_young_maps(programs, out)?;
+        self.tracker.refresh_young_maps(programs, out);
         let due = self.scheduler.due(Instant::now());
         if due.expire {
             self.losses.expire(programs);
@@ -401,7 +401,7 @@ impl Session {
         batch.gather(|push| self.programs.drain_events(push));
         self.drained.add(batch.counts());
         let (appeared, mapped) = if batch.has_process_records() {
-            self.process_records(&batch)?
+            self.process_records(&batch)
         } else {
             (Vec::new(), Vec::new())
         };
@@ -411,14 +411,14 @@ impl Session {
         }
         let (programs, out) = (&mut self.programs, &mut self.out);
         self.tracker.appeared(programs, out, &appeared, &mapped)?;
-        out.send_events(batch)?;
-        self.tracker.look_for_python(programs, out)?;
+        out.send_events(batch);
+        self.tracker.look_for_python(programs, out);
         self.tracker.write_changes(out)
     }
 
     /// The processes a batch's records say appeared (forked or exec'd,
     /// each told to the tracker in order) and those that mapped new code.
-    fn process_records(&mut self, batch: &DrainBatch) -> Result<(Vec<u32>, Vec<u32>)> {
+    fn process_records(&mut self, batch: &DrainBatch) -> (Vec<u32>, Vec<u32>) {
         let mut appeared = Vec::new();
         let mut mapped = Vec::new();
         for record in batch.in_order() {
@@ -428,11 +428,11 @@ impl Session {
                 }
             } else if let Some(change) = process_change(record) {
                 let (pid, parent, ts) = (change.pid, change.parent, change.ts);
-                self.tracker.changed(&mut self.out, pid, parent, ts)?;
+                self.tracker.changed(&mut self.out, pid, parent, ts);
                 appeared.push(pid);
             }
         }
-        Ok((appeared, mapped))
+        (appeared, mapped)
     }
 
     /// Moves the GPU samples gathered so far into the pipeline.

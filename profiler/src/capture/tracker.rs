@@ -225,7 +225,7 @@ impl Tracker {
                 let maps = self.snapshot_process(programs, out, pid, Origin::Attached)?;
                 self.track_threads(programs, out, pid)?;
                 if let Some(maps) = maps {
-                    self.scan_python_in(programs, out, pid, &maps)?;
+                    self.scan_python_in(programs, out, pid, &maps);
                 }
             }
             let all: Vec<u32> = self.known.iter().copied().collect();
@@ -316,7 +316,7 @@ impl Tracker {
         };
         let maps = procfs::parse_exec_maps(&text);
         if self.maps {
-            out.send_maps(pid, maps.clone())?;
+            out.send_maps(pid, maps.clone());
         }
         let now = monotonic_ns();
         self.cuda.scan_maps(programs, pid, &text, now)?;
@@ -326,16 +326,10 @@ impl Tracker {
 
     /// A drain saw `pid` created (with its parent) or exec at `ts`: its
     /// interpreter, if any, is to be looked up again.
-    pub(super) fn changed(
-        &mut self,
-        out: &mut Pipeline,
-        pid: u32,
-        parent: Option<u32>,
-        ts: u64,
-    ) -> Result<()> {
+    pub(super) fn changed(&mut self, out: &mut Pipeline, pid: u32, parent: Option<u32>, ts: u64) {
         match parent {
             Some(parent) => {
-                out.set_parent(pid, parent)?;
+                out.set_parent(pid, parent);
                 self.forked.push((pid, parent, ts));
             }
             // A new image: its maps are its own.
@@ -343,7 +337,6 @@ impl Tracker {
         }
         // A new image, or a new process (maybe under a reused pid).
         self.python.forget(pid, ts);
-        Ok(())
     }
 
     /// The parent `pid` was forked from in this drain, and when, when its
@@ -391,7 +384,7 @@ impl Tracker {
                 // parent's. Its libraries are the parent's, probed already.
                 Self::process_record(out, pid, Origin::Forked)?;
                 let inherited = self.python.inherit(pid, parent, forked_ns);
-                self.found_python(programs, out, inherited)?;
+                self.found_python(programs, out, inherited);
                 continue;
             }
             if let Some(maps) = self.snapshot_process(programs, out, pid, Origin::Forked)? {
@@ -419,14 +412,10 @@ impl Tracker {
     /// are named through its parent's.) One that appeared and whose
     /// CPython is not found now is watched for it; one that mapped more
     /// may have loaded an interpreter (a program embedding Python).
-    pub(super) fn look_for_python(
-        &mut self,
-        programs: &mut KernelPrograms,
-        out: &mut Pipeline,
-    ) -> Result<()> {
+    pub(super) fn look_for_python(&mut self, programs: &mut KernelPrograms, out: &mut Pipeline) {
         for (pid, maps, appeared) in std::mem::take(&mut self.read) {
             // Not found yet, and not found by the watch since its exec.
-            if !self.scan_python_in(programs, out, pid, &maps)?
+            if !self.scan_python_in(programs, out, pid, &maps)
                 && appeared
                 && self.python_frames
                 && !self.python.knows(pid)
@@ -435,61 +424,45 @@ impl Tracker {
                 self.python_watch.push((pid, Instant::now()));
             }
         }
-        Ok(())
     }
 
     /// Re-reads the maps of processes younger than [`YOUNG_FOR`]: a
     /// process maps its libraries (and a JIT its code) in its first
     /// moments, and a short-lived worker may exit before the once-a-second
     /// refresh.
-    pub(super) fn refresh_young_maps(
-        &mut self,
-        programs: &mut KernelPrograms,
-        out: &mut Pipeline,
-    ) -> Result<()> {
+    pub(super) fn refresh_young_maps(&mut self, programs: &mut KernelPrograms, out: &mut Pipeline) {
         self.young.retain(|(_, seen)| seen.elapsed() < YOUNG_FOR);
         if !self.maps || self.map_events {
-            return Ok(());
+            return;
         }
         let young: Vec<u32> = self.young.iter().map(|&(pid, _)| pid).collect();
         for pid in young {
-            out.snapshot_maps(pid)?;
-            self.scan_python(programs, out, pid)?;
+            out.snapshot_maps(pid);
+            self.scan_python(programs, out, pid);
         }
-        Ok(())
     }
 
     /// Looks at the processes on the Python watch again; one whose
     /// interpreter turns up has its maps re-read too (its libpython frames
     /// are named against them).
-    pub(super) fn watch_python(
-        &mut self,
-        programs: &mut KernelPrograms,
-        out: &mut Pipeline,
-    ) -> Result<()> {
+    pub(super) fn watch_python(&mut self, programs: &mut KernelPrograms, out: &mut Pipeline) {
         self.python_watch
             .retain(|(_, since)| since.elapsed() < PYTHON_WATCH_FOR);
         let watched: Vec<u32> = self.python_watch.iter().map(|&(pid, _)| pid).collect();
         for pid in watched {
-            if self.scan_python(programs, out, pid)? {
-                out.snapshot_maps(pid)?;
+            if self.scan_python(programs, out, pid) {
+                out.snapshot_maps(pid);
                 self.python_watch.retain(|&(p, _)| p != pid);
             }
         }
-        Ok(())
     }
 
     /// Looks for the CPython `pid` runs, if not known yet, and has the
     /// kernel walk its threads' Python frames and the resolve stage name
     /// them. True when found now.
-    fn scan_python(
-        &mut self,
-        programs: &mut KernelPrograms,
-        out: &mut Pipeline,
-        pid: u32,
-    ) -> Result<bool> {
+    fn scan_python(&mut self, programs: &mut KernelPrograms, out: &mut Pipeline, pid: u32) -> bool {
         if !self.python_frames || self.python.knows(pid) {
-            return Ok(false);
+            return false;
         }
         let found = self.python.scan(pid);
         self.found_python(programs, out, found)
@@ -503,9 +476,9 @@ impl Tracker {
         out: &mut Pipeline,
         pid: u32,
         maps: &[Mapping],
-    ) -> Result<bool> {
+    ) -> bool {
         if !self.python_frames || self.python.knows(pid) {
-            return Ok(false);
+            return false;
         }
         let found = self.python.scan_in(pid, maps);
         self.found_python(programs, out, found)
@@ -516,9 +489,9 @@ impl Tracker {
         programs: &mut KernelPrograms,
         out: &mut Pipeline,
         found: Option<std::sync::Arc<super::python::Interpreter>>,
-    ) -> Result<bool> {
+    ) -> bool {
         let Some(interp) = found else {
-            return Ok(false);
+            return false;
         };
         let pid = interp.pid;
         self.python
@@ -528,8 +501,8 @@ impl Tracker {
         {
             eprintln!("tprof: note: {e:#}");
         }
-        out.add_interpreter(interp)?;
-        Ok(true)
+        out.add_interpreter(interp);
+        true
     }
 
     /// Re-reads the maps of live processes, so libraries loaded since the
@@ -552,15 +525,15 @@ impl Tracker {
             if self.map_events {
                 // Everything polling would have done, once.
                 if let Some(maps) = self.read_maps(programs, out, pid)? {
-                    self.scan_python_in(programs, out, pid, &maps)?;
+                    self.scan_python_in(programs, out, pid, &maps);
                 }
                 continue;
             }
             if self.maps {
-                out.snapshot_maps(pid)?;
+                out.snapshot_maps(pid);
             }
             // A process that loads Python late (one embedding it).
-            self.scan_python(programs, out, pid)?;
+            self.scan_python(programs, out, pid);
         }
         Ok(())
     }

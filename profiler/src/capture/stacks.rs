@@ -175,6 +175,12 @@ struct FrameMemo {
 /// that runs ever new JIT code).
 const MEMO_LIMIT: usize = 1 << 16;
 
+/// Spliced stacks remembered before the memo starts again: nearly every
+/// on-CPU sample's Python frames are new (the instruction moved), so
+/// without a bound the memo grew by a few hundred entries a second, each
+/// holding its Python frames (about 150 KB a second on the real job).
+const SPLICED_LIMIT: usize = 1 << 14;
+
 /// How often one process's mappings may be re-read for an unknown address.
 const REREAD_EVERY: Duration = Duration::from_millis(20);
 
@@ -285,7 +291,7 @@ impl StackResolver {
                 if let Some(e) = read::<ExitEvent>(event) {
                     self.copies.remove(&e.tid);
                     if e.group_dead != 0 {
-                        self.memos.remove(&e.tgid);
+                        self.forget_process(e.tgid);
                     }
                     self.python.exit(e.tid);
                 }
@@ -360,6 +366,9 @@ impl StackResolver {
         if let Some(&known) = self.spliced.get(&key) {
             return known;
         }
+        if self.spliced.len() >= SPLICED_LIMIT {
+            self.spliced.clear();
+        }
         let native = match copied {
             Some(c) => Some(c.frames),
             None if walked => self.native_sites(tgid, reference).map(|sites| {
@@ -393,6 +402,15 @@ impl StackResolver {
                 None
             }
         }
+    }
+
+    /// Drops what is kept per process for one whose last thread exited
+    /// (a DataLoader's workers come and go every epoch).
+    fn forget_process(&mut self, tgid: u32) {
+        self.memos.remove(&tgid);
+        self.spliced.retain(|&(pid, ..), _| pid != tgid);
+        self.native.retain(|&(pid, _), _| pid != tgid);
+        self.user.retain(|&(pid, _), _| pid != tgid);
     }
 
     /// Unwinds a [`StackCopyEvent`] and files its stack under its thread

@@ -269,14 +269,9 @@ impl Namer {
         let mut kernel: Vec<(u64, usize)> = Vec::new();
         for (index, site) in sites.iter().enumerate() {
             match site {
-                Site::File(path, offset) => match self.functions.name(path, *offset) {
-                    Some(name) => frames[index] = native(path, *offset, Some(name.to_string())),
-                    None => match function_start(path, *offset) {
-                        Some(start) if self.functions.is_unnamed(path, start) => {
-                            frames[index] = native(path, start, None);
-                        }
-                        _ => by_file.entry(path).or_default().push((*offset, index)),
-                    },
+                Site::File(path, offset) => match self.remembered(path, *offset, function_start) {
+                    Some(frame) => frames[index] = frame,
+                    None => by_file.entry(path).or_default().push((*offset, index)),
                 },
                 Site::Kernel(addr) => kernel.push((*addr, index)),
                 Site::Anon(pid, addr) => frames[index] = self.jit_frame(spaces, *pid, *addr),
@@ -310,31 +305,7 @@ impl Namer {
             }
         }
         for (path, offsets) in by_file {
-            let names = resolve(
-                &self.symbolizer,
-                &Source::Elf(Elf::new(&**path)),
-                |a: &[u64]| Input::FileOffset(a),
-                &offsets,
-            );
-            for ((offset, index), named) in offsets.iter().zip(names) {
-                let named = named.map(|n| Named {
-                    name: self.demangled.of(&n.name),
-                    ..n
-                });
-                frames[*index] = match named {
-                    Some(named) => {
-                        self.functions.learn(path, *offset, &named);
-                        native(path, *offset, Some(named.name))
-                    }
-                    None => match function_start(path, *offset) {
-                        Some(start) => {
-                            self.functions.learn_unnamed(path, start);
-                            native(path, start, None)
-                        }
-                        None => native(path, *offset, None),
-                    },
-                };
-            }
+            self.name_in_file(path, &offsets, &mut frames, function_start);
         }
         if kernel.is_empty() {
             // blazesym builds its kallsyms resolver at every call.
@@ -361,6 +332,59 @@ impl Namer {
             };
         }
         frames
+    }
+
+    /// The frame of `offset` in the file at `path` from a function named
+    /// before, if it lies in one ([`Functions`]).
+    fn remembered(
+        &self,
+        path: &str,
+        offset: u64,
+        function_start: &mut dyn FnMut(&str, u64) -> Option<u64>,
+    ) -> Option<Frame> {
+        if let Some(name) = self.functions.name(path, offset) {
+            return Some(native(path, offset, Some(name.to_string())));
+        }
+        let start = function_start(path, offset)?;
+        self.functions
+            .is_unnamed(path, start)
+            .then(|| native(path, start, None))
+    }
+
+    /// Names `offsets` (each with its index in `frames`) of the file at
+    /// `path` with blazesym, and remembers their functions.
+    fn name_in_file(
+        &mut self,
+        path: &Arc<str>,
+        offsets: &[(u64, usize)],
+        frames: &mut [Frame],
+        function_start: &mut dyn FnMut(&str, u64) -> Option<u64>,
+    ) {
+        let names = resolve(
+            &self.symbolizer,
+            &Source::Elf(Elf::new(&**path)),
+            |a: &[u64]| Input::FileOffset(a),
+            offsets,
+        );
+        for (&(offset, index), named) in offsets.iter().zip(names) {
+            frames[index] = match named {
+                Some(named) => {
+                    let named = Named {
+                        name: self.demangled.of(&named.name),
+                        ..named
+                    };
+                    self.functions.learn(path, offset, &named);
+                    native(path, offset, Some(named.name))
+                }
+                None => match function_start(path, offset) {
+                    Some(start) => {
+                        self.functions.learn_unnamed(path, start);
+                        native(path, start, None)
+                    }
+                    None => native(path, offset, None),
+                },
+            };
+        }
     }
 
     /// JIT code: named by the perf map of the process that ran it, or of an

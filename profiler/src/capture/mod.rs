@@ -70,6 +70,7 @@ mod sink;
 mod stacks;
 mod status;
 mod symbols;
+mod ticker;
 mod torch;
 pub mod tracefs;
 mod tracker;

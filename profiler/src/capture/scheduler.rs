@@ -14,13 +14,17 @@
 //! - every [`EXPIRE_EVERY`] (5 s), or the in-flight expiry when shorter:
 //!   drop the requests, bios and CUDA calls whose end will not come.
 //!
-//! [`Timers`] wakes the session (tokio intervals); [`Scheduler`] says
+//! [`Timers`] wakes the session (a timerfd, and a tokio interval for the
+//! Python watch); [`Scheduler`] says
 //! which of the slower jobs are due at a tick, on plain [`Instant`]s, so
 //! the cadence is tested without a runtime.
 
+use std::io;
 use std::time::{Duration, Instant};
 
 use tokio::time::{Interval, MissedTickBehavior};
+
+use super::ticker::Ticker;
 
 /// How often the ring buffer is drained and the file flushed.
 pub(super) const DRAIN_EVERY: Duration = Duration::from_millis(50);
@@ -59,30 +63,32 @@ pub(super) enum Job {
     Tick,
 }
 
-/// The session's timers.
+/// The session's timers: the drain's a timerfd ([`Ticker`], one wakeup
+/// a tick), the Python watch's a tokio interval (it runs for a few
+/// hundred milliseconds after a process starts).
 pub(super) struct Timers {
-    drain: Interval,
+    drain: Ticker,
     python: Interval,
 }
 
 impl Timers {
     /// Both timers, the first tick at once. Inside the runtime only.
-    pub(super) fn start() -> Timers {
+    pub(super) fn start() -> io::Result<Timers> {
         let mut python = tokio::time::interval(PYTHON_WATCH_EVERY);
         python.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        Timers {
-            drain: tokio::time::interval(DRAIN_EVERY),
+        Ok(Timers {
+            drain: Ticker::every(DRAIN_EVERY)?,
             python,
-        }
+        })
     }
 
     /// Waits for the next job; the Python watch only while `watching`.
     /// The watch goes first: it is the one that must not wait.
-    pub(super) async fn next(&mut self, watching: bool) -> Job {
+    pub(super) async fn next(&mut self, watching: bool) -> io::Result<Job> {
         tokio::select! {
             biased;
-            _ = self.python.tick(), if watching => Job::WatchPython,
-            _ = self.drain.tick() => Job::Tick,
+            _ = self.python.tick(), if watching => Ok(Job::WatchPython),
+            ticked = self.drain.tick() => ticked.map(|_| Job::Tick),
         }
     }
 

@@ -26,7 +26,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 use tprof_core::recording::{ClockAnchor, Footer, GpuInfo, LostCounts, record};
 
 use super::clock::{self, anchor, monotonic_ns};
@@ -257,7 +257,7 @@ impl Session {
         signals: &mut Signals,
         duration: Option<Duration>,
     ) -> Result<StopReason> {
-        let mut timers = Timers::start();
+        let mut timers = Timers::start().context("cannot start the drain's timer")?;
         let deadline = duration.map(|d| self.started + d);
         loop {
             let watching = self.tracker.watching_python();
@@ -265,7 +265,7 @@ impl Session {
                 // A stop request wins over another drain: the user is waiting.
                 biased;
                 reason = signals.next() => return Ok(reason),
-                job = timers.next(watching) => match job {
+                job = timers.next(watching) => match job.context("the drain's timer failed")? {
                     Job::WatchPython => {
                         self.tracker.watch_python(&mut self.programs, &mut self.out);
                     }

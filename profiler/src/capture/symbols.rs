@@ -122,11 +122,8 @@ impl AddressSpaces {
         self.relink(pid);
     }
 
-    /// `pid` and its known ancestors, nearest first, walked in place (this
-    /// is asked at every stack copy and unwind); 16 of them at most, which
-    /// also ends a cycle.
     fn ancestors(&self, pid: u32) -> impl Iterator<Item = u32> + '_ {
-        std::iter::successors(Some(pid), |p| self.parents.get(p).copied()).take(16)
+        ancestors(&self.parents, pid)
     }
 
     /// The mapping holding `addr` in `pid`, or in its nearest ancestor with a
@@ -142,6 +139,16 @@ impl AddressSpaces {
             (addr < m.end).then_some((p, m))
         })
     }
+}
+
+/// `pid` and its known ancestors in `parents` (child → parent), nearest
+/// first, walked in place (this is asked at every stack copy, unwind and
+/// Python splice); 16 of them at most, which also ends a cycle.
+pub(super) fn ancestors<S: std::hash::BuildHasher>(
+    parents: &HashMap<u32, u32, S>,
+    pid: u32,
+) -> impl Iterator<Item = u32> + '_ {
+    std::iter::successors(Some(pid), |p| parents.get(p).copied()).take(16)
 }
 
 /// Where one raw address points, before symbolization.

@@ -27,7 +27,7 @@ use super::interpreter::Interpreter;
 use super::memory::ProcessMemory;
 use super::splice::{PyEntry, splice};
 use crate::capture::stacks::Interner;
-use crate::capture::symbols::Site;
+use crate::capture::symbols::{Site, ancestors};
 
 use tprof_core::recording::stacks::python_marker as marker;
 
@@ -261,7 +261,7 @@ impl PythonFrames {
     /// `pid`'s oldest known ancestor (itself when it has no known parent),
     /// as [`Self::code`] finds it for `family`.
     fn root(&self, pid: u32) -> u32 {
-        *self.lineage(pid).last().expect("not empty")
+        ancestors(&self.parents, pid).last().unwrap_or(pid)
     }
 
     /// Whether every user stack of `tgid` gets a marker: it runs a CPython
@@ -274,27 +274,7 @@ impl PythonFrames {
     /// The interpreter of `tgid`, or of its nearest ancestor that has one
     /// known (a worker forked before capture looked at it).
     fn interpreter(&self, tgid: u32) -> Option<Arc<Interpreter>> {
-        // Asked for every switch-out and sample: up the parents in place,
-        // not through `lineage`'s list. (16 steps also end a cycle.)
-        let mut pid = tgid;
-        for _ in 0..16 {
-            if let Some(interp) = self.interpreters.get(&pid) {
-                return Some(Arc::clone(interp));
-            }
-            pid = *self.parents.get(&pid)?;
-        }
-        None
-    }
-
-    fn lineage(&self, pid: u32) -> Vec<u32> {
-        let mut out = vec![pid];
-        while let Some(&parent) = self.parents.get(out.last().expect("not empty")) {
-            if out.len() >= 16 || out.contains(&parent) {
-                break;
-            }
-            out.push(parent);
-        }
-        out
+        ancestors(&self.parents, tgid).find_map(|pid| self.interpreters.get(&pid).cloned())
     }
 
     /// The site of one frame: its code object named, at its line.
@@ -318,7 +298,7 @@ impl PythonFrames {
         if let Some(known) = self.codes.get(&key) {
             return known.clone();
         }
-        let lineage = self.lineage(tgid);
+        let lineage: Vec<u32> = ancestors(&self.parents, tgid).collect();
         // Named in an ancestor or a sibling already: a DataLoader's
         // workers, forked anew every epoch, run the trainer's code objects
         // and each other's, and reading each again from every new worker

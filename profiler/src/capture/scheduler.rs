@@ -94,8 +94,8 @@ impl Timers {
 
     /// The drain ticks alone, the first at once: while stopping, when the
     /// session waits for a launched command's group to exit.
-    pub(super) fn drains() -> Interval {
-        tokio::time::interval(DRAIN_EVERY)
+    pub(super) fn drains() -> io::Result<Ticker> {
+        Ticker::every(DRAIN_EVERY)
     }
 }
 

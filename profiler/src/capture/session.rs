@@ -318,10 +318,10 @@ impl Session {
         command.stop(sig);
         let pid = command.pid();
         let kill_at = Instant::now() + self.kill_after;
-        let mut tick = Timers::drains();
+        let mut tick = Timers::drains().context("cannot start the drain's timer")?;
         let mut killed_at = None;
         loop {
-            tick.tick().await;
+            tick.tick().await.context("the drain's timer failed")?;
             let now = Instant::now();
             let left = kill_at.saturating_duration_since(now).as_secs_f64().ceil();
             self.stopping = Some(format!(

@@ -504,6 +504,11 @@ pub mod mark {
         ),
         (BACKWARD, "_ZN5torch8autograd6Engine7executeE"),
     ];
+    /// How a [`RECORD_FUNCTION`] region's name begins at a `DataLoader`
+    /// iterator's `__next__`: a batch asked for. From a tracked process's
+    /// first one, its marks frame the steps and the pipe program stands
+    /// down (`map::STEPS_FROM_MARKS`).
+    pub const LOADER_PREFIX: &[u8] = b"enumerate(DataLoader)";
 }
 
 /// A thread's pipe reads that end within this long of its last pipe

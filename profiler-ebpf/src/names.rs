@@ -102,6 +102,9 @@ pub mod map {
     /// Switch-out copies' call-site checks (`SiteCheck`), which userspace
     /// writes as it unwinds them.
     pub const SITE_CHECKS: &str = "SITE_CHECKS";
+    /// When a tracked process first asked its DataLoader for a batch (one
+    /// entry; 0 until then): the pipe program stands down from then on.
+    pub const STEPS_FROM_MARKS: &str = "STEPS_FROM_MARKS";
     /// Every map in the object but the event and copy shards (and the sections
     /// of program globals).
     pub const ALL_BUT_EVENTS: &[&str] = &[
@@ -118,6 +121,7 @@ pub mod map {
         PY_SCRATCH,
         SWITCH_PROFILE,
         SITE_CHECKS,
+        STEPS_FROM_MARKS,
     ];
 }
 

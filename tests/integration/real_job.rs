@@ -49,6 +49,7 @@ fn eight_workers_recorded_from_the_start() {
     check_python_frames(&run);
     check_steps(&run, Recorded::FromStart);
     check_stack_filters(&run);
+    check_pipes_stand_down(&run);
 }
 
 /// Eight workers with pin_memory, recorded from the start: the eight
@@ -147,6 +148,7 @@ fn attached_to_eight_workers() {
     check_report_adds_up(&run);
     check_oversubscribed(&run);
     check_steps(&run, Recorded::Attached);
+    check_pipes_stand_down(&run);
     assert_eq!(run.report.pipeline.data_workers.restarts, 0, "{}", run.text);
 }
 
@@ -163,6 +165,44 @@ fn attached_to_healthy_with_pin_memory() {
     check_report_adds_up(&run);
     check_no_input_finding(&run);
     check_steps(&run, Recorded::Attached);
+}
+
+/// The pipe program stands down at the job's first DataLoader batch: the
+/// recording says when, to the nanosecond of that batch's mark (the kernel
+/// stamps it with the mark's own clock read), pipe reads were traced until
+/// then and none after (a read whose program passed the test as the mark
+/// came may land within a millisecond of it), and the steps, from the
+/// marks, are the iterations all the same (`check_steps`).
+fn check_pipes_stand_down(run: &RealRun) {
+    use tprof_core::recording::{self, Event};
+    let rec = recording::read(&run.recording).expect("read the recording");
+    let probes = rec.step_probes.as_ref().expect("a STEP_PROBES record");
+    assert!(probes.pipes, "{probes:?}");
+    let first_batch = rec.events.iter().find_map(|e| match e {
+        Event::Mark { ts, what, name, .. }
+            if *what == profiler_ebpf::mark::RECORD_FUNCTION
+                && name
+                    .as_bytes()
+                    .starts_with(profiler_ebpf::mark::LOADER_PREFIX) =>
+        {
+            Some(*ts)
+        }
+        _ => None,
+    });
+    let first_batch = first_batch.expect("a DataLoader mark");
+    assert_eq!(probes.pipes_until_ns, Some(first_batch), "{probes:?}");
+    let late: Vec<u64> = rec
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Pipe { ts, .. } if *ts > first_batch + 1_000_000 => Some(*ts - first_batch),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        late.is_empty(),
+        "pipe reads traced after the marks took over (ns after): {late:?}"
+    );
 }
 
 /// How a run was recorded: from the interpreter's start (the warm-up

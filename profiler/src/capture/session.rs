@@ -546,7 +546,7 @@ impl Session {
             gpu.stop();
         }
         self.drain_gpu()?;
-        self.tracker.last_launches(&self.programs)?;
+        self.tracker.last_reads(&self.programs)?;
         self.losses.expire_at_stop(&mut self.programs);
         Ok(kernel_lost)
     }

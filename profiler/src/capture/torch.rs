@@ -2,7 +2,9 @@
 //! holding the autograd engine and `record_function`, `libtorch_cpu.so`)
 //! each tracked process has mapped and probes it once per file, for every
 //! process mapping it (the kernel program keeps tracked processes only);
-//! and says whether pipe transfers are traced. The result is the
+//! and says whether pipe transfers are traced, and until when: the pipe
+//! program stands down once a tracked process asks its DataLoader for a
+//! batch, from when the marks frame the steps. The result is the
 //! recording's STEP_PROBES record.
 //!
 //! A job imports torch after it starts, so the targets are scanned every
@@ -106,6 +108,7 @@ impl TorchTracer {
             info: StepProbes {
                 pipes: pipes.is_ok(),
                 pipes_status: pipes.err().map(str::to_string),
+                pipes_until_ns: None,
                 libraries: Vec::new(),
             },
             dirty: true,
@@ -156,6 +159,19 @@ impl TorchTracer {
                 Ok(()) => library.probed.push(format!("{symbol}…")),
                 Err(e) => library.missing.push(format!("{symbol}…: {e:#}")),
             }
+            self.dirty = true;
+        }
+    }
+
+    /// Notes when the pipe program stood down, once it has: a tracked
+    /// process asked its DataLoader for a batch, and libtorch's marks frame
+    /// the steps from then on (`profiler_ebpf::mark::LOADER_PREFIX`).
+    pub(super) fn note_marks_taking_over(&mut self, programs: &KernelPrograms) {
+        if !self.info.pipes || self.info.pipes_until_ns.is_some() || !self.found() {
+            return;
+        }
+        if let Some(since) = programs.steps_from_marks_since() {
+            self.info.pipes_until_ns = Some(since);
             self.dirty = true;
         }
     }

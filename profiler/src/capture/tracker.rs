@@ -547,6 +547,7 @@ impl Tracker {
         out: &mut Pipeline,
     ) -> Result<()> {
         self.torch.attach_exits(programs);
+        self.torch.note_marks_taking_over(programs);
         // With mapping events, a libtorch is probed in the drain that says
         // it was mapped.
         if self.torch.found() || self.map_events {
@@ -573,6 +574,7 @@ impl Tracker {
             self.torch.scan(programs, pid, now)?;
         }
         self.torch.attach_exits(programs);
+        self.torch.note_marks_taking_over(programs);
         self.write_step_probes(out)?;
         self.cuda.refresh_launches(programs)?;
         self.write_cuda(out)
@@ -598,8 +600,10 @@ impl Tracker {
         }
     }
 
-    /// The last cudaLaunchKernel counts, read after the last drain.
-    pub(super) fn last_launches(&mut self, programs: &KernelPrograms) -> Result<()> {
+    /// The last cudaLaunchKernel counts, and whether libtorch's marks took
+    /// over from the pipe reads, read after the last drain.
+    pub(super) fn last_reads(&mut self, programs: &KernelPrograms) -> Result<()> {
+        self.torch.note_marks_taking_over(programs);
         self.cuda.refresh_launches(programs)
     }
 

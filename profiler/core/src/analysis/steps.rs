@@ -334,7 +334,10 @@ fn mark_trainer(model: &Model) -> Option<u32> {
 }
 
 fn is_loader_mark(m: &Mark) -> bool {
-    m.what == profiler_ebpf::mark::RECORD_FUNCTION && m.name.starts_with("enumerate(DataLoader)")
+    m.what == profiler_ebpf::mark::RECORD_FUNCTION
+        && m.name
+            .as_bytes()
+            .starts_with(profiler_ebpf::mark::LOADER_PREFIX)
 }
 
 /// A backward pass or an optimizer step: the work of an iteration.
@@ -360,10 +363,19 @@ fn detect(
     if let Some(found) = from_marks(model, trainer) {
         return found;
     }
-    if let Some(found) = from_pipes(trainer, messages) {
-        return found;
-    }
     let probes = model.step_probes.as_ref();
+    // Another tracked process's DataLoader made the kernel stop tracing
+    // pipe reads (`StepProbes::pipes_until_ns`): this trainer's are there
+    // only until then.
+    let pipes_until = probes.and_then(|p| p.pipes_until_ns);
+    let until_marks = " (pipe reads were traced until a tracked process's DataLoader \
+                       gave its first batch, when libtorch's marks took over)";
+    if let Some((bounds, mut source)) = from_pipes(trainer, messages) {
+        if pipes_until.is_some() {
+            source.why.push_str(until_marks);
+        }
+        return (bounds, source);
+    }
     let pipes_traced = probes.is_some_and(|p| p.pipes);
     if !pipes_traced && deliveries.len() >= 2 {
         let bounds = deliveries
@@ -403,10 +415,15 @@ fn detect(
     } else {
         "pipe reads were not traced"
     };
+    let until = if pipes_until.is_some() {
+        until_marks
+    } else {
+        ""
+    };
     let source = StepSource {
         detector: "none",
         confidence: None,
-        why: format!("not a training loop tprof can see: {torch}, and {pipes}"),
+        why: format!("not a training loop tprof can see: {torch}, and {pipes}{until}"),
     };
     (Vec::new(), source)
 }
@@ -1019,7 +1036,7 @@ mod tests {
             pipes.push(read(10 * MS * (i + 1), 0xabc));
             pipes.push(read(10 * MS * (i + 1) + 5 * MS, 0xdef));
         }
-        let model = Model {
+        let mut model = Model {
             threads: vec![thread(1, 1, &spans), thread(2, 2, &[(0, 100 * MS, R)])],
             wakeups: vec![wake(10 * MS, 1, 2, 2)],
             pipes,
@@ -1043,6 +1060,16 @@ mod tests {
                 .iter()
                 .all(|st| st.data_wait_ns == 0 && st.worker_pid == 0)
         );
+        assert!(!s.source.why.contains("took over"), "{}", s.source.why);
+        // The pipe program stood down after these reads (another tracked
+        // process's DataLoader gave a batch): the same steps, and the
+        // source says the reads stop there.
+        if let Some(probes) = model.step_probes.as_mut() {
+            probes.pipes_until_ns = Some(90 * MS);
+        }
+        let t = steps(&model, &roles, &[]);
+        assert_eq!(t.count, 5);
+        assert!(t.source.why.contains("marks took over"), "{}", t.source.why);
     }
 
     /// Neither marks nor worker pipes, with pipes traced: no steps, and why.

@@ -643,6 +643,12 @@ pub struct StepProbes {
     /// Why they were not, when not.
     #[serde(default)]
     pub pipes_status: Option<String>,
+    /// When they stopped being traced (CLOCK_MONOTONIC ns): a tracked
+    /// process asked its DataLoader for a batch (a `MARK` whose name is
+    /// `profiler_ebpf::mark::LOADER_PREFIX`'s), and from then on libtorch's
+    /// marks frame the steps. None: traced to the end (or not at all).
+    #[serde(default)]
+    pub pipes_until_ns: Option<u64>,
     /// libtorch files found in tracked processes' maps and the functions
     /// probed in each for marks (kernel event `MARK`).
     pub libraries: Vec<CudaLibrary>,

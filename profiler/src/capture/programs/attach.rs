@@ -321,6 +321,13 @@ impl KernelPrograms {
         self.pipes.as_ref().copied().map_err(String::as_str)
     }
 
+    /// When a tracked process first asked its DataLoader for a batch, from
+    /// which on the pipe program stands down; None before (or when the
+    /// kernel's map cannot be read, which says nothing new).
+    pub fn steps_from_marks_since(&self) -> Option<u64> {
+        self.steps_from_marks.get(&0, 0).ok().filter(|&ns| ns != 0)
+    }
+
     fn uprobe(&mut self, name: &str) -> Result<&mut UProbe> {
         Ok(find_program(&mut self.ebpf, name)?.try_into()?)
     }

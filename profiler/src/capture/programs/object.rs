@@ -8,7 +8,7 @@ use std::{collections::BTreeMap, time::Duration};
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap, Map, MapData, MapError, PerCpuArray, PerCpuHashMap, StackTraceMap},
+    maps::{Array, HashMap, Map, MapData, MapError, PerCpuArray, PerCpuHashMap, StackTraceMap},
     programs::Program,
     util::{nr_cpus, online_cpus},
 };
@@ -142,6 +142,9 @@ pub struct KernelPrograms {
     py_procs: HashMap<MapData, u32, PyProcInfo>,
     /// The switch program's time by part, when [`SWITCH_PROFILE_ENV`] asks.
     switch_profile: PerCpuArray<MapData, u64>,
+    /// When a tracked process first asked its DataLoader for a batch, after
+    /// which the pipe program stands down (0 until then).
+    pub(super) steps_from_marks: Array<MapData, u64>,
     /// The kernel can tell CPython 3.10's threads apart (its BTF gave
     /// `thread.fsbase`).
     python_threads_by_fsbase: bool,
@@ -320,6 +323,7 @@ impl KernelPrograms {
             in_flight: InFlight::take(&mut ebpf)?,
             py_procs: HashMap::try_from(take_map(&mut ebpf, map::PY_PROCS)?)?,
             switch_profile: PerCpuArray::try_from(take_map(&mut ebpf, map::SWITCH_PROFILE)?)?,
+            steps_from_marks: Array::try_from(take_map(&mut ebpf, map::STEPS_FROM_MARKS)?)?,
             python_threads_by_fsbase: offsets.task_fsbase != 0,
             python_frames: globals.python_frames,
             raw_sched,

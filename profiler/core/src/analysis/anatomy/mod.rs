@@ -429,7 +429,7 @@ fn loader_regions(model: &Model, trainer: u32) -> Vec<(u64, u64)> {
     for m in model.marks.iter().filter(|m| m.tid == trainer) {
         match m.what {
             mark::RECORD_FUNCTION => {
-                open.push((m.ts, m.name.starts_with("enumerate(DataLoader)")));
+                open.push((m.ts, m.name.as_bytes().starts_with(mark::LOADER_PREFIX)));
             }
             mark::RECORD_FUNCTION_EXIT => {
                 if let Some((enter, true)) = open.pop() {

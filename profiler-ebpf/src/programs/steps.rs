@@ -109,7 +109,9 @@ fn is_loader(name: &[u8; MARK_NAME_LEN]) -> bool {
 }
 
 /// Notes that libtorch's marks frame the steps from `ts_ns` on, unless
-/// they did already.
+/// they did already. Not atomic: two tracked processes' first batches on
+/// two CPUs at the same instant may leave the later one's time, and the
+/// pipe reads of those microseconds traced, which is harmless.
 #[inline(always)]
 fn steps_from_marks_since(ts_ns: u64) {
     if let Some(since) = STEPS_FROM_MARKS.get_ptr_mut(0)

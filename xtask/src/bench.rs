@@ -41,6 +41,7 @@ use clap::Args as ClapArgs;
 use crate::cmd::{self, cargo, command, run as run_cmd};
 use crate::setup;
 
+mod programs;
 mod real;
 mod real_overhead;
 mod stacks;
@@ -246,6 +247,10 @@ enum Which {
     /// configuration against a sweep and the predicted step against the
     /// measured one; writes target/bench/zoo.md.
     Zoo(zoo::Args),
+    /// Each kernel program's runs a second and ns a run on one job (`--
+    /// COMMAND` under `tprof record`, or `--pid`), between two readings of
+    /// the kernel's BPF statistics in the steady state; prints a table.
+    Programs(programs::Args),
 }
 
 pub(crate) fn run(args: &Args) -> Result<()> {
@@ -253,6 +258,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         Some(Which::Real(real)) => return real::run(real),
         Some(Which::Stacks(stacks)) => return stacks::run(stacks),
         Some(Which::Zoo(zoo)) => return zoo::run(zoo),
+        Some(Which::Programs(programs)) => return programs::run(programs),
         None => {}
     }
     if !cmd::is_root() {

@@ -12,8 +12,8 @@
 //! imports later), and every process once a second as CUDA's are. The
 //! exported functions are probed at once; the end of a `record_function`
 //! region, which is not exported, is looked up in the full symbol table on
-//! a thread of its own and probed by offset when found (`attach_exits`,
-//! at the next look), so the first steps of a job may lack it.
+//! a thread of its own and probed by offset when found (`catch_up`, at
+//! the next look), so the first steps of a job may lack it.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -141,8 +141,15 @@ impl TorchTracer {
         }
     }
 
+    /// What happened since the last look: the region ends whose lookups
+    /// finished are probed, and the pipe program's stand-down noted.
+    pub(super) fn catch_up(&mut self, programs: &mut KernelPrograms) {
+        self.attach_exits(programs);
+        self.note_marks_taking_over(programs);
+    }
+
     /// Probes the region ends whose lookups finished.
-    pub(super) fn attach_exits(&mut self, programs: &mut KernelPrograms) {
+    fn attach_exits(&mut self, programs: &mut KernelPrograms) {
         while let Ok(found) = self.exits.1.try_recv() {
             let symbol = profiler_ebpf::mark::RECORD_FUNCTION_EXIT_SYMBOL;
             let attached = found.offset.and_then(|offset| {

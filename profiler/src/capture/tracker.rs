@@ -546,8 +546,7 @@ impl Tracker {
         programs: &mut KernelPrograms,
         out: &mut Pipeline,
     ) -> Result<()> {
-        self.torch.attach_exits(programs);
-        self.torch.note_marks_taking_over(programs);
+        self.torch.catch_up(programs);
         // With mapping events, a libtorch is probed in the drain that says
         // it was mapped.
         if self.torch.found() || self.map_events {
@@ -573,8 +572,7 @@ impl Tracker {
             self.cuda.scan(programs, pid, now)?;
             self.torch.scan(programs, pid, now)?;
         }
-        self.torch.attach_exits(programs);
-        self.torch.note_marks_taking_over(programs);
+        self.torch.catch_up(programs);
         self.write_step_probes(out)?;
         self.cuda.refresh_launches(programs)?;
         self.write_cuda(out)

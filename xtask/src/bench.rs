@@ -8,11 +8,12 @@
 //!   offcputime, runqlat and biolatency together, under `perf sched
 //!   record`, and with tprof's busiest tracepoints only counted (`perf
 //!   stat -a`: what seeing the events costs the machine, the floor any
-//!   tracer of them pays there); once paced by per-item work (`--switches`) to a pipeline's
-//!   rate above the 100,000 switches/s, with each pair pinned to one
-//!   CPU so that throughput is bound by CPU time alone and a tracer's cost
-//!   shows directly (unpinned, placement moves a paced job's throughput by
-//!   up to a quarter run to run); once unpinned at full tilt (the most
+//!   tracer of them pays there); once paced by per-item work
+//!   (`--switches`) to a pipeline's rate above the 100,000
+//!   switches/s, with each pair pinned to one CPU so that throughput is
+//!   bound by CPU time alone and a tracer's cost shows directly
+//!   (unpinned, placement moves a paced job's throughput by up to a
+//!   quarter run to run); once unpinned at full tilt (the most
 //!   switches two cores can make). Rounds alternate the configurations;
 //!   each ratio is the median over rounds of the throughput against the same
 //!   round's untraced run.
@@ -500,7 +501,6 @@ fn median_ratio(runs: &[Run], baseline: &[Run]) -> f64 {
     )
 }
 
-/// Runs the workload for RUN_S seconds with `tool` attached from ~0.3 s on.
 /// [`run_once`], tried once more if it fails: on the development VM about
 /// one start of tprof in a hundred (2026-12-07) finds its target gone
 /// (`kill(pid, 0)` says ESRCH for a pingpong the bench has not reaped;
@@ -514,6 +514,7 @@ fn run_retried(paths: &Paths, tool: Tool, job_kind: Job) -> Result<Run> {
     })
 }
 
+/// Runs the workload for RUN_S seconds with `tool` attached from ~0.3 s on.
 fn run_once(paths: &Paths, tool: Tool, job_kind: Job) -> Result<Run> {
     wait_for_release_helpers();
     let mut job = job_kind.spawn(paths, RUN_S)?;
